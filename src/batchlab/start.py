@@ -1,0 +1,139 @@
+"""`make start`: the embedded Triton server with the course models, and JupyterLab on the course.
+
+Both listen on 127.0.0.1 only. Notebooks started from this JupyterLab find the server through
+`TRITON_URL` / `TRITON_GRPC_URL` / `TRITON_METRICS_URL` (see `batchlab.server.connect`), so they
+share it instead of starting their own. Ctrl-C (or SIGTERM) stops JupyterLab, its kernels and the
+server, and leaves no process behind.
+
+    python -m batchlab.start [--lab-port 8888] [--token TOKEN] [--no-lab] [--no-browser]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Sequence
+
+from batchlab.paths import repo_root
+from batchlab.server import ServerError, TritonServer, _set_pdeathsig, check_port_free, free_port
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with code {proc.returncode}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s")
+
+
+def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) -> subprocess.Popen[bytes]:
+    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group."""
+    cmd = [
+        sys.executable, "-m", "jupyterlab",
+        "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+        f"--ServerApp.root_dir={repo_root()}",
+        f"--IdentityProvider.token={token}",
+        "--ServerApp.open_browser=" + ("True" if open_browser else "False"),
+    ]
+    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_set_pdeathsig)
+
+
+def stop_lab(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM JupyterLab (it shuts its kernels down), then SIGKILL its group if it lingers."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server and JupyterLab until Ctrl-C; print the URLs and one JSON line."""
+    p = argparse.ArgumentParser(prog="python -m batchlab.start", description=__doc__.splitlines()[0])
+    p.add_argument("--lab-port", type=int, default=None, help="JupyterLab port (default 8888, else a free one)")
+    p.add_argument("--token", default=None, help="JupyterLab token (default: a fresh random one)")
+    p.add_argument("--no-lab", action="store_true", help="only the Triton server")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    args = p.parse_args(argv)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    try:
+        if args.lab_port is not None:
+            check_port_free(args.lab_port, "lab")
+        lab_port = args.lab_port
+        if lab_port is None:
+            try:
+                check_port_free(8888, "lab")
+                lab_port = 8888
+            except ServerError:
+                lab_port = free_port()
+        print("starting the embedded Triton server with the course models ...", flush=True)
+        server = TritonServer(startup_timeout=args.timeout).start()
+    except (ServerError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    lab = None
+    try:
+        env = dict(os.environ)
+        env.update(TRITON_URL=server.http_url, TRITON_GRPC_URL=server.grpc_url,
+                   TRITON_METRICS_URL=server.metrics_url)
+        info = {"triton": server.info()}
+        print(f"Triton HTTP    http://{server.http_url}   (models: {', '.join(server.models)})")
+        print(f"Triton gRPC    {server.grpc_url}")
+        print(f"Triton metrics http://{server.metrics_url}/metrics")
+        if not args.no_lab:
+            token = args.token or secrets.token_hex(16)
+            lab = start_lab(lab_port, token, env, open_browser=not args.no_browser)
+            _wait_http(f"http://127.0.0.1:{lab_port}/api/status?token={token}", args.timeout, lab)
+            url = f"http://127.0.0.1:{lab_port}/lab/tree/notebooks/index.ipynb?token={token}"
+            info["lab"] = {"url": url, "port": lab_port, "token": token}
+            print(f"JupyterLab     {url}")
+        print("Ctrl-C stops everything.", flush=True)
+        print(json.dumps(info), flush=True)
+        while not stop.is_set():
+            if not server.running:
+                print(f"error: tritonserver exited unexpectedly\n{server.log_tail()}", file=sys.stderr)
+                return 1
+            if lab is not None and lab.poll() is not None:
+                print(f"error: JupyterLab exited with code {lab.returncode}", file=sys.stderr)
+                return 1
+            stop.wait(0.5)
+        print("stopping ...", flush=True)
+        return 0
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if lab is not None:
+            stop_lab(lab)
+        server.stop()
+        print("stopped: no server or JupyterLab process left.", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
