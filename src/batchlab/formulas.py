@@ -1,0 +1,175 @@
+"""The article's six formulas and the queueing results the chapters check them against.
+
+Every function is a plain computation (no simulation, no plotting), so chapters, quiz questions
+and lab checks compute the same quantity the same way.
+
+Symbols follow the article: B batch size, t_single / t_batch times, L_i sequence lengths,
+f parallel fraction, C_GPU cost per hour, ρ = λ/μ utilisation.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- the article's six
+
+
+def t_total(t_queue: float, t_prefill: float, t_decode: float, t_overhead: float) -> float:
+    """T_total = T_queue + T_prefill + T_decode + T_overhead (chapter 01)."""
+    return t_queue + t_prefill + t_decode + t_overhead
+
+
+def speedup(batch_size: float, t_single: float, t_batch: float) -> float:
+    """S = B · t_single / t_batch (chapter 02)."""
+    if t_batch <= 0 or t_single <= 0 or batch_size <= 0:
+        raise ValueError("batch_size, t_single and t_batch must be positive")
+    return batch_size * t_single / t_batch
+
+
+def padding_efficiency(lengths: Sequence[float]) -> float:
+    """η = Σ L_i / (B · L_max): useful token-steps over padded token-steps (chapter 03)."""
+    arr = np.asarray(lengths, dtype=float)
+    if arr.size == 0 or np.any(arr <= 0):
+        raise ValueError("lengths must be a non-empty sequence of positive numbers")
+    return float(arr.sum() / (arr.size * arr.max()))
+
+
+def heavy_load_wait(n_queue: float, t_batch: float, batch_size: float) -> float:
+    """The article's T̄_wait = N_queue · T_batch / B_size (chapter 04).
+
+    A heavy-load approximation: full batches, one instance. At light load the wait is set by
+    `max_queue_delay` and the arrival rate instead.
+    """
+    if batch_size <= 0:
+        raise ValueError("batch_size must be positive")
+    return n_queue * t_batch / batch_size
+
+
+def amdahl(f: float, batch_size: float) -> float:
+    """S_p = 1 / ((1 − f) + f / B) (chapter 05)."""
+    if not 0 <= f <= 1:
+        raise ValueError("f must lie in [0, 1]")
+    if batch_size <= 0:
+        raise ValueError("batch_size must be positive")
+    return 1.0 / ((1.0 - f) + f / batch_size)
+
+
+def amdahl_ceiling(f: float) -> float:
+    """lim_{B→∞} S_p = 1 / (1 − f)."""
+    return float("inf") if f >= 1 else 1.0 / (1.0 - f)
+
+
+def cost_per_request(c_gpu_per_hour: float, t_busy_s: float, n_requests: float) -> float:
+    """Cost_per = C_GPU · T_busy / N_req, with C_GPU per hour and T_busy in seconds (chapter 06)."""
+    if n_requests <= 0:
+        raise ValueError("n_requests must be positive")
+    return c_gpu_per_hour * (t_busy_s / 3600.0) / n_requests
+
+
+def cost_per_million_tokens(c_gpu_per_hour: float, tokens_per_s: float, utilization: float = 1.0) -> float:
+    """Price of a million generated tokens at a sustained `tokens_per_s` and GPU `utilization`."""
+    if tokens_per_s <= 0 or not 0 < utilization <= 1:
+        raise ValueError("tokens_per_s must be positive and utilization in (0, 1]")
+    return c_gpu_per_hour / 3600.0 / (tokens_per_s * utilization) * 1e6
+
+
+# ----------------------------------------------------------------------------- batch-time models
+
+
+def affine_batch_time(batch_size: float | np.ndarray, a: float, b: float) -> float | np.ndarray:
+    """t(B) = a + b · B: a fixed cost per execution plus a cost per batch item."""
+    return a + b * np.asarray(batch_size, dtype=float) if np.ndim(batch_size) else a + b * batch_size
+
+
+def affine_speedup(batch_size: float | np.ndarray, a: float, b: float) -> float | np.ndarray:
+    """S(B) for t(B) = a + b·B: B(a + b) / (a + b·B), which tends to (a + b)/b."""
+    bs = np.asarray(batch_size, dtype=float)
+    out = bs * (a + b) / (a + b * bs)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def amdahl_f_from_affine(a: float, b: float) -> float:
+    """The Amdahl fraction f that makes S_p(B) identical to the affine speedup: f = a / (a + b).
+
+    1/S(B) = (a + b·B) / (B(a + b)) = b/(a + b) + [a/(a + b)]/B, which is Amdahl's
+    (1 − f) + f/B with f = a/(a + b). So Amdahl's "parallel" part is, for batching, the part
+    that is *shared* by the batch (the fixed cost a, e.g. reading the weights once), and the
+    ceiling 1/(1 − f) = (a + b)/b.
+    """
+    if a < 0 or b <= 0:
+        raise ValueError("need a >= 0 and b > 0")
+    return a / (a + b)
+
+
+def fit_affine(batch_sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of t(B) = a + b·B; returns (a, b)."""
+    x = np.asarray(batch_sizes, dtype=float)
+    y = np.asarray(times, dtype=float)
+    if x.size < 2 or x.size != y.size:
+        raise ValueError("need at least two (batch size, time) pairs of equal length")
+    b, a = np.polyfit(x, y, 1)
+    return float(a), float(b)
+
+
+def fit_amdahl_f(batch_sizes: Sequence[float], speedups: Sequence[float]) -> float:
+    """Least-squares f for S_p(B) = 1/((1−f) + f/B): linear in 1/S = 1 − f(1 − 1/B)."""
+    x = 1.0 - 1.0 / np.asarray(batch_sizes, dtype=float)
+    y = 1.0 - 1.0 / np.asarray(speedups, dtype=float)
+    denom = float(np.dot(x, x))
+    if denom == 0:
+        raise ValueError("need at least one batch size > 1")
+    return float(np.clip(np.dot(x, y) / denom, 0.0, 1.0))
+
+
+# ----------------------------------------------------------------------------- queueing theory
+
+
+def md1_wait(arrival_rate: float, service_time: float) -> float:
+    """M/D/1 mean wait in queue: Wq = ρ / (2μ(1 − ρ)), with μ = 1/service_time."""
+    rho = arrival_rate * service_time
+    if not 0 <= rho < 1:
+        raise ValueError(f"unstable: ρ = {rho:.3f} must be < 1")
+    mu = 1.0 / service_time
+    return rho / (2 * mu * (1 - rho))
+
+
+def pk_wait(arrival_rate: float, mean_service: float, second_moment: float) -> float:
+    """Pollaczek–Khinchine M/G/1 mean wait: Wq = λ E[S²] / (2(1 − ρ))."""
+    rho = arrival_rate * mean_service
+    if not 0 <= rho < 1:
+        raise ValueError(f"unstable: ρ = {rho:.3f} must be < 1")
+    return arrival_rate * second_moment / (2 * (1 - rho))
+
+
+def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
+    """Little's law: L = λ W."""
+    return arrival_rate * mean_time_in_system
+
+
+def batch_capacity(a: float, b: float, batch_size: float, instances: int = 1) -> float:
+    """Largest sustainable request rate with full batches of `batch_size`: K·B / (a + b·B)."""
+    return instances * batch_size / (a + b * batch_size)
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int = 2) -> int:
+    """KV cache bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per element."""
+    return 2 * layers * kv_heads * head_dim * bytes_per_element
+
+
+KV_REFERENCE = {
+    # name: (layers, kv_heads, head_dim, bytes per element) — fp16/bf16 caches
+    "Llama-2-7B": (32, 32, 128, 2),   # 524,288 B = 0.5 MiB per token
+    "Llama-3-8B": (32, 8, 128, 2),    # GQA: 131,072 B = 128 KiB per token
+}
+
+
+def max_concurrent_sequences(free_bytes: float, bytes_per_token: float, tokens_per_sequence: float) -> int:
+    """How many sequences of `tokens_per_sequence` fit in `free_bytes` of KV cache."""
+    if bytes_per_token <= 0 or tokens_per_sequence <= 0:
+        raise ValueError("bytes_per_token and tokens_per_sequence must be positive")
+    return int(free_bytes // (bytes_per_token * tokens_per_sequence))
