@@ -27,6 +27,7 @@ def execute(path: str | Path, timeout: int = 300, allow_errors: bool = False) ->
         timeout=timeout,
         kernel_name="python3",
         allow_errors=allow_errors,
+        store_widget_state=False,  # widget state is megabytes; the text repr is kept
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
     t0 = time.perf_counter()

@@ -1,0 +1,310 @@
+"""Seeded numeric questions: learner → seed, seed → parameters, and the registry of formulas.
+
+A seeded question names a formula from `FORMULAS`, lists the choices for each parameter and
+gives a template stem with `{{name}}` placeholders. `draw_params` picks one choice per
+parameter from a `numpy.random.Generator` seeded by (seed, question id), so the same learner
+always sees the same numbers and the grader can recompute the expected answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from batchlab import formulas as F
+
+__all__ = [
+    "FORMULAS",
+    "Formula",
+    "draw_params",
+    "fmt_number",
+    "fmt_value",
+    "formula",
+    "placeholders",
+    "render_template",
+    "seed_for",
+]
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A named formula: `func(**params) -> float`, with the parameter names it takes."""
+
+    name: str
+    func: Callable[..., float]
+    doc: str
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The keyword parameters the formula takes, in signature order."""
+        return tuple(inspect.signature(self.func).parameters)
+
+    def __call__(self, **params: Any) -> float:
+        return float(self.func(**params))
+
+
+FORMULAS: dict[str, Formula] = {}
+"""Registry of formulas that seeded numeric questions may name (`"formula": "amdahl"`)."""
+
+
+def _register(func: Callable[..., float]) -> Callable[..., float]:
+    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
+    FORMULAS[func.__name__] = Formula(func.__name__, func, doc)
+    return func
+
+
+def formula(name: str) -> Formula:
+    """The registered formula called `name`; ValueError naming the known ones otherwise."""
+    try:
+        return FORMULAS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
+        ) from None
+
+
+# The formulas below adapt the course's own computations (`batchlab.formulas`, `batchlab.cases`,
+# `batchlab.roofline`) to the parameter names and units the question stems use (ms, GiB, TB/s),
+# so a quiz answer is computed exactly the way the chapter computes it.
+
+# --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
+
+
+@_register
+def t_total(t_queue: float, t_prefill: float, n_tokens: int, t_token: float, t_overhead: float) -> float:
+    """T_total = T_queue + T_prefill + n_tokens·t_token + T_overhead (all in ms)."""
+    return F.t_total(t_queue, t_prefill, n_tokens * t_token, t_overhead)
+
+
+@_register
+def utilization(rate: float, service_ms: float) -> float:
+    """Busy fraction ρ = λ·s in percent (λ in req/s, s in ms)."""
+    return rate * service_ms / 1000.0 * 100.0
+
+
+@_register
+def ridge(tflops: float, tbs: float) -> float:
+    """Batch at which bf16 decode reaches the roofline ridge (≈ FLOP per byte at the ridge)."""
+    from batchlab.roofline import ridge_batch
+
+    return ridge_batch(tbs * 1e12, tflops * 1e12, bytes_per_param=2)
+
+
+@_register
+def decode_tps(B: int, t_step_ms: float) -> float:
+    """Decode throughput in tokens/s: B sequences each gain one token per step of t_step ms."""
+    return B * 1000.0 / t_step_ms
+
+
+# --- chapter 02: dynamic batching -----------------------------------------------------------
+
+
+@_register
+def speedup(B: int, t_single: float, t_batch: float) -> float:
+    """S = B·t_single / t_batch."""
+    return F.speedup(B, t_single, t_batch)
+
+
+@_register
+def affine_speedup(a: float, b: float, B: int) -> float:
+    """S for an affine batch time t(B) = a + b·B: S = B·t(1) / t(B)."""
+    return F.affine_speedup(B, a, b)
+
+
+@_register
+def affine_throughput(a: float, b: float, B: int) -> float:
+    """Throughput in req/s of one instance running full batches, t(B) = a + b·B in ms."""
+    return F.batch_capacity(a / 1000.0, b / 1000.0, B)
+
+
+# --- chapter 03: sequence batching, KV cache ------------------------------------------------
+
+
+@_register
+def eta(L: Sequence[int]) -> float:
+    """Padding efficiency η = ΣL_i / (B·L_max)."""
+    return F.padding_efficiency(L)
+
+
+@_register
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> float:
+    """KV cache bytes per token = 2·layers·kv_heads·head_dim·bytes."""
+    return F.kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes)
+
+
+@_register
+def kv_gib(bytes_per_token: int, tokens: int, seqs: int) -> float:
+    """KV cache size in GiB for `seqs` sequences of `tokens` tokens each."""
+    return bytes_per_token * tokens * seqs / 2**30
+
+
+@_register
+def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
+    """How many sequences of `tokens` tokens fit in `free_gib` GiB of KV cache (rounded down)."""
+    return F.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
+
+
+# --- chapter 04: tuning, queueing -----------------------------------------------------------
+
+
+@_register
+def t_wait(n_queue: int, t_batch: float, b_size: int) -> float:
+    """Heavy-load wait approximation T_wait = N_queue·T_batch / B_size."""
+    return F.heavy_load_wait(n_queue, t_batch, b_size)
+
+
+@_register
+def md1_wait(rate: float, service_ms: float) -> float:
+    """M/D/1 mean queueing delay Wq = ρ / (2μ(1−ρ)) in ms (λ in req/s, service time in ms)."""
+    rho = rate * service_ms / 1000.0
+    if not 0 <= rho < 1:
+        raise ValueError(f"md1_wait needs utilisation < 1, got ρ = {rho:g}")
+    return F.md1_wait(rate, service_ms / 1000.0) * 1000.0
+
+
+@_register
+def concurrency_rule(max_batch_size: int, instances: int) -> float:
+    """Triton optimization.md rule of thumb: client concurrency = 2 × max_batch_size × instances."""
+    return 2 * max_batch_size * instances
+
+
+# --- chapter 05: evaluation -----------------------------------------------------------------
+
+
+@_register
+def amdahl(f: float, B: int) -> float:
+    """Amdahl speed-up S_p = 1 / ((1−f) + f/B)."""
+    return F.amdahl(f, B)
+
+
+@_register
+def amdahl_ceiling(f: float) -> float:
+    """Amdahl ceiling 1 / (1−f), the limit of S_p as B → ∞."""
+    return F.amdahl_ceiling(f)
+
+
+@_register
+def amdahl_batch_for(f: float, p: float) -> float:
+    """Smallest integer B with S_p ≥ p · 1/(1−f): ceil(f·p / ((1−f)(1−p)))."""
+    return float(math.ceil(f * p / ((1.0 - f) * (1.0 - p)) - 1e-9))
+
+
+@_register
+def mean_batch(inference_count: int, exec_count: int) -> float:
+    """Mean batch size from Triton metrics: nv_inference_count / nv_inference_exec_count."""
+    return inference_count / exec_count
+
+
+# --- chapter 06/07: cost, consistency checks ------------------------------------------------
+
+
+@_register
+def cost_per_k(c_gpu: float, t_busy_s: float, n_req: int) -> float:
+    """Cost per 1,000 requests = 1000 · C_GPU ($/h) · T_busy (h) / N_req."""
+    return 1000.0 * F.cost_per_request(c_gpu, t_busy_s, n_req)
+
+
+@_register
+def little(rate: float, latency_s: float) -> float:
+    """Little's law L = λ·W: requests in flight for λ req/s and mean time in system W s."""
+    return F.littles_law_l(rate, latency_s)
+
+
+@_register
+def instances_needed(rate: float, t_batch_s: float, B: int) -> float:
+    """Instances needed for λ req/s when each runs batches of B taking t_batch s: ceil(λ·t/B)."""
+    from batchlab.cases import instances_needed as needed
+
+    return needed(rate, B, t_batch_s)
+
+
+# --- chapter 08: the article's demo ---------------------------------------------------------
+
+
+@_register
+def demo_padding_wait(L: Sequence[int], rate: float) -> float:
+    """Mean extra time a request of the article's naive mode rides along: (L_max − mean L)/rate."""
+    return (max(L) - sum(L) / len(L)) / rate
+
+
+# --- seeds, draws, rendering ----------------------------------------------------------------
+
+
+def seed_for(learner: str) -> int:
+    """A stable non-negative seed for a learner id (sha256 of the stripped id, first 8 bytes)."""
+    if not isinstance(learner, str) or not learner.strip():
+        raise ValueError("learner id must be a non-empty string")
+    digest = hashlib.sha256(learner.strip().encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _qid_key(qid: str) -> int:
+    return int.from_bytes(hashlib.sha256(qid.encode("utf-8")).digest()[:8], "big") >> 1
+
+
+def draw_params(
+    params: Mapping[str, Sequence[Any]],
+    defaults: Mapping[str, Any],
+    qid: str,
+    seed: int | None,
+) -> dict[str, Any]:
+    """One value per parameter: `defaults` when `seed` is None, else a seeded draw.
+
+    The draw uses `numpy.random.default_rng([seed, hash(qid)])` and takes the parameters in the
+    bank's order, so it depends only on (seed, question id, choices).
+    """
+    if seed is None:
+        return dict(defaults)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    rng = np.random.default_rng([int(seed), _qid_key(qid)])
+    return {name: choices[int(rng.integers(len(choices)))] for name, choices in params.items()}
+
+
+_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def placeholders(template: str) -> list[str]:
+    """The `{{name}}` placeholders in a template, in order of appearance."""
+    return _PLACEHOLDER.findall(template)
+
+
+def fmt_number(x: float) -> str:
+    """A number as a learner would write it: integers plainly, others with ≤ 4 significant digits."""
+    if isinstance(x, bool):
+        raise ValueError("not a number")
+    xf = float(x)
+    if math.isfinite(xf) and xf == round(xf) and abs(xf) < 1e15:
+        return f"{int(round(xf)):,}" if abs(xf) >= 10000 else str(int(round(xf)))
+    if abs(xf) >= 1000:
+        return f"{xf:,.1f}"
+    return f"{xf:.4g}"
+
+
+def fmt_value(v: Any) -> str:
+    """A parameter value as it appears in a stem: numbers plainly, lists as `[a, b, c]`."""
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return format(v, "g") if abs(v) < 1e6 else fmt_number(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    return str(v)
+
+
+def render_template(template: str, values: Mapping[str, Any]) -> str:
+    """Replace each `{{name}}` with `fmt_value(values[name])`; ValueError on an unknown name."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise ValueError(f"template placeholder {{{{{name}}}}} has no parameter")
+        return fmt_value(values[name])
+
+    return _PLACEHOLDER.sub(sub, template)

@@ -1,0 +1,233 @@
+"""The notebook quiz: an ipywidgets view over `QuizSession`.
+
+`Quiz(bank, seed=…, learner=…)` builds one block per question (RadioButtons for single choice,
+Checkboxes for multi-choice, a text box for numbers), a 提交 button with feedback and the
+explanation, a running score and an 导出答案 button that writes the grader's submission JSON.
+CSS classes `batchlab-quiz`, `batchlab-question`, `batchlab-submit` and `batchlab-feedback` let
+browser tests find the parts. Displayed, it carries a `text/plain` rendering of the questions
+(no answers), so stored notebooks and headless runs show text. `show_quiz` prints that text instead of displaying a
+widget when there is no Jupyter kernel (plain Python, or `BATCHLAB_HEADLESS=1`). Nothing here
+ever waits for input.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as W
+import numpy as np
+
+from batchlab.quiz.bank import Bank, load_bank
+from batchlab.quiz.grade import SubmissionError
+from batchlab.quiz.params import seed_for
+from batchlab.quiz.session import Feedback, QuizSession, question_header
+
+__all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
+
+_OK = "#e6f4ea"
+_BAD = "#fdecea"
+
+
+def headless() -> bool:
+    """True when no Jupyter kernel can show widgets: plain Python, a terminal IPython, or
+    `BATCHLAB_HEADLESS=1` in the environment."""
+    if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython ships with ipywidgets
+        return True
+    ip = get_ipython()
+    return ip is None or getattr(ip, "kernel", None) is None
+
+
+def _html_text(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
+
+
+class _QuestionView:
+    """Widgets for one question: stem, input, 提交 button, feedback area."""
+
+    def __init__(self, quiz: "Quiz", qid: str) -> None:
+        self.quiz, self.qid = quiz, qid
+        q = quiz.session.question(qid)
+        inst = quiz.session.instances[qid]
+        self.kind = q.kind
+        self.stem = W.HTML(f"<b>{_html_text(question_header(q, inst))}</b>")
+        full = W.Layout(width="100%")
+        if q.kind == "single":
+            self.input: Any = W.RadioButtons(
+                options=[(f"{k}. {v}", k) for k, v in inst.options.items()], value=None,
+                layout=full)
+            inputs = [self.input]
+        elif q.kind == "multi":
+            self.boxes = {k: W.Checkbox(value=False, description=f"{k}. {v}", indent=False,
+                                        layout=full) for k, v in inst.options.items()}
+            self.input = W.VBox(list(self.boxes.values()))
+            inputs = [self.input]
+        else:
+            self.input = W.Text(placeholder="输入数字", layout=W.Layout(width="12em"))
+            inputs = [W.HBox([self.input, W.Label(q.unit or "")])]
+        self.button = W.Button(description="提交", button_style="primary")
+        self.button.add_class("batchlab-submit")
+        self.button.on_click(lambda _b: self.submit())
+        self.feedback = W.HTML("")
+        self.feedback.add_class("batchlab-feedback")
+        self.box = W.VBox([self.stem, *inputs, self.button, self.feedback],
+                          layout=W.Layout(border="1px solid #ddd", padding="6px", margin="4px 0"))
+        self.box.add_class("batchlab-question")
+
+    def value(self) -> Any:
+        """The answer currently entered (None if nothing)."""
+        if self.kind == "single":
+            return self.input.value
+        if self.kind == "multi":
+            return [k for k, b in self.boxes.items() if b.value]
+        text = self.input.value.strip().replace("，", "").replace(",", "")
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return text  # not a number: submit() asks again
+
+    def set_value(self, value: Any) -> None:
+        """Enter an answer programmatically (used by tests and the notebook demo)."""
+        if self.kind == "single":
+            self.input.value = value
+        elif self.kind == "multi":
+            for k, b in self.boxes.items():
+                b.value = k in value
+        else:
+            self.input.value = "" if value is None else str(value)
+
+    def submit(self) -> Feedback | None:
+        """Grade the entered answer, show the feedback, lock the question."""
+        value = self.value()
+        if value is None:
+            self.feedback.value = "<i>请先作答。</i>"
+            return None
+        if isinstance(value, str) and self.kind == "numeric":
+            self.feedback.value = f"<i>请输入一个数字（你输入的是 {html.escape(value)}）。</i>"
+            return None
+        try:
+            fb = self.quiz.session.answer(self.qid, value)
+        except (SubmissionError, ValueError) as e:
+            self.feedback.value = f"<i>{html.escape(str(e))}</i>"
+            return None
+        color = _OK if fb.correct else _BAD
+        self.feedback.value = (f"<div style='background:{color};padding:6px'>"
+                               f"{_html_text(fb.text())}</div>")
+        self.button.disabled = True
+        for w in (self.boxes.values() if self.kind == "multi" else [self.input]):
+            w.disabled = True
+        self.quiz._refresh()
+        return fb
+
+
+class Quiz:
+    """An interactive quiz over one bank; `session` holds the state, `widget` is the view.
+
+    `n` keeps the first `n` questions, or with a seed/learner `n` questions drawn by the seed.
+    `export_path` is the default file the 导出答案 button writes.
+    """
+
+    def __init__(
+        self, bank: Bank | str = "interview", seed: int | None = None,
+        learner: str | None = None, n: int | None = None,
+        export_path: str | Path | None = None,
+    ) -> None:
+        b = bank if isinstance(bank, Bank) else load_bank(bank)
+        ids = _pick(b, n, seed if seed is not None else (seed_for(learner) if learner else None))
+        self.session = QuizSession(b, seed=seed, learner=learner, questions=ids)
+        who = self.session.learner or "me"
+        self.export_path = Path(export_path or f"answers_{b.name}_{who}.json")
+        self.views = {qid: _QuestionView(self, qid) for qid in ids}
+        self.score = W.HTML(f"<b>{self.session.score_text()}</b>")
+        self.path_box = W.Text(value=str(self.export_path), description="文件",
+                               layout=W.Layout(width="28em"))
+        self.export_button = W.Button(description="导出答案", icon="download")
+        self.export_button.on_click(lambda _b: self._export_clicked())
+        self.export_msg = W.HTML("")
+        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(ids)} 题</h4>")
+        self.widget = W.VBox([title, *[v.box for v in self.views.values()], self.score,
+                              W.HBox([self.path_box, self.export_button]), self.export_msg])
+        self.widget.add_class("batchlab-quiz")  # CSS hooks: quiz, question, submit, feedback
+
+    def _refresh(self) -> None:
+        self.score.value = f"<b>{self.session.score_text()}</b>"
+
+    def _export_clicked(self) -> None:
+        try:
+            p = self.export(self.path_box.value.strip() or None)
+        except OSError as e:
+            self.export_msg.value = f"<i>导出失败：{html.escape(str(e))}</i>"
+            return
+        self.export_msg.value = (f"已导出到 <code>{html.escape(str(p.resolve()))}</code>；"
+                                 f"批改：<code>python -m batchlab.quiz grade {html.escape(p.name)}</code>")
+
+    def answer(self, qid: str, value: Any) -> Feedback | None:
+        """Enter `value` for `qid` in the widget and press 提交 (what a learner's click does)."""
+        view = self.views[qid]
+        view.set_value(value)
+        return view.submit()
+
+    def export(self, path: str | Path | None = None) -> Path:
+        """Write the answers so far in the grader's submission format; returns the path."""
+        return self.session.save(path or self.export_path)
+
+    def text(self) -> str:
+        """The questions as plain text (no answers), as shown headless."""
+        return self.session.render_text()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
+        bundle["text/plain"] = self.text()
+        return bundle
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def _pick(b: Bank, n: int | None, seed: int | None) -> list[str]:
+    ids = b.ids
+    if n is None or n >= len(ids):
+        return ids
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    if seed is None:
+        return ids[:n]
+    rng = np.random.default_rng(seed)
+    keep = set(rng.choice(len(ids), size=n, replace=False).tolist())
+    return [qid for i, qid in enumerate(ids) if i in keep]
+
+
+def show_quiz(
+    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
+    n: int | None = None, export_path: str | Path | None = None,
+) -> str | None:
+    """Show a quiz: the widget in a Jupyter kernel (returns None), or print and return its
+    text when headless. Never blocks."""
+    quiz = Quiz(bank, seed=seed, learner=learner, n=n, export_path=export_path)
+    if headless():
+        text = quiz.text()
+        print(text)
+        return text
+    from IPython.display import display
+
+    display(quiz)
+    return None
+
+
+def display_chapter_quiz(
+    chapter: str | int, n: int | None = None, seed: int | None = None,
+    learner: str | None = None,
+) -> str | None:
+    """The 自测题 at the end of a chapter: `show_quiz` on bank `chNN` (e.g. `"03"` or 3)."""
+    ch = f"{int(chapter):02d}" if str(chapter).isdigit() else str(chapter)
+    if ch not in {f"{i:02d}" for i in range(11)}:
+        raise ValueError(f"chapter must be 00 … 10, got {chapter!r}")
+    return show_quiz(f"ch{ch}", seed=seed, learner=learner, n=n)

@@ -1,0 +1,185 @@
+"""The course as a learner meets it: JupyterLab in a real Chromium, driven by Playwright.
+
+It starts what `make start` starts (JupyterLab with a token plus the embedded Triton server), opens
+chapter 00 and the quiz notebook, runs all cells, and checks what a person would see: no error
+output, the animation's play/step controls exist and stepping changes the frame, a quiz answer
+click shows feedback, and the Chinese text is drawn with a CJK font (the fonts Chromium actually
+resolved, not only the DOM text). Screenshots go to build/browser/.
+
+It needs Debian's Chromium at /usr/bin/chromium (`.ci/run` installs it); elsewhere it is skipped
+with a message saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from batchlab.paths import repo_root
+from batchlab.server import free_port
+
+CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
+SHOTS = repo_root() / "build" / "browser"
+CJK_HINTS = ("CJK", "Han Sans", "Han Serif", "WenQuanYi", "Hei", "Noto Sans SC", "PingFang", "YaHei")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.server,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"browser test skipped: no Chromium at {CHROMIUM} (apt-get install chromium fonts-noto-cjk; .ci/run does)"),
+]
+
+
+@pytest.fixture(scope="module")
+def course():
+    """`python -m batchlab.start` (what `make start` runs), yielding its JSON info line."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchlab.start", "--no-browser", "--lab-port", str(port), "--token", "browser-test"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    info = None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            info = json.loads(line)
+            break
+    if info is None:
+        proc.kill()
+        pytest.fail("make start printed no JSON line")
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    yield info
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(tree[1:], timeout=10)
+    assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="batchlab-chromium-")
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS[1:],
+            viewport={"width": 1400, "height": 1000}, locale="zh-CN",
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open_notebook(context, info: dict, path: str):
+    page = context.new_page()
+    url = f"http://127.0.0.1:{info['lab']['port']}/lab/tree/{path}?token={info['lab']['token']}&reset"
+    page.goto(url, wait_until="domcontentloaded", timeout=120_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus",
+                           timeout=120_000)
+    return page
+
+
+def _run_all(page, timeout_ms: int = 240_000) -> None:
+    """Run > Run All Cells, then wait until no cell is queued or running."""
+    page.locator(".jp-NotebookPanel .jp-Notebook").first.click(position={"x": 5, "y": 5})  # focus
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt')];
+            const code = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')];
+            if (!code.length) return false;
+            const busy = prompts.some(p => p.textContent.includes('*'));
+            const unrun = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+                .some(p => p.textContent.trim() === '[ ]:');
+            return !busy && !unrun;
+        }""",
+        timeout=timeout_ms,
+    )
+
+
+def _errors(page) -> list[str]:
+    return page.evaluate(
+        """() => [...document.querySelectorAll(
+                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+             .map(e => e.textContent).filter(t => /Traceback|Error\\b|Exception/.test(t))"""
+    )
+
+
+def _fonts_for(page, selector: str) -> list[str]:
+    """Font families Chromium actually used to draw the first element matching `selector`."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    assert node, f"nothing matches {selector}"
+    fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+    return [f["familyName"] for f in fonts]
+
+
+def test_chapter_00_runs_and_animates(course, browser) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _open_notebook(browser, course, "notebooks/00_visual_demo.ipynb")
+    _run_all(page)
+    assert _errors(page) == []
+    step = page.locator(".batchlab-step button, button.batchlab-step").first
+    label = page.locator(".batchlab-frame-label").first
+    step.scroll_into_view_if_needed()
+    assert page.locator(".batchlab-play").count() >= 1, "no play control"
+    before = label.inner_text()
+    frame_before = page.locator(".batchlab-frame").first.inner_html()
+    step.click()
+    page.wait_for_function(
+        "([sel, old]) => document.querySelector(sel) && document.querySelector(sel).innerText !== old",
+        arg=[".batchlab-frame-label", before], timeout=20_000,
+    )
+    assert label.inner_text() != before
+    assert page.locator(".batchlab-frame").first.inner_html() != frame_before, "stepping did not redraw the frame"
+    page.locator(".batchlab-frame").first.screenshot(path=str(SHOTS / "chapter00_animation.png"))
+    # Chinese prose in a markdown cell is drawn with a CJK font.
+    fonts = _fonts_for(page, ".jp-MarkdownCell .jp-RenderedMarkdown h1, .jp-MarkdownCell .jp-RenderedMarkdown p")
+    assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"Chinese drawn without a CJK font: {fonts}"
+    page.screenshot(path=str(SHOTS / "chapter00.png"))
+
+
+def test_quiz_answer_shows_feedback(course, browser) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _open_notebook(browser, course, "quiz/quiz.ipynb")
+    _run_all(page)
+    assert _errors(page) == []
+    quiz = page.locator(".batchlab-quiz").first
+    quiz.scroll_into_view_if_needed()
+    question = quiz.locator(".batchlab-question").first
+    question.locator("input[type=radio], input[type=checkbox]").first.check()
+    question.locator("button.batchlab-submit, .batchlab-submit button").first.click()
+    feedback = question.locator(".batchlab-feedback").first
+    feedback.wait_for(state="visible", timeout=20_000)
+    page.wait_for_function(
+        "el => /正确|错误/.test(el.innerText)", arg=feedback.element_handle(), timeout=20_000
+    )
+    text = feedback.inner_text()
+    assert "正确" in text or "错误" in text
+    fonts = _fonts_for(page, ".batchlab-feedback")
+    assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"feedback drawn without a CJK font: {fonts}"
+    question.screenshot(path=str(SHOTS / "quiz_feedback.png"))
+    page.screenshot(path=str(SHOTS / "quiz.png"))
