@@ -1,0 +1,102 @@
+"""Argument checks shared by the simulator: each failure is one clear ``ValueError``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def rng_of(seed: int | np.random.Generator | None) -> np.random.Generator:
+    """Return a ``numpy.random.Generator`` from a seed, a generator or ``None``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be a non-negative integer or a numpy Generator, got {seed!r}")
+    return np.random.default_rng(seed)
+
+
+def positive(name: str, value: Any) -> float:
+    """``value`` as a finite float > 0."""
+    v = real(name, value)
+    if not v > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def non_negative(name: str, value: Any) -> float:
+    """``value`` as a finite float >= 0."""
+    v = real(name, value)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return v
+
+
+def real(name: str, value: Any) -> float:
+    """``value`` as a finite float."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def integer(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an int in ``[lo, hi]`` (bounds optional); floats with a fraction are refused."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    elif isinstance(value, (float, np.floating)) and float(value).is_integer():
+        v = int(value)
+    else:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {v}")
+    return v
+
+
+def times_array(name: str, values: Any, *, sorted_required: bool = True) -> np.ndarray:
+    """A 1-D float64 array of finite times (seconds), optionally required to be non-decreasing."""
+    try:
+        a = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a 1-D sequence of numbers") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.size and not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    if sorted_required and a.size > 1 and np.any(np.diff(a) < 0):
+        raise ValueError(f"{name} must be sorted in non-decreasing order")
+    return a
+
+
+def int_array(name: str, values: Any, n: int, lo: int = 1) -> np.ndarray:
+    """A 1-D int64 array of length ``n`` with every value >= ``lo``."""
+    a = np.asarray(values)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"{name} must be 1-D with {n} entries, got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        if not np.issubdtype(a.dtype, np.floating) or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+            raise ValueError(f"{name} must hold integers")
+    a = a.astype(np.int64)
+    if a.size and a.min() < lo:
+        raise ValueError(f"{name} must be >= {lo} everywhere, found {int(a.min())}")
+    return a
+
+
+def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+    """``value`` upper/lower-normalised and checked against ``options``."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+    for o in options:
+        if value.lower() == o.lower():
+            return o
+    raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")

@@ -1,0 +1,136 @@
+"""The summary of a `SimResult`: one JSON-ready dict (plain floats/ints/bools/None).
+
+The first ``warmup`` fraction of requests (by arrival time) is left out. The measurement window
+runs from the first measured arrival to the last measured finish (or drop); throughput is the
+completions inside that window over its length, which is the arrival rate when the load is
+stable and the service capacity when it is not (the backlog is drained at full speed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._check import real
+
+PCTS = (50, 95, 99)
+
+
+def _stats_ms(x: np.ndarray, *, full: bool = True) -> dict[str, float] | None:
+    if x.size == 0:
+        return None
+    out = {"mean": float(x.mean() * 1e3)}
+    if full:
+        p = np.percentile(x, PCTS)
+        out.update({f"p{q}": float(v * 1e3) for q, v in zip(PCTS, p)})
+        out["max"] = float(x.max() * 1e3)
+    return out
+
+
+def growing(wait: np.ndarray, scale: float) -> bool:
+    """True when queue waits (in arrival order) trend upward through the run: an unbounded queue.
+
+    The waits are cut into quarters; the queue is growing when the 2nd, 3rd and 4th quarter
+    means increase and the 4th exceeds the 2nd by more than half the 2nd plus two execution
+    times (``scale``). A stable queue, even at ρ = 0.95, fluctuates well inside that margin over
+    tens of thousands of requests; an overloaded one grows linearly and doubles from the 2nd to
+    the 4th quarter.
+    """
+    if wait.size < 40:
+        return False
+    q = [float(c.mean()) for c in np.array_split(wait, 4)]
+    return q[1] < q[2] < q[3] and (q[3] - q[1]) > 0.5 * q[1] + 2.0 * scale
+
+
+def summarize(res: Any, warmup: float) -> dict[str, Any]:
+    """Compute the summary of ``res`` (a `SimResult`) leaving out the first ``warmup`` fraction of requests."""
+    w = real("warmup", warmup)
+    if not 0.0 <= w < 1.0:
+        raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
+    r = res.records
+    arr = r["arrival"]
+    if r.size > 1 and np.any(arr[1:] < arr[:-1]):
+        r = r[np.argsort(arr, kind="stable")]
+    n_all = int(r.size)
+    m = r[int(math.ceil(w * n_all)):]
+    out: dict[str, Any] = {"scheduler": res.scheduler, "requests": int(m.size)}
+    dropped = m["rejected"] | m["timed_out"]
+    done = ~dropped & ~np.isnan(m["finish"])
+    c = m[done]
+    out["completed"] = int(c.size)
+    out["rejected"] = int(m["rejected"].sum())
+    out["timed_out"] = int(m["timed_out"].sum())
+
+    t0 = float(m["arrival"][0]) if m.size else 0.0
+    ends = m["finish"][~np.isnan(m["finish"])]
+    t1 = float(ends.max()) if ends.size else t0
+    span = t1 - t0
+    a_span = float(m["arrival"][-1] - m["arrival"][0]) if m.size > 1 else 0.0
+    out["offered_rps"] = float((m.size - 1) / a_span) if a_span > 0 else None
+    # every completion inside the window counts, warm-up requests' included: under overload the
+    # server spends the window draining their backlog too
+    ok_all = ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
+    in_win = ok_all & (r["finish"] >= t0) & (r["finish"] <= t1)
+    out["throughput_rps"] = float(in_win.sum() / span) if span > 0 else None
+
+    lat = c["finish"] - c["arrival"]
+    wait = c["start"] - c["arrival"]
+    out["latency_ms"] = _stats_ms(lat)
+    out["queue_ms"] = _stats_ms(wait)
+    ft = c["first_token"]
+    has_ttft = ft.size > 0 and not np.all(np.isnan(ft))
+    out["ttft_ms"] = _stats_ms(ft[~np.isnan(ft)] - c["arrival"][~np.isnan(ft)]) if has_ttft else None
+
+    b = res.batches
+    if b.size:
+        inw = (b["start"] >= t0) & (b["start"] <= t1)
+        bw = b[inw] if inw.any() else b
+    else:
+        bw = b
+    if bw.size:
+        sizes = bw["size"].astype(np.int64)
+        out["executions"] = int(bw.size)
+        out["batch_size_mean"] = float(sizes.mean())
+        counts = np.bincount(sizes)
+        out["batch_size_hist"] = {int(k): int(v) for k, v in enumerate(counts) if v}
+        if span > 0:
+            busy = np.clip(np.minimum(bw["end"], t1) - np.maximum(bw["start"], t0), 0.0, None).sum()
+            out["utilization"] = float(busy / (res.instances * span))
+        else:
+            out["utilization"] = None
+        scale = float((bw["end"] - bw["start"]).mean())
+    else:
+        out.update(executions=0, batch_size_mean=None, batch_size_hist={}, utilization=None)
+        scale = 0.0
+
+    eta_kind = res.extra.get("eta")
+    if eta_kind == "tokens" and bw.size and bw["executed_tokens"].sum() > 0:
+        out["eta"] = float(bw["useful_tokens"].sum() / bw["executed_tokens"].sum())
+    elif eta_kind == "slots" and bw.size and bw["executed"].sum() > 0:
+        out["eta"] = float(bw["size"].sum() / bw["executed"].sum())
+    else:
+        out["eta"] = None
+    out["kv_high_water"] = int(bw["kv_tokens"].max()) if res.extra.get("kv") and bw.size else None
+    if res.extra.get("tokens"):
+        out["tokens_per_s"] = float(r["output_tokens"][in_win].sum() / span) if span > 0 else None
+    else:
+        out["tokens_per_s"] = None
+
+    cap = res.capacity_rps
+    rho = (out["offered_rps"] / cap) if (cap and out["offered_rps"] is not None) else None
+    out["capacity_rps"] = float(cap) if cap else None
+    out["rho"] = float(rho) if rho is not None else None
+    # sequences are a closed loop after their first step: the open-loop backlog shows in first steps
+    trend = wait[c["step"] == 0] if np.any(c["seq_id"] >= 0) else wait
+    stable = not (rho is not None and rho >= 1.0) and not growing(trend, scale)
+    if np.any(m["seq_id"] >= 0):
+        # a force-ended sequence leaves one refused request; such refusals bound the backlog by
+        # dropping work, so the slots do not carry the load
+        started = int(np.sum(m["step"] == 0))
+        stable = stable and int(m["rejected"].sum()) <= 0.01 * max(started, 1)
+    out["stable"] = bool(stable)
+    for k, v in res.extra.get("summary_extra", {}).items():
+        out[k] = v
+    return out

@@ -1,0 +1,185 @@
+"""Arrival processes (times in seconds, sorted numpy float64 arrays) and per-request token lengths.
+
+Arrivals: `poisson`, `constant`, `mmpp` (two-state Markov-modulated Poisson), `on_off` (bursty),
+`rate_curve` (non-homogeneous Poisson from a rate function or array, e.g. a day), `diurnal` (a
+ready-made day curve for `rate_curve`) and `trace` (replay recorded times). Lengths (re-exported
+from `batchlab.sim.lengths`): `uniform`, `capped_exponential`, `empirical`, `fixed`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ._check import integer, non_negative, positive, rng_of, times_array
+from .lengths import LengthDist, capped_exponential, empirical, fixed, uniform
+
+__all__ = [
+    "poisson", "constant", "mmpp", "on_off", "rate_curve", "diurnal", "trace",
+    "uniform", "capped_exponential", "empirical", "fixed", "Requests", "with_lengths",
+]
+
+
+def poisson(rate: float, n: int, seed: int | np.random.Generator | None = None, start: float = 0.0) -> np.ndarray:
+    """``n`` Poisson arrivals at ``rate`` per second: exponential gaps, the first one after ``start``."""
+    rate = positive("rate", rate)
+    n = integer("n", n, lo=0)
+    return float(start) + np.cumsum(rng_of(seed).exponential(1.0 / rate, size=n))
+
+
+def constant(rate: float, n: int, start: float = 0.0) -> np.ndarray:
+    """``n`` evenly spaced arrivals ``1/rate`` apart, the first at ``start``."""
+    rate = positive("rate", rate)
+    n = integer("n", n, lo=0)
+    return float(start) + np.arange(n, dtype=np.float64) / rate
+
+
+def mmpp(
+    rates: Sequence[float],
+    mean_dwell_s: Sequence[float],
+    n: int,
+    seed: int | np.random.Generator | None = None,
+    start_state: int = 0,
+) -> np.ndarray:
+    """Two-state Markov-modulated Poisson process: ``n`` arrival times.
+
+    In state k arrivals are Poisson at ``rates[k]``; the process stays in state k for an
+    exponential time with mean ``mean_dwell_s[k]``, then switches. Long-run rate:
+    (r0·d0 + r1·d1) / (d0 + d1). A rate of 0 gives an on/off source.
+    """
+    if len(rates) != 2 or len(mean_dwell_s) != 2:
+        raise ValueError("mmpp needs two rates and two mean dwell times")
+    r = [non_negative("rates entry", x) for x in rates]
+    d = [positive("mean_dwell_s entry", x) for x in mean_dwell_s]
+    if r[0] + r[1] <= 0:
+        raise ValueError("at least one mmpp rate must be > 0")
+    n = integer("n", n, lo=0)
+    state = integer("start_state", start_state, lo=0, hi=1)
+    rng = rng_of(seed)
+    mean_rate = (r[0] * d[0] + r[1] * d[1]) / (d[0] + d[1])
+    out: list[np.ndarray] = []
+    got = 0
+    t0 = 0.0
+    while got < n:
+        # enough alternating periods for the remaining arrivals (plus slack), in one vector draw
+        periods = 2 * max(8, int(math.ceil((n - got) / max(mean_rate * (d[0] + d[1]), 1e-12) * 1.2)) + 4)
+        periods = min(periods, 2_000_000)
+        states = (state + np.arange(periods)) % 2
+        dwell = rng.exponential(np.asarray(d)[states])
+        ends = t0 + np.cumsum(dwell)
+        begins = ends - dwell
+        counts = rng.poisson(np.asarray(r)[states] * dwell)
+        total = int(counts.sum())
+        if total:
+            offs = rng.random(total) * np.repeat(dwell, counts) + np.repeat(begins, counts)
+            offs.sort()  # periods are disjoint and increasing, so a global sort orders within each
+            out.append(offs)
+            got += total
+        t0 = float(ends[-1])
+        state = int((state + periods) % 2)
+    a = np.concatenate(out) if out else np.empty(0)
+    return a[:n]
+
+
+def on_off(rate_on: float, mean_on_s: float, mean_off_s: float, n: int,
+           seed: int | np.random.Generator | None = None) -> np.ndarray:
+    """Bursty traffic: Poisson at ``rate_on`` during exponential "on" periods, silence in "off" periods."""
+    return mmpp((rate_on, 0.0), (mean_on_s, mean_off_s), n, seed, start_state=0)
+
+
+def rate_curve(
+    fn_or_array: Callable[[np.ndarray], np.ndarray] | Sequence[float] | np.ndarray,
+    duration: float,
+    seed: int | np.random.Generator | None = None,
+    resolution: int = 20_000,
+) -> np.ndarray:
+    """Non-homogeneous Poisson arrivals over ``[0, duration)`` from a rate curve (requests/s).
+
+    ``fn_or_array`` is either a function of time (seconds; called on a numpy array of bin
+    midpoints) or an array of rates for equal consecutive bins spanning ``duration`` (e.g. 24
+    hourly rates for a day). The rate is piecewise constant over the bins, and arrival times are
+    drawn exactly for that curve (time-rescaling of a unit-rate Poisson process). The count is
+    random, Poisson with mean ∫rate.
+    """
+    duration = positive("duration", duration)
+    resolution = integer("resolution", resolution, lo=1)
+    if callable(fn_or_array):
+        edges = np.linspace(0.0, duration, resolution + 1)
+        mid = 0.5 * (edges[:-1] + edges[1:])
+        try:
+            rates = np.asarray(fn_or_array(mid), dtype=np.float64)
+        except Exception:  # a scalar-only function
+            rates = np.asarray([float(fn_or_array(float(x))) for x in mid])
+        if rates.shape != mid.shape:
+            rates = np.broadcast_to(rates, mid.shape).astype(np.float64)
+    else:
+        rates = np.asarray(fn_or_array, dtype=np.float64)
+        if rates.ndim != 1 or rates.size == 0:
+            raise ValueError("the rate array must be 1-D and non-empty")
+        edges = np.linspace(0.0, duration, rates.size + 1)
+    if not np.all(np.isfinite(rates)) or np.any(rates < 0):
+        raise ValueError("rates must be finite and >= 0")
+    cum = np.concatenate([[0.0], np.cumsum(rates * np.diff(edges))])
+    total = float(cum[-1])
+    rng = rng_of(seed)
+    if total <= 0:
+        return np.empty(0)
+    k = int(rng.poisson(total))
+    u = np.sort(rng.random(k) * total)
+    return np.interp(u, cum, edges)
+
+
+def diurnal(trough_rps: float, peak_rps: float, period_s: float = 86_400.0,
+            peak_at_s: float = 14 * 3600.0) -> Callable[[np.ndarray], np.ndarray]:
+    """A day-shaped rate function for `rate_curve`: a cosine from ``trough_rps`` up to ``peak_rps``.
+
+    The peak is at ``peak_at_s`` (default 14:00), the trough half a period later; mean rate is
+    (trough + peak) / 2.
+    """
+    lo = non_negative("trough_rps", trough_rps)
+    hi = positive("peak_rps", peak_rps)
+    if hi < lo:
+        raise ValueError("peak_rps must be >= trough_rps")
+    period = positive("period_s", period_s)
+    peak_at = float(peak_at_s)
+
+    def rate(t: np.ndarray) -> np.ndarray:
+        return lo + (hi - lo) * 0.5 * (1.0 + np.cos(2.0 * np.pi * (np.asarray(t) - peak_at) / period))
+
+    return rate
+
+
+def trace(times: Sequence[float] | np.ndarray, start_at_zero: bool = False) -> np.ndarray:
+    """Replay recorded arrival times (seconds): validated, sorted, optionally shifted to start at 0."""
+    a = np.sort(times_array("times", times, sorted_required=False))
+    if start_at_zero and a.size:
+        a = a - a[0]
+    if a.size and a[0] < 0:
+        raise ValueError("trace times must be >= 0 (pass start_at_zero=True to shift them)")
+    return a
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Arrival times with each request's prompt and output token counts (for LLM schedulers)."""
+
+    arrival: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.arrival.size)
+
+
+def with_lengths(arrivals: np.ndarray, prompt: LengthDist, output: LengthDist,
+                 seed: int | np.random.Generator | None = None) -> Requests:
+    """Attach prompt and output lengths drawn from two distributions to arrival times."""
+    a = times_array("arrivals", arrivals)
+    rng = rng_of(seed)
+    for name, dist in (("prompt", prompt), ("output", output)):
+        if not isinstance(dist, LengthDist):
+            raise ValueError(f"{name} must be a length distribution (uniform, capped_exponential, empirical, fixed)")
+    return Requests(a, prompt.sample(a.size, rng), output.sample(a.size, rng))

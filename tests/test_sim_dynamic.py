@@ -1,0 +1,218 @@
+"""Triton's dynamic batcher in batchlab.sim: the batching rule, queue policy, priorities, engines.
+
+Expected schedules are worked out by hand from the rule in core's dynamic_batch_scheduler.cc
+(see batchlab.sim.rule); each test would fail on a batcher that, e.g., sends the largest pending
+batch, bounds queue time by max_queue_delay, or ignores the queue policy.
+"""
+
+import numpy as np
+import pytest
+
+from batchlab.sim import workload as wl
+from batchlab.sim.dynamic import simulate_dynamic
+from batchlab.sim.rule import BatchRule, QueuePolicy
+from batchlab.sim.service import Affine, Table
+
+MS = 1e-3
+BOTH = ["fast", "events"]
+
+
+def batches(res):
+    return [(round(float(s), 9), int(z)) for s, z in zip(res.batches["start"], res.batches["size"])]
+
+
+def test_rule_table():
+    r = BatchRule(8, (4, 8), 0)
+    assert r.decide(7, 0.0, 0.0) == (4, 0.0)  # 7 pending, preferred [4, 8]: send 4
+    assert r.decide(3, 0.0, 0.0) == (3, 0.0)  # delay 0: whatever is pending
+    assert r.decide(8, 0.0, 0.0) == (8, 0.0)
+    r = BatchRule(8, (), 1000)
+    assert r.preferred == (8,)  # empty preferred means [max_batch_size]
+    assert r.decide(3, 0.0, 0.0005) == (0, pytest.approx(0.001))  # wait for the oldest's deadline
+    assert r.decide(3, 0.0, 0.001) == (3, 0.001)  # waited the delay: send what is pending
+    assert r.decide(8, 0.0, 0.0) == (8, 0.0)
+    r = BatchRule(8, (2,), 1000)
+    assert r.decide(6, 0.0, 0.0) == (2, 0.0)  # preferred reachable, delay not expired
+    assert r.decide(6, 0.0, 0.002) == (6, 0.002)  # expired: everything pending, beyond max preferred
+    with pytest.raises(ValueError, match="exceeds max_batch_size"):
+        BatchRule(4, (8,), 0)
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_seven_pending_preferred_4_8_sends_4(engine):
+    a = np.zeros(7)
+    res = simulate_dynamic(a, Affine(1000, 0), 8, preferred_batch_sizes=(4, 8), engine=engine)
+    assert batches(res) == [(0.0, 4), (0.001, 3)]
+    res = simulate_dynamic(a, Affine(1000, 0), 8, max_queue_delay_us=5000, preferred_batch_sizes=(4, 8), engine=engine)
+    assert batches(res) == [(0.0, 4), (0.005, 3)]  # the 3 left wait for the oldest's delay (t = 5 ms)
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_delay_expiry_sends_partial_batch_at_the_deadline(engine):
+    a = np.array([0.0, 0.2, 0.5]) * MS
+    res = simulate_dynamic(a, Affine(100, 10), 8, max_queue_delay_us=1000, engine=engine)
+    assert batches(res) == [(0.001, 3)]
+    assert res.records["start"].tolist() == [0.001] * 3
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_full_batch_goes_at_once(engine):
+    a = np.arange(10) * 0.1 * MS
+    res = simulate_dynamic(a, Affine(100, 10), 8, max_queue_delay_us=5000, engine=engine)
+    assert batches(res)[0] == (round(7 * 0.1 * MS, 9), 8)  # the 8th arrival completes a batch
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_batch_grows_while_instance_busy_and_delay_does_not_bound_queue_time(engine):
+    a = np.r_[0.0, np.linspace(1, 5, 5) * MS]
+    res = simulate_dynamic(a, Affine(10_000, 0), 8, max_queue_delay_us=100, engine=engine)
+    # alone, the first request waits out its delay (0.1 ms); the five that arrive during its
+    # execution form one batch when the instance frees
+    assert batches(res) == [(0.0001, 1), (0.0101, 5)]
+    queued = res.records["start"][1:] - a[1:]
+    assert queued.min() > 100e-6 * 40  # queued far longer than max_queue_delay
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_expired_delay_sends_beyond_largest_preferred(engine):
+    a = np.r_[0.0, np.linspace(0.1, 0.6, 6) * MS]
+    res = simulate_dynamic(a, Affine(5000, 0), 8, max_queue_delay_us=1000, preferred_batch_sizes=(2,), engine=engine)
+    # t=0: one pending, preferred 2 not reachable, delay not expired: wait; the arrival at 0.1 ms
+    # makes 2 -> send 2. At 5.1 ms the oldest of the 5 left has waited > 1 ms: send all 5.
+    assert batches(res) == [(0.0001, 2), (0.0051, 5)]
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_instances_run_in_parallel(engine):
+    res = simulate_dynamic(np.zeros(3), Affine(1000, 0), 1, instances=2, engine=engine)
+    assert res.records["start"].tolist() == [0.0, 0.0, 0.001]
+    assert sorted(res.records["instance"][:2].tolist()) == [0, 1]
+
+
+def test_queue_full_rejects_on_arrival():
+    a = np.r_[0.0, np.linspace(1, 5, 5) * MS]
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, max_queue_size=2)
+    assert res.records["rejected"].tolist() == [False, False, False, True, True, True]
+    assert np.all(np.isnan(res.records["start"][3:]))
+    assert res.summary(warmup=0)["rejected"] == 3
+
+
+def test_timeout_reject():
+    a = np.array([0.0, 1.0, 9.5]) * MS
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, default_timeout_us=3000, timeout_action="REJECT")
+    r = res.records
+    assert r["timed_out"].tolist() == [False, True, False]
+    assert r["finish"][1] == pytest.approx(4 * MS)  # dropped when it had waited the timeout
+    assert r["start"][2] == pytest.approx(10 * MS)
+    s = res.summary(warmup=0)
+    assert s["timed_out"] == 1 and s["completed"] == 2
+
+
+def test_timeout_delay_moves_request_behind():
+    a = np.array([0.0, 1.0, 9.0]) * MS
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, default_timeout_us=3000, timeout_action="DELAY")
+    start = res.records["start"]
+    assert start[2] == pytest.approx(10 * MS) and start[1] == pytest.approx(20 * MS)
+    assert not res.records["timed_out"].any()
+
+
+def test_priority_levels_serve_level_1_first_fifo_within_level():
+    a = np.array([0.0, 1.0, 2.0, 3.0, 4.0]) * MS
+    pr = [2, 2, 1, 2, 1]
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, priorities=pr, priority_levels=2)
+    order = np.argsort(res.records["start"]).tolist()
+    assert order == [0, 2, 4, 1, 3]
+    assert res.records["priority"].tolist() == pr
+
+
+def test_priority_queue_policy_per_level():
+    a = np.array([0.0, 1.0, 2.0, 3.0]) * MS
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, priorities=[1, 2, 2, 1], priority_levels=2,
+                           priority_queue_policy={2: QueuePolicy(max_queue_size=1)})
+    assert res.records["rejected"].tolist() == [False, False, True, False]
+
+
+def test_delay_action_stays_ahead_of_lower_levels():
+    # level 1 times out after 3 ms with DELAY: req 1 moves behind req 3 (same level, not timed
+    # out) but stays ahead of the level-2 request
+    a = np.array([0.0, 1.0, 2.0, 9.0]) * MS
+    res = simulate_dynamic(a, Affine(10_000, 0), 1, priorities=[1, 1, 2, 1], priority_levels=2,
+                           priority_queue_policy={1: QueuePolicy(timeout_us=3000, timeout_action="DELAY")})
+    assert (res.records["start"] / MS).round(6).tolist() == [0.0, 20.0, 30.0, 10.0]
+
+
+CONFIGS = [
+    dict(max_batch_size=1),
+    dict(max_batch_size=8, max_queue_delay_us=500),
+    dict(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=200, instances=2),
+    dict(max_batch_size=8, instances=3),
+    dict(max_batch_size=32, preferred_batch_sizes=(8, 16, 32), instances=2),
+    dict(max_batch_size=8, max_queue_delay_us=3000, preferred_batch_sizes=(2, 6)),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_fast_and_event_engines_agree(cfg):
+    a = wl.mmpp((9000.0, 1000.0), (0.01, 0.02), 30_000, seed=11)
+    svc = Affine(300, 100)
+    fast = simulate_dynamic(a, svc, engine="fast", **cfg)
+    ev = simulate_dynamic(a, svc, engine="events", **cfg)
+    assert np.array_equal(fast.records["start"], ev.records["start"])
+    assert np.array_equal(fast.records["finish"], ev.records["finish"])
+    assert np.array_equal(fast.batches["size"], ev.batches["size"])
+    assert np.array_equal(fast.records["instance"], ev.records["instance"])
+    # ties: simultaneous arrivals (a trace rounded to 1 ms) are all visible to one decision
+    t = wl.trace(np.round(a[:5000], 3))
+    assert np.array_equal(simulate_dynamic(t, svc, engine="fast", **cfg).records["start"],
+                          simulate_dynamic(t, svc, engine="events", **cfg).records["start"])
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_schedule_invariants(cfg):
+    a = wl.poisson(6000.0, 20_000, seed=12)
+    res = simulate_dynamic(a, Table([1, 8, 32], [400, 900, 2500]), **cfg)
+    r, b = res.records, res.batches
+    m = cfg["max_batch_size"]
+    assert np.all(r["start"] >= r["arrival"]) and np.all(r["finish"] > r["start"])
+    assert b["size"].min() >= 1 and b["size"].max() <= m
+    assert np.all(np.diff(r["start"]) >= 0)  # FIFO with one priority level
+    assert b["size"].sum() == a.size
+    for inst in range(cfg.get("instances", 1)):  # an instance runs one batch at a time
+        bi = b[b["instance"] == inst]
+        assert np.all(bi["start"][1:] >= bi["end"][:-1])
+    if cfg.get("max_queue_delay_us", 0) == 0 and len(cfg.get("preferred_batch_sizes", ())) == 0:
+        # work conserving: a request that waits found every instance busy
+        waiting = r["start"] > r["arrival"]
+        busy = (np.searchsorted(np.sort(b["start"]), r["arrival"], side="right")
+                - np.searchsorted(np.sort(b["end"]), r["arrival"], side="right"))
+        assert np.all(busy[waiting] == cfg.get("instances", 1))
+
+
+def test_engine_choice_and_argument_errors():
+    a = wl.poisson(100.0, 100, seed=1)
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(a, Affine(1, 1), 4, max_queue_size=3, engine="fast")
+    with pytest.raises(ValueError, match="sorted"):
+        simulate_dynamic(a[::-1], Affine(1, 1), 4)
+    with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
+        simulate_dynamic(a, Affine(1, 1), 0)
+    with pytest.raises(ValueError, match="instances"):
+        simulate_dynamic(a, Affine(1, 1), 4, instances=0)
+    with pytest.raises(ValueError, match="priority_levels"):
+        simulate_dynamic(a, Affine(1, 1), 4, priorities=np.ones(100, int))
+    with pytest.raises(ValueError, match=r"priorities must be in \[1, 2\]"):
+        simulate_dynamic(a, Affine(1, 1), 4, priorities=np.full(100, 3), priority_levels=2)
+    with pytest.raises(ValueError, match="timeout_action"):
+        simulate_dynamic(a, Affine(1, 1), 4, timeout_action="DROP")
+    with pytest.raises(ValueError, match="batch-level model"):
+        simulate_dynamic(a, object(), 4)
+    with pytest.raises(ValueError, match="warmup"):
+        simulate_dynamic(a, Affine(1, 1), 4, warmup=1.5)
+
+
+def test_empty_and_single_request():
+    res = simulate_dynamic(np.empty(0), Affine(100, 0), 4)
+    assert len(res) == 0 and res.summary()["completed"] == 0
+    res = simulate_dynamic([0.5], Affine(100, 0), 4)
+    s = res.summary(warmup=0)
+    assert s["latency_ms"]["mean"] == pytest.approx(0.1)
