@@ -99,10 +99,17 @@ def _open_notebook(context, info: dict, path: str):
 
 
 def _run_all(page, timeout_ms: int = 240_000) -> None:
-    """Run > Run All Cells, then wait until no cell is queued or running."""
+    """Edit > Clear Outputs of All Cells, Run > Run All Cells, then wait until every code cell ran.
+
+    Clearing first matters: a stored notebook already shows execution counts, so without it the
+    wait could pass before anything ran.
+    """
     page.locator(".jp-NotebookPanel .jp-Notebook").first.click(position={"x": 5, "y": 5})  # focus
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    _menu(page, "Edit", "Clear Outputs of All Cells")
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+                 .every(p => p.textContent.trim() === '[ ]:')""", timeout=30_000)
+    _menu(page, "Run", "Run All Cells")
     page.wait_for_function(
         """() => {
             const prompts = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt')];
@@ -115,6 +122,11 @@ def _run_all(page, timeout_ms: int = 240_000) -> None:
         }""",
         timeout=timeout_ms,
     )
+
+
+def _menu(page, menu: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
 
 
 def _errors(page) -> list[str]:
@@ -157,7 +169,7 @@ def test_chapter_00_runs_and_animates(course, browser) -> None:
     assert page.locator(".batchlab-frame").first.inner_html() != frame_before, "stepping did not redraw the frame"
     page.locator(".batchlab-frame").first.screenshot(path=str(SHOTS / "chapter00_animation.png"))
     # Chinese prose in a markdown cell is drawn with a CJK font.
-    fonts = _fonts_for(page, ".jp-MarkdownCell .jp-RenderedMarkdown h1, .jp-MarkdownCell .jp-RenderedMarkdown p")
+    fonts = _fonts_for(page, ".jp-MarkdownCell .jp-RenderedMarkdown p")
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"Chinese drawn without a CJK font: {fonts}"
     page.screenshot(path=str(SHOTS / "chapter00.png"))
 
@@ -179,7 +191,12 @@ def test_quiz_answer_shows_feedback(course, browser) -> None:
     )
     text = feedback.inner_text()
     assert "正确" in text or "错误" in text
-    fonts = _fonts_for(page, ".batchlab-feedback")
+    feedback.evaluate("""el => {
+        const all = [el, ...el.querySelectorAll('*')].filter(e => /[\u4e00-\u9fff]/.test(
+            [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('')));
+        all[0].setAttribute('data-batchlab-probe', '1');
+    }""")
+    fonts = _fonts_for(page, "[data-batchlab-probe]")
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"feedback drawn without a CJK font: {fonts}"
     question.screenshot(path=str(SHOTS / "quiz_feedback.png"))
     page.screenshot(path=str(SHOTS / "quiz.png"))

@@ -48,6 +48,8 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
         f"--IdentityProvider.token={token}",
         "--ServerApp.open_browser=" + ("True" if open_browser else "False"),
     ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
+        cmd.append("--allow-root")
     return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                             preexec_fn=_set_pdeathsig)
 
