@@ -1,0 +1,201 @@
+"""Generation on top of `ToyLM`: one sequence's state, a batched step, solo and static batches.
+
+Every course model generates through `step()`, so a prompt yields the same tokens alone, in a
+static batch, in Triton's sequence batcher or in the continuous-batching scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence as Seq
+
+import numpy as np
+
+from batchlab.lm.kvcache import KVCache
+from batchlab.lm.model import ToyLM
+from batchlab.lm.sampling import make_rng, sample
+from batchlab.lm.vocab import EOS_ID, PAD_ID
+
+
+def check_prompt(prompt, vocab_size: int, max_len: int) -> np.ndarray:
+    """Validate a prompt of token ids; return it as a 1-D int32 array.
+
+    ValueError names the problem: not 1-D, empty, not integers, an id outside the vocabulary,
+    a ``<pad>`` id, or longer than `max_len`.
+    """
+    arr = np.asarray(prompt)
+    if arr.ndim != 1:
+        raise ValueError(f"prompt must be a 1-D array of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError("prompt is empty: send at least one token id")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"prompt token ids must be integers, got dtype {arr.dtype}")
+    if arr.size > max_len:
+        raise ValueError(f"prompt has {arr.size} tokens, the limit is {max_len}")
+    bad = (arr < 0) | (arr >= vocab_size)
+    if bad.any():
+        raise ValueError(f"prompt token id {int(arr[bad][0])} is outside the vocabulary "
+                         f"[0, {vocab_size})")
+    if (arr == PAD_ID).any():
+        raise ValueError("prompt contains <pad> (id 0)")
+    return arr.astype(np.int32)
+
+
+class Sequence:
+    """One generation in progress: prompt, KV cache, generated tokens, sampling state.
+
+    The KV cache is allocated at the first step (a queued sequence holds none) and freed by
+    `release()` / `cancel()`.
+
+    `max_tokens` counts generated tokens (the first comes from the prefill). Generation stops
+    at ``<eos>`` (unless `ignore_eos`) or after `max_tokens`; `finish_reason` then says which.
+    """
+
+    __slots__ = ("seq_id", "prompt", "max_tokens", "temperature", "seed", "ignore_eos",
+                 "cache", "tokens", "finish_reason", "_rng", "_fed", "_released")
+
+    def __init__(self, lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0,
+                 seed: int = 0, ignore_eos: bool = False, seq_id=None) -> None:
+        cfg = lm.config
+        self.prompt = check_prompt(prompt, cfg.vocab_size, cfg.max_seq_len)
+        max_tokens = int(max_tokens)
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if self.prompt.size + max_tokens > cfg.max_seq_len:
+            raise ValueError(f"prompt ({self.prompt.size}) + max_tokens ({max_tokens}) exceeds "
+                             f"max_seq_len {cfg.max_seq_len}")
+        temperature = float(temperature)
+        if not np.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        self.seq_id = seq_id
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.seed = int(seed)
+        self._rng = make_rng(self.seed)
+        self.ignore_eos = bool(ignore_eos)
+        self.cache = None
+        self._released = False
+        self.tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self._fed = False
+
+    @property
+    def done(self) -> bool:
+        """True once ``<eos>``, `max_tokens` or a cancel ended the sequence."""
+        return self.finish_reason is not None
+
+    @property
+    def reserved_tokens(self) -> int:
+        """KV tokens this sequence may come to hold: prompt + max_tokens."""
+        return int(self.prompt.size) + self.max_tokens
+
+    def next_chunk(self) -> np.ndarray:
+        """Tokens the next step must feed: the prompt first, then the last generated token."""
+        if not self._fed:
+            return self.prompt
+        return np.asarray(self.tokens[-1:], dtype=np.int32)
+
+    def accept(self, logits: np.ndarray) -> int:
+        """Pick the next token from this sequence's logits row and update the finish state."""
+        if self.done:
+            raise ValueError("sequence already finished")
+        self._fed = True
+        token = sample(logits, self.temperature, self._rng)
+        self.tokens.append(token)
+        if token == EOS_ID and not self.ignore_eos:
+            self.finish_reason = "eos"
+        elif len(self.tokens) >= self.max_tokens:
+            self.finish_reason = "length"
+        return token
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the sequence and drop its KV cache."""
+        if self.finish_reason is None:
+            self.finish_reason = reason
+        self.release()
+
+    def release(self) -> None:
+        """Free the KV cache memory (the sequence can no longer step)."""
+        self.cache = None
+        self._released = True
+
+    def ensure_cache(self, lm: ToyLM) -> KVCache:
+        """The KV cache, allocated on first use; ValueError once released."""
+        if self._released:
+            raise ValueError(f"sequence {self.seq_id!r} was released and cannot step")
+        if self.cache is None:
+            self.cache = lm.new_cache(int(self.prompt.size))
+        return self.cache
+
+
+def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
+    """One model execution over live sequences: prefill the new ones, decode the others.
+
+    Returns the token each sequence picked. Finished sequences are not allowed.
+    """
+    for s in seqs:
+        if s.done:
+            raise ValueError(f"sequence {s.seq_id!r} is finished and cannot step")
+    caches = [s.ensure_cache(lm) for s in seqs]
+    logits = lm.forward(caches, [s.next_chunk() for s in seqs])
+    return [s.accept(row) for s, row in zip(seqs, logits)]
+
+
+def generate(lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0, seed: int = 0,
+             ignore_eos: bool = False) -> list[int]:
+    """Generate alone (batch of one): the reference every batched path must reproduce."""
+    seq = Sequence(lm, prompt, max_tokens, temperature, seed, ignore_eos)
+    while not seq.done:
+        step(lm, [seq])
+    seq.release()
+    return seq.tokens
+
+
+@dataclass(frozen=True)
+class StaticBatchResult:
+    """What a static (request-level) batch did.
+
+    `steps` model executions ran; row i produced `len(tokens[i])` tokens and idled (padded)
+    for `padded_steps[i]` = steps − len(tokens[i]). Padding efficiency η = useful / (B·steps).
+    """
+
+    tokens: list[list[int]]
+    steps: int
+    padded_steps: list[int]
+
+    @property
+    def efficiency(self) -> float:
+        """η = Σ useful token steps / (batch size · steps)."""
+        if not self.tokens or self.steps == 0:
+            return 1.0
+        return sum(len(t) for t in self.tokens) / (len(self.tokens) * self.steps)
+
+
+def generate_static_batch(lm: ToyLM, seqs: Seq[Sequence]) -> StaticBatchResult:
+    """Decode a whole batch until its longest member finishes (request-level batching).
+
+    Finished rows keep occupying their place in every step — their token is computed and
+    thrown away, and their cache is rolled back — which is the padding cost the article's η
+    measures.
+    """
+    seqs = list(seqs)
+    steps = 0
+    max_len = lm.config.max_seq_len
+    while any(not s.done for s in seqs):
+        rows = [s for s in seqs if not s.done or (s.cache is not None and
+                                                  s.cache.length < max_len)]
+        caches = [s.ensure_cache(lm) for s in rows]
+        chunks = [s.next_chunk() if not s.done else np.asarray([s.tokens[-1]], np.int32)
+                  for s in rows]
+        lengths = [c.length for c in caches]
+        logits = lm.forward(caches, chunks)
+        for s, row, n in zip(rows, logits, lengths):
+            if s.done:
+                s.cache.truncate(n)  # padding: computed, then discarded
+            else:
+                s.accept(row)
+        steps += 1
+    for s in seqs:
+        s.release()
+    return StaticBatchResult([list(s.tokens) for s in seqs], steps,
+                             [steps - len(s.tokens) for s in seqs])

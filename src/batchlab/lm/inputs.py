@@ -1,0 +1,95 @@
+"""Request inputs for the course models as {name: numpy array}, with the right shapes.
+
+Batched models (`embed*`, `generate`, `lm_step*`, `lm_iterative`) take a leading batch dimension
+of 1 per request; `lm_stream` (max_batch_size 0) takes none. A prompt may be text (encoded
+with a leading <bos>) or token ids. Feed the arrays to tritonclient's `InferInput`s, e.g.::
+
+    for name, arr in generate_inputs("一口锅", 16).items():
+        x = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
+        x.set_data_from_numpy(arr)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence as Seq
+
+import numpy as np
+
+from batchlab.lm.vocab import PAD_ID, encode
+
+_TRITON_DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64",
+                  np.dtype(np.float32): "FP32", np.dtype(np.bool_): "BOOL",
+                  np.dtype(np.uint64): "UINT64"}
+
+
+def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
+    """Token ids (int32) of a prompt given as text or ids."""
+    if isinstance(prompt, str):
+        return encode(prompt)
+    ids = np.asarray(prompt)
+    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError(f"a prompt is text or a 1-D sequence of token ids, got shape "
+                         f"{ids.shape} dtype {ids.dtype}")
+    return ids.astype(np.int32)
+
+
+def triton_dtype(array: np.ndarray) -> str:
+    """The Triton datatype name of an input array built here."""
+    try:
+        return _TRITON_DTYPES[np.asarray(array).dtype]
+    except KeyError:
+        raise ValueError(f"no Triton datatype for numpy dtype {np.asarray(array).dtype}") from None
+
+
+def embed_inputs(prompt: str | Seq[int] | np.ndarray, length: int = 16) -> dict[str, np.ndarray]:
+    """{"TOKENS": int32 [1, length]}: the prompt padded at the end with <pad>.
+
+    ValueError if the prompt is longer than `length`.
+    """
+    ids = prompt_ids(prompt)
+    if not 1 <= ids.size <= length:
+        raise ValueError(f"an embed prompt holds 1..{length} tokens, got {ids.size}")
+    row = np.full((1, length), PAD_ID, dtype=np.int32)
+    row[0, :ids.size] = ids
+    return {"TOKENS": row}
+
+
+def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
+                    temperature: float | None = None, seed: int | None = None,
+                    ignore_eos: bool | None = None, batched: bool = True
+                    ) -> dict[str, np.ndarray]:
+    """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`).
+
+    Optional inputs are included only when given (send the same set in every request: the
+    dynamic batcher may not batch requests whose optional inputs differ).
+    """
+    ids = prompt_ids(prompt)
+
+    def col(value, dtype):
+        return np.array([[value]] if batched else [value], dtype=dtype)
+
+    out = {"PROMPT": ids[None] if batched else ids, "MAX_TOKENS": col(int(max_tokens), np.int32)}
+    if temperature is not None:
+        out["TEMPERATURE"] = col(float(temperature), np.float32)
+    if seed is not None:
+        out["SEED"] = col(int(seed), np.int64)
+    if ignore_eos is not None:
+        out["IGNORE_EOS"] = col(bool(ignore_eos), np.bool_)
+    return out
+
+
+def step_inputs(tokens: str | Seq[int] | np.ndarray | None = None,
+                temperature: float | None = None, seed: int | None = None
+                ) -> dict[str, np.ndarray]:
+    """Inputs of one `lm_step` request: the prompt at START, then nothing or one token.
+
+    Pass `sequence_id`, `sequence_start` and `sequence_end` to `client.infer` yourself.
+    """
+    out: dict[str, np.ndarray] = {}
+    if tokens is not None:
+        out["TOKENS"] = prompt_ids(tokens)[None]
+    if temperature is not None:
+        out["TEMPERATURE"] = np.array([[float(temperature)]], np.float32)
+    if seed is not None:
+        out["SEED"] = np.array([[int(seed)]], np.int64)
+    return out

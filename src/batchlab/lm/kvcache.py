@@ -1,0 +1,124 @@
+"""Per-sequence KV cache and the bytes-per-token formula.
+
+KV bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Cache growth granularity in tokens (a "block"; capacity is always a multiple of it).
+BLOCK_TOKENS = 16
+
+
+def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int,
+                       bytes_per_element: int) -> int:
+    """2 · layers · kv_heads · head_dim · bytes per element."""
+    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
+                        ("head_dim", head_dim), ("bytes_per_element", bytes_per_element)):
+        if not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return 2 * int(n_layers) * int(n_kv_heads) * int(head_dim) * int(bytes_per_element)
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What the KV formula needs to know about a model."""
+
+    name: str
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    bytes_per_element: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes one token occupies."""
+        return kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim,
+                                  self.bytes_per_element)
+
+
+#: Reference models (fp16 KV): Llama-2-7B 32 layers × 32 KV heads × 128; Llama-3-8B uses GQA
+#: with 8 KV heads.
+LLAMA2_7B = KVShape("Llama-2-7B (fp16)", 32, 32, 128, 2)
+LLAMA3_8B = KVShape("Llama-3-8B (fp16, GQA)", 32, 8, 128, 2)
+
+
+def kv_report(config) -> list[dict]:
+    """Bytes per token of `config` (a `LMConfig`, float32 KV) next to Llama-2-7B and Llama-3-8B.
+
+    Each row: name, n_layers, n_kv_heads, head_dim, bytes_per_element, bytes_per_token.
+    """
+    ours = KVShape("batchlab toy LM (float32)", config.n_layers, config.n_kv_heads,
+                   config.head_dim, 4)
+    return [
+        {"name": s.name, "n_layers": s.n_layers, "n_kv_heads": s.n_kv_heads,
+         "head_dim": s.head_dim, "bytes_per_element": s.bytes_per_element,
+         "bytes_per_token": s.bytes_per_token}
+        for s in (ours, LLAMA2_7B, LLAMA3_8B)
+    ]
+
+
+class KVCache:
+    """Keys and values of one sequence: float32 arrays (layers, kv_heads, capacity, head_dim).
+
+    `length` tokens are valid; capacity grows in blocks of `BLOCK_TOKENS` (doubling), so
+    `allocated_bytes` ≥ `used_bytes`: the gap is the fragmentation paged caches remove.
+    """
+
+    __slots__ = ("k", "v", "length", "max_len", "_shape")
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_len: int,
+                 capacity: int = BLOCK_TOKENS) -> None:
+        self._shape = (n_layers, n_kv_heads, head_dim)
+        self.max_len = int(max_len)
+        self.length = 0
+        cap = _round_up(max(1, min(capacity, self.max_len)))
+        self.k = np.zeros((n_layers, n_kv_heads, cap, head_dim), dtype=np.float32)
+        self.v = np.zeros_like(self.k)
+
+    @property
+    def capacity(self) -> int:
+        """Tokens the arrays can hold without growing."""
+        return self.k.shape[2]
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V bytes of one token (all layers)."""
+        n_layers, n_kv_heads, head_dim = self._shape
+        return kv_bytes_per_token(n_layers, n_kv_heads, head_dim, 4)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the `length` valid tokens."""
+        return self.length * self.bytes_per_token
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes actually allocated (capacity)."""
+        return self.k.nbytes + self.v.nbytes
+
+    def reserve(self, total: int) -> None:
+        """Make room for `total` tokens (growing by doubling); ValueError past `max_len`."""
+        if total > self.max_len:
+            raise ValueError(f"sequence of {total} tokens exceeds max_seq_len {self.max_len}")
+        if total <= self.capacity:
+            return
+        cap = min(_round_up(max(total, 2 * self.capacity)), _round_up(self.max_len))
+        k = np.zeros(self.k.shape[:2] + (cap,) + self.k.shape[3:], dtype=np.float32)
+        v = np.zeros_like(k)
+        k[:, :, :self.length] = self.k[:, :, :self.length]
+        v[:, :, :self.length] = self.v[:, :, :self.length]
+        self.k, self.v = k, v
+
+    def truncate(self, length: int) -> None:
+        """Forget tokens past `length` (they are overwritten by the next step)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} tokens to {length}")
+        self.length = length
+
+
+def _round_up(n: int) -> int:
+    return -(-n // BLOCK_TOKENS) * BLOCK_TOKENS

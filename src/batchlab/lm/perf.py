@@ -1,0 +1,58 @@
+"""Measure the LM's decode-step time t(B) and fit t(B) = a + b·B."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import numpy as np
+
+from batchlab.lm.model import ToyLM
+
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
+def decode_step_times(lm: ToyLM, batch_sizes: Iterable[int] = DEFAULT_BATCH_SIZES,
+                      context: int = 32, repeats: int = 20, seed: int = 0
+                      ) -> dict[int, float]:
+    """Median seconds of one decode step over B sequences holding `context` tokens each.
+
+    Each timed step appends one token to every cache and is then rolled back, so all repeats
+    see the same context length. The batch sizes are timed round-robin (one step of each per
+    round), so a burst of load from other processes hits all of them alike.
+    """
+    sizes = [int(b) for b in batch_sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"batch sizes must be positive ints, got {sizes}")
+    if not 1 <= context < lm.config.max_seq_len:
+        raise ValueError(f"context must lie in [1, {lm.config.max_seq_len}), got {context}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    rng = np.random.default_rng(seed)
+    batches = {}
+    for b in sizes:
+        caches = [lm.new_cache(context + 1) for _ in range(b)]
+        lm.forward(caches, [rng.integers(4, lm.config.vocab_size, context) for _ in range(b)])
+        batches[b] = (caches, rng.integers(4, lm.config.vocab_size, b))
+    times: dict[int, list[float]] = {b: [] for b in sizes}
+    for r in range(repeats + 2):
+        for b in sizes:
+            caches, tokens = batches[b]
+            t0 = time.perf_counter()
+            lm.decode_step(caches, tokens)
+            dt = time.perf_counter() - t0
+            for c in caches:
+                c.truncate(context)
+            if r >= 2:  # two warm-up rounds
+                times[b].append(dt)
+    return {b: float(np.median(times[b])) for b in sizes}
+
+
+def fit_linear(batch_sizes: Iterable[float], seconds: Iterable[float]) -> tuple[float, float]:
+    """Least-squares a, b of t(B) = a + b·B."""
+    x = np.asarray(list(batch_sizes), dtype=np.float64)
+    y = np.asarray(list(seconds), dtype=np.float64)
+    if x.shape != y.shape or x.size < 2:
+        raise ValueError("fit_linear needs at least two (B, t) pairs of equal length")
+    b, a = np.polyfit(x, y, 1)
+    return float(a), float(b)
