@@ -315,6 +315,26 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+def _shm_regions(pgid: int) -> list[str]:
+    """The /dev/shm files that the processes of group `pgid` have mapped (the Python backend's)."""
+    paths: set[str] = set()
+    try:
+        import psutil
+
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(proc.pid) != pgid:
+                    continue
+                for m in proc.memory_maps(grouped=True):
+                    if m.path.startswith("/dev/shm/triton_python_backend"):
+                        paths.add(m.path.split(" (deleted)")[0])
+            except (psutil.Error, OSError):
+                continue
+    except ImportError:
+        pass
+    return sorted(paths)
+
+
 _LIVE: "weakref.WeakSet[TritonServer]" = weakref.WeakSet()
 
 
@@ -345,12 +365,12 @@ class TritonServer:
         model_control: str = "none",
         models: Sequence[str] | None = None,
         startup_timeout: float = 60.0,
-        stop_grace: float = 3.0,
+        stop_grace: float = 10.0,
         metrics_config: Iterable[str] = (),
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
     ) -> None:
-        self.repo = Path(repo) if repo is not None else MODEL_REPOSITORY
+        self.repo = Path(repo).resolve() if repo is not None else MODEL_REPOSITORY
         if model_control not in ("none", "explicit", "poll"):
             raise ValueError(f"model_control must be 'none', 'explicit' or 'poll', not {model_control!r}")
         if models and model_control == "none":
@@ -533,6 +553,7 @@ class TritonServer:
         proc, self._proc = self._proc, None
         if proc is not None:
             pgid = proc.pid  # start_new_session: the server leads its own group
+            shm = _shm_regions(pgid)
             _kill_group(pgid, signal.SIGTERM)
             try:
                 proc.wait(timeout=self.stop_grace)
@@ -545,6 +566,9 @@ class TritonServer:
             while _group_alive(pgid) and time.monotonic() < deadline:
                 _kill_group(pgid, signal.SIGKILL)
                 time.sleep(0.05)
+            for path in shm:  # a killed stub cannot unlink its shared-memory region; we do
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         _LIVE.discard(self)
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
