@@ -1,0 +1,97 @@
+"""`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
+
+Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
+models it needs) unless TRITON_URL names one, and takes at most about two minutes here.
+Errors: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from batchlab.bench.common import BenchError, emit
+
+BENCHES = ("dynamic", "continuous", "fidelity", "client")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m batchlab.bench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="bench", metavar="{" + ",".join(BENCHES) + "}", parser_class=_Parser)
+    d = sub.add_parser("dynamic", help="embed: no batching vs dynamic batching vs delay + preferred sizes")
+    d.add_argument("--concurrency", type=int, default=16)
+    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--round-s", type=float, default=6.0)
+    d.add_argument("--no-extra", action="store_true", help="skip the 2-instance configuration")
+    c = sub.add_parser("continuous", help="generate vs lm_step vs lm_iterative vs lm_stream")
+    c.add_argument("--requests", type=int, default=160)
+    c.add_argument("--concurrency", type=int, default=8)
+    c.add_argument("--mean-tokens", type=float, default=24.0)
+    c.add_argument("--cap", type=int, default=128)
+    c.add_argument("--seed", type=int, default=0)
+    f = sub.add_parser("fidelity", help="simulator predictions vs measurements on embed")
+    f.add_argument("--level-s", type=float, default=12.0)
+    f.add_argument("--seed", type=int, default=0)
+    k = sub.add_parser("client", help="the load generator's own capacity on one core (noop model)")
+    k.add_argument("--duration-s", type=float, default=5.0)
+    k.add_argument("--lab-max-rate", type=float, default=None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one benchmark; print its JSON object."""
+    p = _parser()
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.bench is None:
+        print(f"error: name a benchmark: {', '.join(BENCHES)}", file=sys.stderr)
+        return 2
+    try:
+        for name in ("concurrency", "rounds", "requests", "cap"):
+            if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        for name in ("round_s", "level_s", "duration_s", "mean_tokens", "lab_max_rate"):
+            v = getattr(args, name, None)
+            if v is not None and not v > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0")
+        if args.bench == "dynamic":
+            from batchlab.bench.dynamic import run
+
+            result = run(concurrency=args.concurrency, rounds=args.rounds, round_s=args.round_s,
+                         extra=not args.no_extra)
+        elif args.bench == "continuous":
+            from batchlab.bench.continuous import run
+
+            result = run(n_requests=args.requests, concurrency=args.concurrency, mean_tokens=args.mean_tokens,
+                         cap=args.cap, seed=args.seed)
+        elif args.bench == "fidelity":
+            from batchlab.bench.fidelity import run
+
+            result = run(level_s=args.level_s, seed=args.seed)
+        else:
+            from batchlab.bench.client import LAB_MAX_RATE_RPS, run
+
+            result = run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or LAB_MAX_RATE_RPS)
+    except (BenchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 2
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

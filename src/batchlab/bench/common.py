@@ -1,0 +1,193 @@
+"""Shared by the benchmarks: the server they measure, the embed workload, output and errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from batchlab.load import RequestSpec
+
+
+class BenchError(Exception):
+    """A benchmark cannot run (missing model, server failure); the CLI prints it in one line."""
+
+
+def log(msg: str) -> None:
+    """Progress for the human: stderr only (stdout carries exactly one JSON object)."""
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
+    """The server to measure: TRITON_URL's if set, else an embedded one loading only `models`."""
+    from batchlab.server import ExternalServer, ServerError, TritonServer
+
+    try:
+        ext = ExternalServer.from_env()
+        if ext is not None:
+            ext.start()
+    except (ServerError, ValueError) as exc:
+        raise BenchError(str(exc).splitlines()[0]) from None
+    if ext is not None:
+        missing = [m for m in models if m not in ext.models]
+        if missing:
+            raise BenchError(f"the server at TRITON_URL does not serve {', '.join(missing)}")
+        yield ext
+        return
+    try:
+        server = TritonServer(models=list(models), startup_timeout=180, **kwargs)
+        server.start()
+    except ServerError as exc:
+        raise BenchError(str(exc).splitlines()[0]) from None
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
+    """`n` fixed-length prompts of real (non-pad, non-special) token ids for `embed`, (n, length) int32."""
+    from batchlab.lm import VOCAB_SIZE
+
+    rng = np.random.default_rng(seed)
+    return rng.integers(3, VOCAB_SIZE, size=(n, length), dtype=np.int64).astype(np.int32)
+
+
+def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Callable[[int], RequestSpec]:
+    """Request i sends prompts[i % n]; with `expected`, its EMBEDDING must equal expected[i % n]."""
+    n = len(prompts)
+    rows = [prompts[k:k + 1] for k in range(n)]
+    if expected is None:
+        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",)) for r in rows]
+    else:
+        def check_for(k: int):
+            want = expected[k]
+
+            def check(o: dict) -> str | None:
+                got = o.get("EMBEDDING")
+                if got is None or got.shape != (1, want.shape[0]):
+                    return f"no EMBEDDING of shape (1, {want.shape[0]})"
+                if not np.array_equal(got[0], want):
+                    return f"embedding of prompt {k} differs (max |Δ| {float(np.abs(got[0] - want).max()):.3g})"
+                return None
+            return check
+        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",), check=check_for(k)) for k, r in enumerate(rows)]
+    return lambda i: specs[i % n]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Print the one JSON object (NaN as null)."""
+    print(json.dumps(_nan_to_none(obj), ensure_ascii=False, indent=2))
+
+
+def _nan_to_none(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _nan_to_none(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_nan_to_none(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (np.floating,)):
+        return _nan_to_none(float(v))
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def r3(x: float) -> float:
+    """Round for display (3 significant decimals)."""
+    return float(round(x, 3)) if isinstance(x, (int, float)) and math.isfinite(x) else x
+
+
+def machine(watch: "CpuWatch | None" = None) -> dict[str, Any]:
+    """What the figures were measured on (and, with a `CpuWatch`, what else was running)."""
+    import platform
+
+    out = {"cpus": os.cpu_count(), "load_avg_1m": r3(os.getloadavg()[0]), "python": platform.python_version(),
+           "platform": platform.machine()}
+    if watch is not None:
+        out.update(watch.result())
+    return out
+
+
+def _cpu_busy_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    total = sum(parts[:8])
+    return total - idle, total
+
+
+def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
+    """utime + stime of every live process in the process groups `pgids` or with a pid in `pids`."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pgid, utime, stime = int(rest[2]), int(rest[11]), int(rest[12])
+        if pgid in pgids or int(entry) in pids:
+            total += utime + stime
+    return total
+
+
+class CpuWatch:
+    """How busy the machine was during a benchmark, and how much of that was someone else.
+
+    The course's 2 cores are shared; a benchmark states what else ran beside it: the CPU cores
+    used by this process and its server (process group), and by everything else, on average.
+    Linux only (reads /proc); elsewhere it reports nothing.
+    """
+
+    def __init__(self, server: Any = None) -> None:
+        pid = getattr(server, "pid", None)
+        self.pgids = {pid} if pid else set()
+        self.pids = {os.getpid()}
+        self.ok = os.path.exists("/proc/stat")
+
+    def __enter__(self) -> "CpuWatch":
+        if self.ok:
+            self.t0 = time.monotonic()
+            self.load0 = os.getloadavg()[0]
+            self.busy0, _ = _cpu_busy_jiffies()
+            self.ours0 = _group_jiffies(self.pgids, self.pids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.ok:
+            self.t1 = time.monotonic()
+            self.busy1, _ = _cpu_busy_jiffies()
+            self.ours1 = _group_jiffies(self.pgids, self.pids)
+
+    def result(self) -> dict[str, Any]:
+        """Average CPU cores used by the benchmark (client + server) and by other processes."""
+        if not self.ok or not hasattr(self, "t1"):
+            return {}
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = max(self.t1 - self.t0, 1e-9)
+        busy = (self.busy1 - self.busy0) / hz / wall
+        ours = max(self.ours1 - self.ours0, 0) / hz / wall
+        return {"cpu_cores_used_by_benchmark": r3(ours), "cpu_cores_used_by_other_processes": r3(max(busy - ours, 0.0)),
+                "load_avg_1m_at_start": r3(self.load0)}
+
+
+class Timer:
+    """Wall-clock seconds since creation."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __call__(self) -> float:
+        return time.monotonic() - self.t0

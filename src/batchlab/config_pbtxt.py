@@ -1,0 +1,592 @@
+"""Read, annotate and check a model's `config.pbtxt` the way Triton reads it.
+
+Triton parses `config.pbtxt` as protobuf text format against `inference.ModelConfig`
+(`model_config.proto`, shipped with tritonclient as `tritonclient.grpc.model_config_pb2`). So
+this module uses the very same schema and parser:
+
+- `parse_config(text)` returns the `ModelConfig` message, or raises `ConfigError` carrying
+  the parser's line, column and message (the text tritonserver prints when it refuses a model)
+  plus a hint naming where a misplaced field belongs (e.g. `max_batch_size` written inside
+  `dynamic_batching` belongs at the top level);
+- `check_config(text)` lists `Finding`s: the errors Triton raises while validating a parsed
+  config (`model_config_utils.cc`), and warnings for settings that load but do not do what
+  people expect (no batching with `max_batch_size: 0`, timeouts that never fire, ...);
+- `annotate(config)` prints the config with a Chinese note on every field (the chapter 06
+  walk-through), `field_rows(config)` gives the same as table rows;
+- `field_paths(name)` tells where in the schema a field name exists;
+- `stage_model(...)` writes a one-model repository with a given config, for live demos.
+
+Sources: server `docs/user_guide/batcher.md` and `model_configuration.md`; common
+`protobuf/model_config.proto`; core `src/model_config_utils.cc` (`ValidateModelConfig`,
+`NormalizeModelConfig`) and `src/dynamic_batch_scheduler.cc`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from google.protobuf import text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from tritonclient.grpc import model_config_pb2 as mc
+
+from batchlab.paths import MODEL_REPOSITORY
+
+__all__ = [
+    "ConfigError",
+    "Finding",
+    "FIELD_NOTES",
+    "annotate",
+    "check_config",
+    "edit_config",
+    "to_text",
+    "field_paths",
+    "field_rows",
+    "load_config_text",
+    "parse_config",
+    "stage_model",
+    "summarize",
+]
+
+SRC_PROTO = "common protobuf/model_config.proto"
+SRC_BATCHER = "server docs/user_guide/batcher.md"
+SRC_VALIDATE = "core src/model_config_utils.cc (ValidateModelConfig)"
+SRC_SCHED = "core src/dynamic_batch_scheduler.cc"
+SRC_UTILS = "core src/scheduler_utils.cc"
+
+#: Chinese notes on the fields the course uses, keyed by dotted path in `ModelConfig`.
+FIELD_NOTES: dict[str, str] = {
+    "name": "模型名，须与模型目录同名",
+    "backend": "由哪个后端执行（本课程全是 python 后端）",
+    "platform": "TensorRT/ONNX 等平台名，与 backend 二选一",
+    "max_batch_size": "模型级字段：一次执行最多几个批元素；0 表示模型不批处理（输入没有批维度）",
+    "input": "输入张量；dims 不含批维度（max_batch_size > 0 时 Triton 自动加上）",
+    "input.name": "张量名",
+    "input.data_type": "元素类型",
+    "input.dims": "每个批元素的形状；-1 表示可变长",
+    "input.allow_ragged_batch": "允许不同形状的请求拼进同一批（默认 false：形状不同就切批）",
+    "input.optional": "可选输入",
+    "output": "输出张量",
+    "output.name": "张量名",
+    "output.data_type": "元素类型",
+    "output.dims": "每个批元素的形状",
+    "instance_group": "开几个模型实例（几口灶）、放在哪里",
+    "instance_group.count": "实例数：可同时执行的批数",
+    "instance_group.kind": "KIND_CPU / KIND_GPU",
+    "dynamic_batching": "动态批处理器（拼锅主管）；与 sequence_batching 互斥（同一个 oneof）",
+    "dynamic_batching.max_queue_delay_microseconds":
+        "凑不成最大/偏好批时，最老的请求最多被「扣下」多久；默认 0 = 不等。只管拼锅等待，不管实例忙时的排队",
+    "dynamic_batching.preferred_batch_size":
+        "偏好批大小；batcher.md 建议多数模型不要设（留空即视为 [max_batch_size]）",
+    "dynamic_batching.preserve_ordering": "按请求到达顺序返回响应；不能与多优先级或 DELAY 同用",
+    "dynamic_batching.priority_levels": "优先级档数；1 为最高，同档内先来先服务",
+    "dynamic_batching.default_priority_level": "不带优先级的请求归入哪一档（须在 1..priority_levels）",
+    "dynamic_batching.default_queue_policy": "队列策略：队列上限与排队超时（真正给排队时间设上限的地方）",
+    "dynamic_batching.default_queue_policy.max_queue_size": "队列最多容纳几个请求；0 = 不限，满了直接拒绝",
+    "dynamic_batching.default_queue_policy.default_timeout_microseconds":
+        "请求在队列里最多待多久；0 = 永不超时",
+    "dynamic_batching.default_queue_policy.timeout_action":
+        "超时后 REJECT（返回 UNAVAILABLE）或 DELAY（挪到未超时请求之后，可能被无限推迟）",
+    "dynamic_batching.default_queue_policy.allow_timeout_override":
+        "允许单个请求带更短的超时（只能缩短，默认超时为 0 时无效）",
+    "dynamic_batching.priority_queue_policy": "按优先级档分别设置的队列策略",
+    "sequence_batching": "序列批处理器：同一序列（correlation ID）的请求送往同一实例；与 dynamic_batching 互斥",
+    "sequence_batching.max_sequence_idle_microseconds": "序列空闲多久被回收（默认 1 s），模型收不到 END",
+    "sequence_batching.direct": "direct 策略：每条活跃序列独占一个批槽位",
+    "sequence_batching.oldest": "oldest 策略：在候选序列里挑最老的请求拼批——序列批处理器里内置的动态批处理",
+    "sequence_batching.oldest.max_candidate_sequences": "同时参与拼批的候选序列数",
+    "sequence_batching.oldest.preferred_batch_size": "同 dynamic_batching 的偏好批大小",
+    "sequence_batching.oldest.max_queue_delay_microseconds": "同 dynamic_batching 的最大拼锅等待",
+    "sequence_batching.iterative_sequence": "迭代式序列：每步一次执行，后端用 RESCHEDULE 把未完成的请求放回（Triton 文档里的 continuous/inflight batching）",
+    "sequence_batching.control_input": "START/END/READY/CORRID 等控制张量",
+    "sequence_batching.state": "隐式状态（只有 onnxruntime、TensorRT、PyTorch 后端支持）",
+    "model_transaction_policy": "事务策略",
+    "model_transaction_policy.decoupled": "解耦模式：一个请求可返回 0..n 个响应（流式输出），需 gRPC 流",
+    "parameters": "传给模型的自定义参数",
+    "version_policy": "加载哪些版本（默认最新 1 个）",
+}
+
+
+class ConfigError(ValueError):
+    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), the parser's
+    `message`, and a `hint` (Chinese) on how to fix it."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0, hint: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.hint = hint
+        where = f"line {line}, column {column}: " if line else ""
+        super().__init__(f"{where}{message}" + (f" — {hint}" if hint else ""))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of `check_config`: `level` is "error" (Triton refuses the model), "warning"
+    (it loads but does not do what the config suggests) or "note"; `path` the field; `message`
+    in Chinese; `source` where the behaviour is defined."""
+
+    level: str
+    path: str
+    message: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"[{self.level}] {self.path}: {self.message}  ({self.source})"
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def _walk(desc: Descriptor, prefix: str, depth: int, seen: tuple[str, ...]) -> Iterator[tuple[str, FieldDescriptor]]:
+    for f in desc.fields:
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        yield path, f
+        if f.type == FieldDescriptor.TYPE_MESSAGE and depth < 4:
+            sub = f.message_type
+            if sub.GetOptions().map_entry:
+                sub = sub.fields_by_name["value"].message_type
+                if sub is None:
+                    continue
+            if sub.full_name in seen:
+                continue
+            yield from _walk(sub, path, depth + 1, seen + (sub.full_name,))
+
+
+def field_paths(name: str) -> list[str]:
+    """Every dotted path in `ModelConfig` (up to 5 levels deep) whose last part is `name`.
+
+    >>> field_paths("max_batch_size")
+    ['max_batch_size']
+    """
+    if not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"not a field name: {name!r}")
+    return [p for p, f in _walk(mc.ModelConfig.DESCRIPTOR, "", 0, ()) if f.name == name]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+_POS = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
+_NO_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
+_ONEOF = re.compile(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof')
+
+_MSG_PATH = {"ModelConfig": "", "ModelDynamicBatching": "dynamic_batching",
+             "ModelSequenceBatching": "sequence_batching", "ModelQueuePolicy": "…queue_policy",
+             "ModelInstanceGroup": "instance_group", "ModelInput": "input", "ModelOutput": "output"}
+
+
+def _hint(message: str) -> str:
+    m = _NO_FIELD.search(message)
+    if m:
+        msg_type, fieldname = m.groups()
+        here = _MSG_PATH.get(msg_type, msg_type)
+        try:
+            homes = field_paths(fieldname)
+        except ValueError:
+            homes = []
+        where = f"`{here}` 里" if here else "顶层"
+        if not homes:
+            return f"`{fieldname}` 不是 ModelConfig 的字段（拼写？），Triton 拒绝加载该模型"
+        shown = "、".join("顶层（模型级）" if "." not in h else f"`{h}`" for h in homes[:4])
+        return (f"{where}没有 `{fieldname}` 这个字段；它应写在 {shown}。"
+                "Triton 按 model_config.proto 解析，放错位置的字段是解析错误，模型加载失败")
+    m = _ONEOF.search(message)
+    if m:
+        a, b = m.groups()
+        return (f"`{a}` 与 `{b}` 同属 oneof scheduling_choice：一个模型只能有一种调度器。"
+                "想在序列上拼批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
+    return ""
+
+
+def parse_config(text: str) -> Any:
+    """Parse config.pbtxt text into `inference.ModelConfig` exactly as Triton does.
+
+    Raises `ConfigError` (a ValueError) with the parser's position and a hint when Triton would
+    refuse the text.
+    """
+    if not isinstance(text, str):
+        raise ValueError("config text must be a str")
+    msg = mc.ModelConfig()
+    try:
+        text_format.Parse(text, msg)
+    except text_format.ParseError as exc:
+        raw = str(exc)
+        m = _POS.match(raw)
+        line, col, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (0, 0, raw)
+        body = body.strip().rstrip(".")
+        raise ConfigError(body, line, col, _hint(body)) from None
+    return msg
+
+
+def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
+    """The text of `<repo>/<model>/config.pbtxt` (default repo: the course's); `model` may
+    also be a path to a config.pbtxt file or a model folder."""
+    p = Path(model)
+    if p.suffix == ".pbtxt" and p.is_file():
+        return p.read_text(encoding="utf-8")
+    if p.is_dir() and (p / "config.pbtxt").is_file():
+        return (p / "config.pbtxt").read_text(encoding="utf-8")
+    base = Path(repo) if repo is not None else MODEL_REPOSITORY
+    f = base / str(model) / "config.pbtxt"
+    if not f.is_file():
+        have = sorted(d.name for d in base.iterdir() if (d / "config.pbtxt").is_file()) if base.is_dir() else []
+        raise ValueError(f"no config.pbtxt for model {str(model)!r} in {base} (models: {', '.join(have) or 'none'})")
+    return f.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def _as_config(config: Any) -> Any:
+    return parse_config(config) if isinstance(config, str) else config
+
+
+def check_config(config: Any) -> list[Finding]:
+    """Errors Triton raises for this config and warnings for settings that mislead.
+
+    `config` is config.pbtxt text or a parsed `ModelConfig`. A parse error becomes a single
+    error finding (Triton stops there too).
+    """
+    try:
+        c = _as_config(config)
+    except ConfigError as exc:
+        path = ""
+        m = _NO_FIELD.search(exc.message)
+        if m:
+            path = f"{_MSG_PATH.get(m.group(1), m.group(1))}.{m.group(2)}".lstrip(".")
+        return [Finding("error", path or "(parse)", f"第 {exc.line} 行第 {exc.column} 列：{exc.message}。{exc.hint}",
+                        SRC_PROTO)]
+    out: list[Finding] = []
+    mbs = c.max_batch_size
+    if mbs < 0:
+        out.append(Finding("error", "max_batch_size", "必须 ≥ 0", SRC_VALIDATE))
+    sched = c.WhichOneof("scheduling_choice")
+    if sched == "dynamic_batching":
+        db = c.dynamic_batching
+        out.extend(_check_dynamic(db, mbs))
+    elif sched == "sequence_batching":
+        sb = c.sequence_batching
+        if sb.HasField("oldest"):
+            for size in sb.oldest.preferred_batch_size:
+                if size <= 0 or size > mbs:
+                    out.append(Finding("error", "sequence_batching.oldest.preferred_batch_size",
+                                       f"偏好批大小 {size} 必须在 1..max_batch_size（{mbs}）之间", SRC_VALIDATE))
+        if sb.iterative_sequence and not c.model_transaction_policy.decoupled:
+            out.append(Finding("note", "sequence_batching.iterative_sequence",
+                               "迭代式序列通常配合 decoupled 模型逐 token 流式返回", SRC_BATCHER))
+    elif mbs > 0:
+        out.append(Finding("note", "max_batch_size",
+                           f"max_batch_size: {mbs} 但没有调度器配置：默认调度器不拼批，每次执行只含一个请求"
+                           "（客户端自己发来的批除外）", SRC_SCHED))
+    return out
+
+
+def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
+    out: list[Finding] = []
+    if mbs == 0:
+        out.append(Finding(
+            "warning", "max_batch_size",
+            "dynamic_batching 已开启但 max_batch_size 为 0（或漏写）：模型照常加载，调度器按 "
+            "max(1, max_batch_size) = 1 拼批——每批只有 1 个请求，等于没有批处理", SRC_SCHED))
+    for size in db.preferred_batch_size:
+        if size <= 0:
+            out.append(Finding("error", "dynamic_batching.preferred_batch_size",
+                               f"偏好批大小 {size} 必须为正", SRC_VALIDATE))
+        elif size > mbs:
+            out.append(Finding("error", "dynamic_batching.preferred_batch_size",
+                               f"偏好批大小 {size} 不能超过 max_batch_size（{mbs}）", SRC_VALIDATE))
+    if list(db.preferred_batch_size):
+        out.append(Finding("note", "dynamic_batching.preferred_batch_size",
+                           "batcher.md 建议多数模型不设偏好批大小（带多个优化 profile 的 TensorRT 模型除外）；"
+                           "凑得出的最大偏好批在延时到期前会被立刻发出", SRC_BATCHER))
+    levels = db.priority_levels
+    if levels:
+        if db.default_priority_level == 0 or db.default_priority_level > levels:
+            out.append(Finding("error", "dynamic_batching.default_priority_level",
+                               f"须在 [1, {levels}] 之内（现为 {db.default_priority_level}）", SRC_VALIDATE))
+        for lvl in db.priority_queue_policy:
+            if lvl == 0 or lvl > levels:
+                out.append(Finding("error", "dynamic_batching.priority_queue_policy",
+                                   f"优先级 {lvl} 不在 [1, {levels}] 之内", SRC_VALIDATE))
+    elif list(db.priority_queue_policy):
+        out.append(Finding("warning", "dynamic_batching.priority_queue_policy",
+                           "没有设 priority_levels 时按优先级的队列策略不起作用", SRC_BATCHER))
+    policies = [("dynamic_batching.default_queue_policy", db.default_queue_policy, db.HasField("default_queue_policy"))]
+    policies += [(f"dynamic_batching.priority_queue_policy[{k}]", v, True) for k, v in sorted(db.priority_queue_policy.items())]
+    for path, pol, present in policies:
+        if not present:
+            continue
+        if pol.allow_timeout_override and pol.default_timeout_microseconds == 0:
+            out.append(Finding("warning", f"{path}.allow_timeout_override",
+                               "默认超时为 0 时，单个请求带的超时也不生效（只能缩短默认值）", SRC_UTILS))
+        if pol.timeout_action == mc.ModelQueuePolicy.DELAY and pol.default_timeout_microseconds:
+            out.append(Finding("note", f"{path}.timeout_action",
+                               "DELAY 不丢请求，而是把超时请求挪到未超时请求之后：它可能被无限推迟，并不能防饥饿",
+                               SRC_PROTO))
+        if db.preserve_ordering and pol.timeout_action == mc.ModelQueuePolicy.DELAY and pol.default_timeout_microseconds:
+            out.append(Finding("error", f"{path}.timeout_action",
+                               "preserve_ordering 为 true 时队列策略不能用 DELAY", SRC_VALIDATE))
+    if db.preserve_ordering and levels > 1:
+        out.append(Finding("error", "dynamic_batching.preserve_ordering",
+                           "preserve_ordering 为 true 时只允许一个优先级", SRC_VALIDATE))
+    if db.max_queue_delay_microseconds and not (db.HasField("default_queue_policy") or db.priority_queue_policy):
+        out.append(Finding("note", "dynamic_batching.max_queue_delay_microseconds",
+                           f"{db.max_queue_delay_microseconds} µs 只限制为凑批而扣住请求的时间；实例全忙时的排队不受它限制，"
+                           "要给排队时间设上限得用 default_queue_policy 的超时", SRC_BATCHER))
+    return out
+
+
+# ----------------------------------------------------------------------------- annotating
+
+
+def _repeated(f: FieldDescriptor) -> bool:
+    rep = getattr(f, "is_repeated", None)
+    return bool(rep) if rep is not None else f.label == FieldDescriptor.LABEL_REPEATED
+
+
+#: Top-level fields in the order a reader expects them (the rest follow in field-number order).
+_TOP_ORDER = ("name", "platform", "backend", "max_batch_size", "input", "output",
+              "dynamic_batching", "sequence_batching", "instance_group",
+              "model_transaction_policy", "parameters")
+
+
+def _fields(msg: Any, top: bool) -> list[tuple[FieldDescriptor, Any]]:
+    items = msg.ListFields()
+    if top:
+        rank = {n: i for i, n in enumerate(_TOP_ORDER)}
+        items = sorted(items, key=lambda fv: (rank.get(fv[0].name, len(rank)), fv[0].number))
+    return items
+
+
+def _fmt_scalar(f: FieldDescriptor, v: Any) -> str:
+    if f.type == FieldDescriptor.TYPE_ENUM:
+        return f.enum_type.values_by_number[v].name
+    if f.type == FieldDescriptor.TYPE_STRING:
+        return '"' + str(v).replace('"', '\\"') + '"'
+    if f.type == FieldDescriptor.TYPE_BOOL:
+        return "true" if v else "false"
+    return str(v)
+
+
+def _note(path: str) -> str:
+    clean = re.sub(r"\[[^\]]*\]", "", path)
+    note = FIELD_NOTES.get(clean, "")
+    if not note and ".priority_queue_policy." in clean:
+        note = FIELD_NOTES.get(clean.replace(".priority_queue_policy.", ".default_queue_policy."), "")
+    return note
+
+
+def _iter_rows(msg: Any, prefix: str) -> Iterator[dict[str, str]]:
+    for f, value in _fields(msg, not prefix):
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            if f.message_type.GetOptions().map_entry:
+                for k, v in sorted(value.items()):
+                    yield {"path": f"{path}[{k}]", "value": "{…}", "note": _note(path)}
+                    if hasattr(v, "ListFields"):
+                        yield from _iter_rows(v, f"{path}[{k}]")
+            elif _repeated(f):
+                for i, item in enumerate(value):
+                    yield {"path": f"{path}[{i}]", "value": "{…}", "note": _note(path)}
+                    yield from _iter_rows(item, f"{path}[{i}]")
+            else:
+                yield {"path": path, "value": "{…}", "note": _note(path)}
+                yield from _iter_rows(value, path)
+        elif _repeated(f):
+            yield {"path": path, "value": "[" + ", ".join(_fmt_scalar(f, v) for v in value) + "]", "note": _note(path)}
+        else:
+            yield {"path": path, "value": _fmt_scalar(f, value), "note": _note(path)}
+
+
+def field_rows(config: Any) -> list[dict[str, str]]:
+    """One row per set field: dotted `path`, printed `value` and the Chinese `note`."""
+    return list(_iter_rows(_as_config(config), ""))
+
+
+def annotate(config: Any, width: int = 58) -> str:
+    """The config re-printed in canonical text format, each field followed by `# note`.
+
+    Reading it top-down shows where every field lives: model-level fields at column 0,
+    batcher fields indented inside their block.
+    """
+    c = _as_config(config)
+    lines: list[str] = []
+
+    def emit(msg: Any, prefix: str, indent: int) -> None:
+        pad = "  " * indent
+        for f, value in _fields(msg, indent == 0):
+            path = f"{prefix}.{f.name}" if prefix else f.name
+            note = _note(path)
+            if f.type == FieldDescriptor.TYPE_MESSAGE:
+                if f.message_type.GetOptions().map_entry:
+                    for k, v in sorted(value.items()):
+                        key = f'"{k}"' if isinstance(k, str) else str(k)
+                        lines.append(_with_note(f"{pad}{f.name} {{ key: {key} value {{", note, width))
+                        if hasattr(v, "ListFields"):
+                            emit(v, f"{path}[{k}]", indent + 1)
+                        lines.append(f"{pad}}} }}")
+                    continue
+                items = list(value) if _repeated(f) else [value]
+                for item in items:
+                    if not item.ListFields():
+                        lines.append(_with_note(f"{pad}{f.name} {{ }}", note + "（全部取默认值）", width))
+                        continue
+                    lines.append(_with_note(f"{pad}{f.name} {{", note, width))
+                    emit(item, path, indent + 1)
+                    lines.append(f"{pad}}}")
+            elif _repeated(f):
+                vals = ", ".join(_fmt_scalar(f, v) for v in value)
+                lines.append(_with_note(f"{pad}{f.name}: [ {vals} ]", note, width))
+            else:
+                lines.append(_with_note(f"{pad}{f.name}: {_fmt_scalar(f, value)}", note, width))
+
+    emit(c, "", 0)
+    return "\n".join(lines)
+
+
+def _with_note(code: str, note: str, width: int) -> str:
+    if not note:
+        return code
+    return f"{code.ljust(width)}  # {note}"
+
+
+# ----------------------------------------------------------------------------- editing
+
+
+def to_text(config: Any) -> str:
+    """Canonical protobuf text of a config (what `parse_config` reads back unchanged)."""
+    return text_format.MessageToString(_as_config(config))
+
+
+def edit_config(config: Any, changes: dict[str, Any]) -> Any:
+    """A copy of `config` (text or `ModelConfig`) with dotted-path fields set, e.g.
+    ``{"name": "embed_d5ms", "dynamic_batching.max_queue_delay_microseconds": 5000}``.
+
+    Repeated scalars take a list; a message path takes a dict of its fields (parsed as text);
+    map fields (``priority_queue_policy``) take {key: dict}. Unknown paths raise ValueError.
+    """
+    src = _as_config(config)
+    msg = mc.ModelConfig()
+    msg.CopyFrom(src)
+    for path, value in changes.items():
+        parts = path.split(".")
+        target = msg
+        for part in parts[:-1]:
+            if part not in target.DESCRIPTOR.fields_by_name:
+                raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {part!r}")
+            target = getattr(target, part)
+        last = parts[-1]
+        f = target.DESCRIPTOR.fields_by_name.get(last)
+        if f is None:
+            raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {last!r}")
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            if f.message_type.GetOptions().map_entry:
+                field_map = getattr(target, last)
+                for k, v in dict(value).items():
+                    entry = field_map[k]
+                    entry.Clear()
+                    text_format.Parse(_dict_text(v), entry)
+            else:
+                sub = getattr(target, last)
+                sub.Clear()
+                text_format.Parse(_dict_text(value), sub)
+                sub.SetInParent()
+        elif _repeated(f):
+            rep = getattr(target, last)
+            del rep[:]
+            rep.extend(_enum(f, v) for v in value)
+        else:
+            setattr(target, last, _enum(f, value))
+    return msg
+
+
+def _enum(f: FieldDescriptor, v: Any) -> Any:
+    if f.type == FieldDescriptor.TYPE_ENUM and isinstance(v, str):
+        if v not in f.enum_type.values_by_name:
+            raise ValueError(f"{f.name}: {v!r} is not one of {', '.join(f.enum_type.values_by_name)}")
+        return f.enum_type.values_by_name[v].number
+    return v
+
+
+def _dict_text(d: Any) -> str:
+    if isinstance(d, str):
+        return d
+    parts = []
+    for k, v in dict(d).items():
+        if isinstance(v, dict):
+            parts.append(f"{k} {{ {_dict_text(v)} }}")
+        elif isinstance(v, bool):
+            parts.append(f"{k}: {'true' if v else 'false'}")
+        elif isinstance(v, (list, tuple)):
+            parts.append(f"{k}: [ {', '.join(str(x) for x in v)} ]")
+        else:
+            parts.append(f"{k}: {v}")
+    return " ".join(parts)
+
+
+# ----------------------------------------------------------------------------- demos
+
+
+def stage_model(dest: str | Path, name: str, config_text: str, source_model: str,
+                repo: str | Path | None = None) -> Path:
+    """Write `<dest>/<name>/config.pbtxt` (= `config_text`) next to a copy of the version
+    folder `1/` of `source_model` from `repo` (default: the course repository). Returns `dest`.
+
+    Used to show, on the real server, what Triton does with a config (refuse it, or load it
+    and batch differently). The text is written as given: it may be deliberately wrong.
+    """
+    base = Path(repo) if repo is not None else MODEL_REPOSITORY
+    src = base / source_model / "1"
+    if not src.is_dir():
+        raise ValueError(f"model {source_model!r} has no version folder 1/ in {base}")
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+        raise ValueError(f"bad model name {name!r}")
+    target = Path(dest) / name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(src, target / "1", ignore=shutil.ignore_patterns("__pycache__"))
+    text = config_text if re.search(r"^\s*name\s*:", config_text, re.M) else f'name: "{name}"\n' + config_text
+    (target / "config.pbtxt").write_text(text, encoding="utf-8")
+    return Path(dest)
+
+
+def summarize(config: Any) -> dict[str, Any]:
+    """The batching-relevant facts of one config as a flat dict: name, scheduler
+    (dynamic / sequence:direct / sequence:oldest / none), max_batch_size, delay_us, preferred,
+    instances, decoupled, iterative, queue_policy (short text), priority_levels."""
+    c = _as_config(config)
+    sched = c.WhichOneof("scheduling_choice") or "none"
+    delay = 0
+    preferred: list[int] = []
+    policy = ""
+    levels = 0
+    iterative = False
+    if sched == "dynamic_batching":
+        db = c.dynamic_batching
+        delay, preferred, levels = db.max_queue_delay_microseconds, list(db.preferred_batch_size), db.priority_levels
+        q = db.default_queue_policy
+        if db.HasField("default_queue_policy"):
+            parts = []
+            if q.max_queue_size:
+                parts.append(f"max_queue_size={q.max_queue_size}")
+            if q.default_timeout_microseconds:
+                parts.append(f"timeout={q.default_timeout_microseconds}us/{mc.ModelQueuePolicy.TimeoutAction.Name(q.timeout_action)}")
+            policy = ", ".join(parts)
+        sched = "dynamic"
+    elif sched == "sequence_batching":
+        sb = c.sequence_batching
+        strat = sb.WhichOneof("strategy_choice") or "direct"
+        iterative = sb.iterative_sequence
+        if strat == "oldest":
+            delay, preferred = sb.oldest.max_queue_delay_microseconds, list(sb.oldest.preferred_batch_size)
+        else:
+            delay = sb.direct.max_queue_delay_microseconds
+        sched = f"sequence:{strat}"
+    instances = sum(g.count or 1 for g in c.instance_group) if c.instance_group else 1
+    return {"name": c.name, "scheduler": sched, "max_batch_size": c.max_batch_size, "delay_us": int(delay),
+            "preferred": preferred, "instances": int(instances),
+            "decoupled": bool(c.model_transaction_policy.decoupled), "iterative": bool(iterative),
+            "queue_policy": policy, "priority_levels": int(levels)}

@@ -1,0 +1,88 @@
+"""Closed-loop load: N clients, each sending its next request as soon as its last one is answered.
+
+One asyncio event loop runs N tasks on one connection (a lean client leaves the CPU to the
+server). The offered load adapts to the server: the number in flight is always N, so the
+throughput measured is what the server sustains at concurrency N (Little's law: X = N / latency).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from batchlab.load.records import RequestRecord
+from batchlab.load.report import LoadReport
+from batchlab.load.runner import bound_check, measure, run_all, run_sync
+from batchlab.load.transport import now
+from batchlab.load.workload import RequestSource, as_factory
+
+
+async def drive_closed(transport: Any, factory: Any, concurrency: int, n_requests: int | None,
+                       duration_s: float | None, records: list[RequestRecord], t_start: float,
+                       token_times: bool = False) -> None:
+    """Run `concurrency` workers until `n_requests` were sent or `duration_s` passed, then drain."""
+    deadline = t_start + duration_s if duration_s is not None else math.inf
+    state = {"next": 0}
+
+    async def worker() -> None:
+        while True:
+            i = state["next"]
+            if (n_requests is not None and i >= n_requests) or now() >= deadline:
+                return
+            state["next"] = i + 1
+            spec = factory(i)
+            rec = RequestRecord(index=i, sent=math.nan, token_times=[] if token_times else None)
+            await transport.execute(spec, rec)
+            records.append(rec)
+
+    await run_all([worker() for _ in range(concurrency)])
+
+
+def _check(concurrency: int, n_requests: int | None, duration_s: float | None,
+           warmup_requests: int, warmup_s: float) -> None:
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
+    bound_check(n_requests, duration_s)
+    if warmup_requests < 0 or warmup_s < 0:
+        raise ValueError("warmup_requests and warmup_s must be >= 0")
+
+
+async def closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
+                      n_requests: int | None = None, duration_s: float | None = None,
+                      warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
+                      request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
+                      progress: bool | None = None, record_token_times: bool = False,
+                      label: str = "", transport_options: dict[str, Any] | None = None) -> LoadReport:
+    """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` is the blocking form).
+
+    `requests`: a RequestSpec / SequenceSpec, a list of them (cycled) or a callable i -> spec.
+    The run ends after `n_requests` requests and/or `duration_s` seconds (whichever first);
+    a warm-up of `warmup_requests` requests and/or `warmup_s` seconds runs first at the same
+    concurrency and is left out of every figure. `protocol`: 'grpc', 'http' or 'grpc-stream'
+    (decoupled models). `stats` reads the statistics extension before and after, `metrics`
+    scrapes Prometheus too. `progress`: None shows a bar once the run passes 3 s.
+    """
+    _check(concurrency, n_requests, duration_s, warmup_requests, warmup_s)
+    factory = as_factory(requests)
+    warm = None
+    if warmup_requests or warmup_s:
+        async def warm(tr: Any, recs: list[RequestRecord], t0: float) -> None:
+            await drive_closed(tr, factory, concurrency, warmup_requests or None, warmup_s or None, recs, t0)
+
+    async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
+        await drive_closed(tr, factory, concurrency, n_requests, duration_s, recs, t0, record_token_times)
+
+    return await measure(
+        server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
+        stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
+        label=label, concurrency=concurrency, transport_options=transport_options,
+        config={"n_requests": n_requests, "duration_s": duration_s, "warmup_requests": warmup_requests,
+                "warmup_s": warmup_s},
+    )
+
+
+def run_closed_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
+    """Blocking `closed_loop` (works in scripts and inside Jupyter); same arguments."""
+    _check(kwargs.get("concurrency", 1), kwargs.get("n_requests"), kwargs.get("duration_s"),
+           kwargs.get("warmup_requests", 0), kwargs.get("warmup_s", 0.0))
+    return run_sync(lambda: closed_loop(server, model, requests, **kwargs))

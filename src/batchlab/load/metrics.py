@@ -1,0 +1,115 @@
+"""Triton's Prometheus endpoint, parsed with prometheus_client's text parser (no regular expressions).
+
+``http://127.0.0.1:<metrics port>/metrics`` serves counters such as `nv_inference_count`
+(inferences = batch items), `nv_inference_exec_count` (executions), `nv_inference_request_success`,
+`nv_inference_request_failure{reason=...}` and cumulative durations in microseconds
+(`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, ...), plus the gauge
+`nv_inference_pending_request_count`. `nv_inference_count / nv_inference_exec_count` is the mean
+batch size.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+LabelSet = tuple[tuple[str, str], ...]
+
+
+def _key(labels: Mapping[str, str]) -> LabelSet:
+    return tuple(sorted(labels.items()))
+
+
+@dataclass
+class MetricsSnapshot:
+    """All samples of one scrape: sample name -> label set -> value; and each family's type."""
+
+    samples: dict[str, dict[LabelSet, float]] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "MetricsSnapshot":
+        """Parse Prometheus exposition text with `text_string_to_metric_families`.
+
+        The parser names counter samples ``<family>_total``; they are stored under the family's
+        name, the name Triton documents (``nv_inference_count``, not ``nv_inference_count_total``).
+        """
+        snap = cls()
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                name = fam.name if fam.type == "counter" and s.name == f"{fam.name}_total" else s.name
+                snap.samples.setdefault(name, {})[_key(s.labels)] = float(s.value)
+                snap.types[name] = fam.type
+        return snap
+
+    def names(self) -> list[str]:
+        """Every sample name in the scrape."""
+        return sorted(self.samples)
+
+    def get(self, name: str, default: float = 0.0, **labels: str) -> float:
+        """Sum of the samples called `name` whose labels include `labels` (e.g. model='embed')."""
+        series = self.samples.get(name)
+        if not series:
+            return default
+        want = set(labels.items())
+        vals = [v for k, v in series.items() if want <= set(k)]
+        return float(sum(vals)) if vals else default
+
+    def by_label(self, name: str, label: str, **labels: str) -> dict[str, float]:
+        """`name`'s samples matching `labels`, summed per value of `label` (e.g. reason)."""
+        out: dict[str, float] = {}
+        want = set(labels.items())
+        for k, v in self.samples.get(name, {}).items():
+            d = dict(k)
+            if want <= set(k) and label in d:
+                out[d[label]] = out.get(d[label], 0.0) + v
+        return out
+
+    def __sub__(self, before: "MetricsSnapshot") -> "MetricsSnapshot":
+        """Counters differenced (gauges keep their latest value)."""
+        out = MetricsSnapshot(types=dict(self.types))
+        for name, series in self.samples.items():
+            is_gauge = self.types.get(name) == "gauge"
+            old = before.samples.get(name, {})
+            out.samples[name] = {k: (v if is_gauge else v - old.get(k, 0.0)) for k, v in series.items()}
+        return out
+
+    def model_summary(self, model: str) -> dict[str, float]:
+        """The per-model figures a report needs, from this scrape (or difference of two)."""
+        g = lambda n: self.get(n, model=model)  # noqa: E731
+        success, count, execs = g("nv_inference_request_success"), g("nv_inference_count"), g("nv_inference_exec_count")
+        out = {
+            "request_success": success,
+            "request_failure": g("nv_inference_request_failure"),
+            "failure_by_reason": self.by_label("nv_inference_request_failure", "reason", model=model),
+            "inference_count": count,
+            "exec_count": execs,
+            "mean_batch_size": count / execs if execs else float("nan"),
+            "pending_request_count": g("nv_inference_pending_request_count"),
+        }
+        for what in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
+            us = g(f"nv_inference_{what}_duration_us")
+            out[f"{what}_ms_per_request"] = us / 1000 / success if success else float("nan")
+        return out
+
+
+def fetch_metrics_text(metrics_url: str, timeout: float = 5.0) -> str:
+    """The raw exposition text of ``http://<metrics_url>/metrics``."""
+    url = metrics_url if "://" in metrics_url else f"http://{metrics_url}"
+    with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout) as resp:
+        return resp.read().decode("utf-8", errors="replace")
+
+
+def scrape(metrics_url: str, timeout: float = 5.0) -> MetricsSnapshot:
+    """Scrape and parse Triton's metrics endpoint (``host:port``, loopback for the course)."""
+    return MetricsSnapshot.parse(fetch_metrics_text(metrics_url, timeout))
+
+
+def families(text: str, prefix: str = "nv_") -> Iterable[tuple[str, str, str]]:
+    """(name, type, help) of each metric family in `text` whose name starts with `prefix`."""
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith(prefix):
+            yield fam.name, fam.type, fam.documentation

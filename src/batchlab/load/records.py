@@ -1,0 +1,168 @@
+"""One record per request: when it was scheduled and sent, when its first and last responses came,
+how many tokens it returned, and what went wrong (if anything).
+
+Times are seconds on the client's monotonic clock (`time.perf_counter`), relative to the start of
+the measured phase. A request that failed keeps its error message (Triton's own words, with the
+status code in front) and is never silently dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+REJECTION_MARKERS = ("exceeds maximum queue size", "request timeout expired", "rejected")
+"""Lower-case fragments of Triton's messages when the scheduler refuses a request."""
+
+
+@dataclass
+class RequestRecord:
+    """What the client saw of one request (a unary call, a stream, or a whole sequence)."""
+
+    index: int
+    sent: float
+    scheduled: float = math.nan
+    first: float = math.nan
+    last: float = math.nan
+    tokens: int = 0
+    error: str | None = None
+    responses: int = 0
+    token_times: list[float] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request was answered without error (and passed its check)."""
+        return self.error is None
+
+
+def is_rejection(message: str | None) -> bool:
+    """True when `message` is Triton's scheduler refusing a request (queue full or timed out)."""
+    if not message:
+        return False
+    low = message.lower()
+    return any(m in low for m in REJECTION_MARKERS)
+
+
+def error_kind(message: str) -> str:
+    """A message with request-specific numbers masked, so equal causes group together."""
+    return re.sub(r"\d+", "N", message)[:200]
+
+
+@dataclass
+class Records:
+    """Column arrays of many `RequestRecord`s (a dict of arrays is the course's table format)."""
+
+    index: np.ndarray
+    scheduled: np.ndarray
+    sent: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    tokens: np.ndarray
+    responses: np.ndarray
+    error: list[str | None]
+    token_times: list[list[float] | None] = field(default_factory=list)
+
+    @classmethod
+    def from_list(cls, records: Iterable[RequestRecord]) -> "Records":
+        """Columns from a list of records, ordered by request index."""
+        rs = sorted(records, key=lambda r: r.index)
+        f = lambda attr: np.array([getattr(r, attr) for r in rs], dtype=float)  # noqa: E731
+        return cls(
+            index=np.array([r.index for r in rs], dtype=np.int64),
+            scheduled=f("scheduled"),
+            sent=f("sent"),
+            first=f("first"),
+            last=f("last"),
+            tokens=np.array([r.tokens for r in rs], dtype=np.int64),
+            responses=np.array([r.responses for r in rs], dtype=np.int64),
+            error=[r.error for r in rs],
+            token_times=[r.token_times for r in rs],
+        )
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @classmethod
+    def concat(cls, parts: "list[Records]", offsets: "list[float] | None" = None) -> "Records":
+        """Records of several runs one after another: indices renumbered, times shifted by `offsets`."""
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        offsets = offsets or [0.0] * len(parts)
+        idx, base = [], 0
+        for p in parts:
+            idx.append(p.index + base)
+            base += int(p.index.max()) + 1 if len(p) else 0
+        cat = lambda a: np.concatenate([getattr(p, a) + (o if a in ("scheduled", "sent", "first", "last") else 0)  # noqa: E731
+                                        for p, o in zip(parts, offsets)])
+        return cls(index=np.concatenate(idx), scheduled=cat("scheduled"), sent=cat("sent"), first=cat("first"),
+                   last=cat("last"), tokens=cat("tokens"), responses=cat("responses"),
+                   error=[e for p in parts for e in p.error],
+                   token_times=[None if t is None else [x + o for x in t]
+                                for p, o in zip(parts, offsets) for t in (p.token_times or [None] * len(p))])
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Boolean mask of requests answered without error."""
+        return np.array([e is None for e in self.error], dtype=bool)
+
+    @property
+    def rejected(self) -> np.ndarray:
+        """Boolean mask of requests the server's scheduler refused (queue full / timeout)."""
+        return np.array([is_rejection(e) for e in self.error], dtype=bool)
+
+    @property
+    def latency(self) -> np.ndarray:
+        """Seconds from send to the last response (NaN for failed requests)."""
+        lat = self.last - self.sent
+        return np.where(self.ok, lat, np.nan)
+
+    @property
+    def ttft(self) -> np.ndarray:
+        """Seconds from send to the first response (time to first token)."""
+        return np.where(self.ok, self.first - self.sent, np.nan)
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """Mean seconds per token after the first (NaN where a request returned < 2 tokens)."""
+        n = self.tokens - 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per = (self.last - self.first) / np.where(n > 0, n, np.nan)
+        return np.where(self.ok, per, np.nan)
+
+    @property
+    def lateness(self) -> np.ndarray:
+        """Seconds each open-loop send left after its scheduled time (NaN for closed loop)."""
+        return self.sent - self.scheduled
+
+    def inter_token(self) -> np.ndarray:
+        """All gaps between consecutive tokens of successful streams (seconds), pooled."""
+        gaps = [np.diff(t) for t, e in zip(self.token_times, self.error) if t and e is None and len(t) > 1]
+        return np.concatenate(gaps) if gaps else np.zeros(0)
+
+    def errors(self) -> dict[str, int]:
+        """Error kinds (numbers masked) and how often each occurred, most frequent first."""
+        c = Counter(error_kind(e) for e in self.error if e is not None)
+        return dict(c.most_common())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A dict of equal-length arrays, one row per request (a table without pandas)."""
+        return {
+            "index": self.index,
+            "scheduled": self.scheduled,
+            "sent": self.sent,
+            "first": self.first,
+            "last": self.last,
+            "latency": self.latency,
+            "ttft": self.ttft,
+            "tpot": self.tpot,
+            "tokens": self.tokens,
+            "responses": self.responses,
+            "ok": self.ok,
+            "rejected": self.rejected,
+            "error": np.array([e or "" for e in self.error], dtype=object),
+        }

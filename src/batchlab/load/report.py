@@ -1,0 +1,240 @@
+"""A load run's report: what the client measured, what the server says, and how they add up.
+
+The article's T_total is split with the server's own statistics::
+
+    client latency = queue + compute + server other + overhead
+
+queue and compute (compute_input + compute_infer + compute_output) are the statistics
+extension's mean per-request times; server other is the rest of the server's request time
+(success ns / count) — parsing, scheduling, response handling; overhead is what the client saw
+beyond the server's request time: the network stack, (de)serialisation, the client's own event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchlab.load.records import Records
+from batchlab.load.stats import ModelStats
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _pct(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": math.nan, **{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
+    out = {"mean": float(x.mean() * scale)}
+    out.update({f"p{q}": float(np.percentile(x, q) * scale) for q in PERCENTILES})
+    out["max"] = float(x.max() * scale)
+    return out
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: NaN -> None, numpy scalars -> Python, nested dicts/lists cleaned."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if not math.isfinite(f) else round(f, 4)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+@dataclass
+class LoadReport:
+    """The result of one load run (closed or open loop), with the server's view attached."""
+
+    model: str
+    mode: str
+    protocol: str
+    records: Records
+    wall_s: float
+    """Seconds from the first send to the last completion of the measured phase."""
+    client_cpu_s: float
+    """CPU seconds the client process used during the measured phase."""
+    concurrency: int | None = None
+    offered_rate: float | None = None
+    server: ModelStats | None = None
+    """Statistics-extension difference over the measured phase (None when not read)."""
+    metrics: dict[str, Any] | None = None
+    """Prometheus figures for the model, differenced over the measured phase."""
+    label: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    unit: str = "request"
+    """What one record is: 'request' (unary), 'stream' (decoupled), 'sequence' (several steps)."""
+
+    # -- counts and rates ----------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Requests in the measured phase."""
+        return len(self.records)
+
+    @property
+    def n_ok(self) -> int:
+        """Requests answered without error."""
+        return int(self.records.ok.sum())
+
+    @property
+    def n_errors(self) -> int:
+        """Requests that failed (rejections included)."""
+        return self.n - self.n_ok
+
+    @property
+    def n_rejected(self) -> int:
+        """Requests Triton's scheduler refused (queue full or queue timeout)."""
+        return int(self.records.rejected.sum())
+
+    @property
+    def throughput_rps(self) -> float:
+        """Successful requests per second over the measured phase."""
+        return self.n_ok / self.wall_s if self.wall_s > 0 else math.nan
+
+    @property
+    def tokens(self) -> int:
+        """Tokens returned by successful requests."""
+        return int(self.records.tokens[self.records.ok].sum())
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second over the measured phase."""
+        return self.tokens / self.wall_s if self.wall_s > 0 else math.nan
+
+    # -- distributions -------------------------------------------------------------------------
+
+    def latency_ms(self) -> dict[str, float]:
+        """Client latency (send to last response) of successful requests: mean, p50..p99, max (ms)."""
+        return _pct(self.records.latency)
+
+    def ttft_ms(self) -> dict[str, float]:
+        """Time to first token (first response) of successful requests (ms)."""
+        return _pct(self.records.ttft)
+
+    def tpot_ms(self) -> dict[str, float]:
+        """Per-token latency after the first token, per request (ms)."""
+        return _pct(self.records.tpot)
+
+    def lateness_ms(self) -> dict[str, float]:
+        """How late open-loop sends left after their scheduled times (ms); NaN for closed loop."""
+        return _pct(self.records.lateness)
+
+    def client_kept_up(self, tolerance_ms: float = 10.0) -> bool | None:
+        """Open loop: True when the p99 send lateness stayed under `tolerance_ms`."""
+        late = self.lateness_ms()["p99"]
+        return None if math.isnan(late) else bool(late <= tolerance_ms)
+
+    # -- the server's side ---------------------------------------------------------------------
+
+    def mean_batch_size(self) -> float:
+        """Batch items per model execution, from the server's statistics."""
+        return self.server.mean_batch_size if self.server else math.nan
+
+    def batch_histogram(self) -> dict[int, int]:
+        """Executed batch size -> number of executions, from the server's `batch_stats`."""
+        return self.server.batch_histogram() if self.server else {}
+
+    def split_ms(self) -> dict[str, float]:
+        """Mean client latency split into queue, compute, server other and overhead (ms).
+
+        For client-driven sequences the split is per step (one server request): the total is the
+        mean of each sequence's latency divided by its steps. For decoupled streams it is not
+        defined (NaN parts): the server's request time ends when the model releases the request,
+        not when its last response leaves.
+        """
+        total = self.latency_ms()["mean"]
+        if self.unit == "sequence":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_step = self.records.latency / np.where(self.records.tokens > 0, self.records.tokens, np.nan)
+            total = _pct(per_step)["mean"]
+        if self.server is None or not self.server.success or self.unit == "stream":
+            return {"queue": math.nan, "compute": math.nan, "server_other": math.nan,
+                    "overhead": math.nan, "total": total}
+        s = self.server
+        queue = s.mean_ms("queue")
+        compute = sum(s.mean_ms(p) for p in ("compute_input", "compute_infer", "compute_output"))
+        server_total = s.mean_ms("success")
+        return {"queue": queue, "compute": compute, "server_other": server_total - queue - compute,
+                "overhead": total - server_total, "total": total}
+
+    # -- export --------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict (NaN becomes None)."""
+        out: dict[str, Any] = {
+            "label": self.label or self.model,
+            "model": self.model,
+            "mode": self.mode,
+            "protocol": self.protocol,
+            "unit": self.unit,
+            "concurrency": self.concurrency,
+            "offered_rate_rps": self.offered_rate,
+            "requests": self.n,
+            "ok": self.n_ok,
+            "errors": self.n_errors,
+            "rejected": self.n_rejected,
+            "error_kinds": self.records.errors(),
+            "wall_s": self.wall_s,
+            "throughput_rps": self.throughput_rps,
+            "latency_ms": self.latency_ms(),
+        }
+        if self.unit != "request" or self.tokens > self.n_ok:  # streams, sequences, generation
+            out.update(tokens=self.tokens, tokens_per_s=self.tokens_per_s,
+                       ttft_ms=self.ttft_ms(), tpot_ms=self.tpot_ms())
+        if self.mode == "open":
+            out.update(send_lateness_ms=self.lateness_ms(), client_kept_up=self.client_kept_up())
+        out["client_cpu_s"] = self.client_cpu_s
+        out["client_cpu_us_per_request"] = self.client_cpu_s / self.n * 1e6 if self.n else math.nan
+        if self.server is not None:
+            out["server"] = self.server.summary()
+            out["split_ms"] = self.split_ms()
+        if self.metrics is not None:
+            out["metrics"] = self.metrics
+        return _clean(out)
+
+    def to_frame(self) -> dict[str, np.ndarray]:
+        """One row per request as a dict of equal-length arrays (pandas-free table)."""
+        return self.records.to_dict()
+
+    def __repr__(self) -> str:
+        lat = self.latency_ms()
+        extra = f", mean batch {self.mean_batch_size():.1f}" if self.server else ""
+        return (f"<LoadReport {self.label or self.model} {self.mode}/{self.protocol}: {self.n_ok}/{self.n} ok, "
+                f"{self.throughput_rps:.1f} req/s, p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms{extra}>")
+
+
+def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:
+    """Several runs of one configuration (e.g. interleaved rounds) pooled into one report.
+
+    Records are laid end to end, walls and client CPU add up, server statistics are summed, so
+    throughput is total answered / total measured time and percentiles are over all requests.
+    """
+    if not reports:
+        raise ValueError("no reports to pool")
+    first = reports[0]
+    if any((r.model, r.mode, r.protocol) != (first.model, first.mode, first.protocol) for r in reports):
+        raise ValueError("pool only runs of the same model, mode and protocol")
+    offsets, t = [], 0.0
+    for r in reports:
+        offsets.append(t)
+        t += r.wall_s
+    server = None
+    if all(r.server is not None for r in reports):
+        server = reports[0].server
+        for r in reports[1:]:
+            server = server + r.server
+    return LoadReport(model=first.model, mode=first.mode, protocol=first.protocol,
+                      records=Records.concat([r.records for r in reports], offsets),
+                      wall_s=sum(r.wall_s for r in reports), client_cpu_s=sum(r.client_cpu_s for r in reports),
+                      concurrency=first.concurrency, offered_rate=first.offered_rate, server=server,
+                      label=label or first.label, config={**first.config, "pooled_runs": len(reports)},
+                      unit=first.unit)

@@ -1,0 +1,281 @@
+"""What every load run shares: warm-up, server snapshots before and after, client CPU, progress bar,
+and running the asyncio code from plain Python or from inside Jupyter's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+
+import numpy as np
+
+from batchlab.load.metrics import MetricsSnapshot, scrape
+from batchlab.load.records import RequestRecord
+from batchlab.load.stats import ModelStats
+
+if TYPE_CHECKING:
+    from batchlab.load.report import LoadReport
+
+T = TypeVar("T")
+
+PROGRESS_AFTER_S = 3.0
+"""With ``progress=None`` a bar appears once a run has lasted this long."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The three addresses of a Triton server (``host:port`` each), for servers we did not start."""
+
+    http_url: str
+    grpc_url: str
+    metrics_url: str | None = None
+
+
+def check_server(server: Any) -> None:
+    """Raise a clear ValueError unless `server` has the addresses a load run needs."""
+    for attr in ("grpc_url", "http_url"):
+        if not isinstance(getattr(server, attr, None), str):
+            raise ValueError(
+                f"server must be a started TritonServer / ExternalServer or an Endpoints (missing {attr})"
+            )
+
+
+# --------------------------------------------------------------------------- server-side snapshots
+
+
+def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
+    """Statistics extension of `model` over HTTP (``GET /v2/models/<model>/stats``)."""
+    url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/stats"
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return ModelStats.from_json(json.loads(resp.read()), model)
+
+
+def check_model_ready(http_url: str, model: str, timeout: float = 10.0) -> None:
+    """Raise a ValueError naming `model` (and the models that are ready) unless it is ready."""
+    url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            if resp.status == 200:
+                return
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError) as exc:
+        raise ValueError(f"no Triton server answers at {http_url}: {exc}") from None
+    try:
+        req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            ready = sorted(m["name"] for m in json.loads(resp.read() or b"[]") if m.get("state") == "READY")
+    except (urllib.error.URLError, OSError, ValueError):
+        ready = []
+    raise ValueError(f"model {model!r} is not ready on the server at {http_url} (ready: {', '.join(ready) or 'none'})")
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple[ModelStats | None, MetricsSnapshot | None]:
+    """Read the statistics extension and/or scrape the metrics endpoint (off the event loop)."""
+    st = await _in_thread(fetch_stats, server.http_url, model) if stats else None
+    murl = getattr(server, "metrics_url", None)
+    me = await _in_thread(scrape, murl) if metrics and murl else None
+    return st, me
+
+
+async def settled_stats(server: Any, model: str, before: ModelStats, expect: int, timeout: float = 2.0) -> ModelStats:
+    """Statistics after a run, re-read until they count `expect` successful requests (or `timeout`).
+
+    The server updates its counters when a request is released, which can be a moment after the
+    client has its answer; reading once right away could miss the last few.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        after = await _in_thread(fetch_stats, server.http_url, model)
+        d = after - before
+        if d.success >= expect or time.monotonic() > deadline:
+            return after
+        await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A tqdm bar (tqdm.auto: a widget in notebooks, text on stderr elsewhere) that appears late.
+
+    `mode`: False never shows it; True shows it at once; None shows it only once the run has
+    lasted `PROGRESS_AFTER_S` seconds, so short runs print nothing.
+    """
+
+    def __init__(self, mode: bool | None, total: int | None, desc: str) -> None:
+        self.mode, self.total, self.desc = mode, total, desc
+        self.bar = None
+        self.t0 = time.monotonic()
+
+    def update(self, done: int) -> None:
+        """Show `done` requests completed (creating the bar when it is due)."""
+        if self.mode is False:
+            return
+        if self.bar is None:
+            if self.mode is None and time.monotonic() - self.t0 < PROGRESS_AFTER_S:
+                return
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, desc=self.desc, unit="req", file=sys.stderr,
+                            leave=False, dynamic_ncols=True, initial=done)
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        """Remove the bar."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+async def tick_progress(progress: Progress, records: list[RequestRecord], stop: asyncio.Event, every: float = 0.25) -> None:
+    """Refresh `progress` from the growing `records` list until `stop` is set."""
+    while not stop.is_set():
+        progress.update(len(records))
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except asyncio.TimeoutError:
+            pass
+    progress.close()
+
+
+# --------------------------------------------------------------------------- task groups
+
+
+async def run_all(coros: list[Awaitable[None]]) -> None:
+    """Await coroutines concurrently; if one raises, cancel the others and re-raise (py3.10-safe)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if t.exception() is not None:
+                raise t.exception()
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --------------------------------------------------------------------------- sync entry points
+
+
+def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
+    """Run an async load run to completion from synchronous code.
+
+    Inside Jupyter (an event loop already runs in this thread) it runs on a fresh loop in a
+    helper thread and blocks until done; elsewhere it uses `asyncio.run`.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coro())
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(make_coro())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    th = threading.Thread(target=target, name="batchlab-load", daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def cpu_seconds() -> float:
+    """CPU seconds this process has used (all threads: the client's cost)."""
+    return time.process_time()
+
+
+def bound_check(n_requests: int | None, duration_s: float | None) -> None:
+    """A run must be bounded by a request count and/or a duration."""
+    if n_requests is None and duration_s is None:
+        raise ValueError("bound the run: give n_requests and/or duration_s")
+    if n_requests is not None and (not isinstance(n_requests, int) or n_requests < 0):
+        raise ValueError(f"n_requests must be a non-negative integer, not {n_requests!r}")
+    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
+        raise ValueError(f"duration_s must be a non-negative number of seconds, not {duration_s!r}")
+
+
+# --------------------------------------------------------------------------- one measured run
+
+
+Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
+"""A phase: given an open transport, a list to append records to, and its start time (perf_counter)."""
+
+
+async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warmup: Driver | None,
+                  mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
+                  request_timeout_s: float, label: str = "", concurrency: int | None = None,
+                  offered_rate: float | None = None, config: dict[str, Any] | None = None,
+                  transport_options: dict[str, Any] | None = None) -> "LoadReport":
+    """Warm up, snapshot the server, run the measured phase, snapshot again, build the report.
+
+    The warm-up phase is drained before the first snapshot, so the server's figures cover the
+    measured requests only (given no other traffic to the model).
+    """
+    from batchlab.load.records import Records
+    from batchlab.load.report import LoadReport
+    from batchlab.load.transport import make_transport
+
+    check_server(server)
+    await _in_thread(check_model_ready, server.http_url, model)
+    transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
+    await transport.open()
+    try:
+        if warmup is not None:
+            await warmup(transport, [], time.perf_counter())
+        st0, me0 = await snapshot(server, model, stats, metrics)
+        records: list[RequestRecord] = []
+        bar = Progress(progress, total, label or model)
+        stop = asyncio.Event()
+        ticker = asyncio.ensure_future(tick_progress(bar, records, stop))
+        cpu0 = cpu_seconds()
+        t_start = time.perf_counter()
+        try:
+            await drive(transport, records, t_start)
+        finally:
+            stop.set()
+            await ticker
+        cpu = cpu_seconds() - cpu0
+        recs = Records.from_list(records)
+        done = recs.last[np.isfinite(recs.last)]
+        wall = float(done.max() - t_start) if done.size else 0.0
+        for arr in (recs.sent, recs.first, recs.last):  # times relative to the phase start
+            arr -= t_start
+        recs.token_times = [None if t is None else [x - t_start for x in t] for t in recs.token_times]
+        server_delta = metrics_delta = None
+        if stats:
+            if protocol == "grpc-stream":  # one server request per stream request
+                served = int(recs.ok.sum())
+            else:  # unary: one per answered call; a sequence: one per answered step
+                served = int(recs.responses.sum())
+            after = await settled_stats(server, model, st0, served)
+            server_delta = after - st0
+        if metrics and me0 is not None:
+            _, me1 = await snapshot(server, model, False, True)
+            metrics_delta = (me1 - me0).model_summary(model)
+    finally:
+        await transport.close()
+    unit = "stream" if protocol == "grpc-stream" else ("sequence" if transport.saw_sequences else "request")
+    return LoadReport(model=model, mode=mode, protocol=protocol, records=recs, wall_s=wall, unit=unit,
+                      client_cpu_s=cpu, concurrency=concurrency, offered_rate=offered_rate,
+                      server=server_delta, metrics=metrics_delta, label=label, config=config or {})

@@ -1,0 +1,184 @@
+"""The server's own view of a run: Triton's statistics extension, read before and after, differenced.
+
+``GET v2/models/<m>/stats`` (or ``client.get_inference_statistics(m)``) returns cumulative
+counters since the model loaded: how many inferences (batch items) and executions (batches) ran,
+the total time requests spent queued and in compute-input / compute-infer / compute-output, and
+`batch_stats`: for each executed batch size, how many batches of that size ran and their compute
+times. Two snapshots differenced give exactly what one run did.
+
+Per-request sums (queue, compute_*) count each request of a batch once, each charged the whole
+batch's time; `batch_stats` counts batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+def _dur(d: Mapping[str, Any] | None) -> tuple[int, int]:
+    d = d or {}
+    return int(d.get("count", 0) or 0), int(d.get("ns", 0) or 0)
+
+
+@dataclass
+class ModelStats:
+    """Cumulative counters of one model version (a snapshot, or the difference of two)."""
+
+    model: str
+    inference_count: int = 0
+    execution_count: int = 0
+    phases: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """phase -> (count, total ns), for success, fail, queue, compute_input/infer/output."""
+    batches: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    """batch size -> phase -> (count of batches, total ns)."""
+
+    @classmethod
+    def from_json(cls, stats: Mapping[str, Any], model: str | None = None) -> "ModelStats":
+        """Parse the statistics JSON (gRPC's strings or HTTP's integers) for one model.
+
+        Several versions of the model are summed; `model` picks one entry when several are present.
+        """
+        entries = stats.get("model_stats", [])
+        if model is not None:
+            entries = [e for e in entries if e.get("name") == model]
+        if not entries:
+            raise ValueError(f"the statistics hold no entry for model {model!r}")
+        out = cls(model=entries[0].get("name", model or ""))
+        for e in entries:
+            out.inference_count += int(e.get("inference_count", 0) or 0)
+            out.execution_count += int(e.get("execution_count", 0) or 0)
+            inf = e.get("inference_stats", {})
+            for p in PHASES:
+                c, ns = _dur(inf.get(p))
+                c0, ns0 = out.phases.get(p, (0, 0))
+                out.phases[p] = (c0 + c, ns0 + ns)
+            for b in e.get("batch_stats", []) or []:
+                size = int(b.get("batch_size", 0))
+                slot = out.batches.setdefault(size, {})
+                for p in BATCH_PHASES:
+                    c, ns = _dur(b.get(p))
+                    c0, ns0 = slot.get(p, (0, 0))
+                    slot[p] = (c0 + c, ns0 + ns)
+        return out
+
+    def __sub__(self, before: "ModelStats") -> "ModelStats":
+        """What happened between `before` and this snapshot."""
+        if before.model != self.model:
+            raise ValueError(f"cannot difference statistics of {self.model!r} and {before.model!r}")
+        d = ModelStats(self.model, self.inference_count - before.inference_count,
+                       self.execution_count - before.execution_count)
+        for p in PHASES:
+            c1, n1 = self.phases.get(p, (0, 0))
+            c0, n0 = before.phases.get(p, (0, 0))
+            d.phases[p] = (c1 - c0, n1 - n0)
+        for size, slot in self.batches.items():
+            old = before.batches.get(size, {})
+            diff = {p: (slot.get(p, (0, 0))[0] - old.get(p, (0, 0))[0],
+                        slot.get(p, (0, 0))[1] - old.get(p, (0, 0))[1]) for p in BATCH_PHASES}
+            if diff["compute_infer"][0] or diff["compute_input"][0]:
+                d.batches[size] = diff
+        return d
+
+    def __add__(self, other: "ModelStats") -> "ModelStats":
+        """Two differences pooled (e.g. repeated rounds of one configuration)."""
+        if other.model != self.model:
+            raise ValueError(f"cannot pool statistics of {self.model!r} and {other.model!r}")
+        out = ModelStats(self.model, self.inference_count + other.inference_count,
+                         self.execution_count + other.execution_count)
+        for p in PHASES:
+            a, b = self.phases.get(p, (0, 0)), other.phases.get(p, (0, 0))
+            out.phases[p] = (a[0] + b[0], a[1] + b[1])
+        for size in sorted(set(self.batches) | set(other.batches)):
+            x, y = self.batches.get(size, {}), other.batches.get(size, {})
+            out.batches[size] = {p: (x.get(p, (0, 0))[0] + y.get(p, (0, 0))[0],
+                                     x.get(p, (0, 0))[1] + y.get(p, (0, 0))[1]) for p in BATCH_PHASES}
+        return out
+
+    # -- derived figures ----------------------------------------------------------------------
+
+    @property
+    def success(self) -> int:
+        """Requests the server completed successfully."""
+        return self.phases.get("success", (0, 0))[0]
+
+    @property
+    def failed(self) -> int:
+        """Requests that failed inside the server (rejections by the scheduler included)."""
+        return self.phases.get("fail", (0, 0))[0]
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Inferences per execution (batch items per model execution); NaN with no execution."""
+        return self.inference_count / self.execution_count if self.execution_count else float("nan")
+
+    def mean_ms(self, phase: str) -> float:
+        """Mean time per request in `phase` (ms), e.g. 'queue', 'compute_infer', 'success'."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; choose one of {', '.join(PHASES)}")
+        c, ns = self.phases.get(phase, (0, 0))
+        return ns / c / 1e6 if c else float("nan")
+
+    def batch_histogram(self) -> dict[int, int]:
+        """Executed batch size -> number of batches of that size (from `batch_stats`)."""
+        return {s: slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]
+                for s, slot in sorted(self.batches.items())}
+
+    def batch_compute_ms(self, phase: str = "compute_infer") -> dict[int, float]:
+        """Batch size -> mean time of one batch in `phase` (ms): the measured service-time table."""
+        out = {}
+        for s, slot in sorted(self.batches.items()):
+            c, ns = slot.get(phase, (0, 0))
+            if c:
+                out[s] = ns / c / 1e6
+        return out
+
+    def batch_service_ms(self) -> dict[int, float]:
+        """Batch size -> mean of compute_input + compute_infer + compute_output of one batch (ms)."""
+        out = {}
+        for s, slot in sorted(self.batches.items()):
+            c = slot.get("compute_infer", (0, 0))[0]
+            if c:
+                out[s] = sum(slot.get(p, (0, 0))[1] for p in BATCH_PHASES) / c / 1e6
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Counts, mean batch size, histogram and mean per-request times (ms) as a plain dict."""
+        return {
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "success": self.success,
+            "fail": self.failed,
+            "mean_batch_size": self.mean_batch_size,
+            "batch_histogram": {str(k): v for k, v in self.batch_histogram().items()},
+            "queue_ms": self.mean_ms("queue"),
+            "compute_input_ms": self.mean_ms("compute_input"),
+            "compute_infer_ms": self.mean_ms("compute_infer"),
+            "compute_output_ms": self.mean_ms("compute_output"),
+            "request_ms": self.mean_ms("success"),
+        }
+
+
+def _is_http(client: Any) -> bool:
+    return ".http" in type(client).__module__
+
+
+def read_stats(client: Any, model: str) -> ModelStats:
+    """A snapshot of `model`'s statistics from a synchronous tritonclient (gRPC or HTTP) client."""
+    if _is_http(client):  # the HTTP client returns JSON already and has no as_json
+        js = client.get_inference_statistics(model)
+    else:
+        js = client.get_inference_statistics(model, as_json=True)
+    return ModelStats.from_json(js, model)
+
+
+async def read_stats_async(client: Any, model: str) -> ModelStats:
+    """A snapshot of `model`'s statistics from an asyncio tritonclient (gRPC or HTTP) client."""
+    if _is_http(client):
+        js = await client.get_inference_statistics(model)
+    else:
+        js = await client.get_inference_statistics(model, as_json=True)
+    return ModelStats.from_json(js, model)

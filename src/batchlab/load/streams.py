@@ -1,0 +1,219 @@
+"""Decoupled models over one gRPC bidirectional stream: many requests in flight, tokens streamed back.
+
+A decoupled model (``model_transaction_policy { decoupled: true }``) may answer one request with
+any number of responses; only gRPC streaming can carry them. Each request is sent with
+``triton_enable_empty_final_response`` so that the server marks the last response of every
+request with the ``triton_final_response`` parameter (an empty response when the model closed the
+request without data): the client then knows when a request is complete without guessing.
+
+Responses of different requests interleave on the stream; they are matched to their request by
+the request id. The first data response gives the time to first token, the last gives the
+completion time, and each data response counts as one token (or, with `token_output`, as many
+tokens as that output tensor has elements).
+
+tritonclient's asyncio `stream_infer` refuses parameters starting with ``triton_``, so requests
+are built with tritonclient's own request builder and sent on the service stub directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from batchlab.load.records import RequestRecord
+from batchlab.load.transport import Transport, _apply_check, format_error, now, triton_dtype
+from batchlab.load.workload import RequestSpec, SequenceSpec
+
+_MAX_MSG = 2**31 - 1
+
+
+@dataclass
+class _Pending:
+    spec: RequestSpec
+    rec: RequestRecord
+    done: asyncio.Future
+    outputs: list[Mapping[str, np.ndarray]] = field(default_factory=list)
+
+
+class StreamTransport(Transport):
+    """Requests to a decoupled model on one gRPC stream (`n_streams` for several, round-robin)."""
+
+    protocol = "grpc-stream"
+
+    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0, n_streams: int = 1,
+                 token_output: str | None = None) -> None:
+        super().__init__(url, model, request_timeout_s)
+        if n_streams < 1:
+            raise ValueError(f"n_streams must be >= 1, not {n_streams}")
+        self.n_streams = n_streams
+        self.token_output = token_output
+        self._pending: dict[str, _Pending] = {}
+        self._queues: list[asyncio.Queue] = []
+        self._readers: list[asyncio.Task] = []
+        self._calls: list[Any] = []
+        self._broken: str | None = None
+        self._rr = 0
+
+    async def open(self) -> "StreamTransport":
+        """Open the channel and start `n_streams` bidirectional streams with their readers."""
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+        from tritonclient.grpc._utils import _get_inference_request
+
+        self._build = _get_inference_request
+        self._channel = grpc.aio.insecure_channel(
+            self.url, options=[("grpc.max_send_message_length", _MAX_MSG),
+                               ("grpc.max_receive_message_length", _MAX_MSG)])
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        for _ in range(self.n_streams):
+            q: asyncio.Queue = asyncio.Queue()
+            call = stub.ModelStreamInfer(self._requests(q))
+            self._queues.append(q)
+            self._calls.append(call)
+            self._readers.append(asyncio.get_running_loop().create_task(self._read(call)))
+        return self
+
+    async def close(self) -> None:
+        """Half-close the streams, let the readers finish, fail whatever is still pending."""
+        for q in self._queues:
+            q.put_nowait(None)
+        for call in self._calls:
+            try:
+                await asyncio.wait_for(call.done_writing(), 2) if hasattr(call, "done_writing") else None
+            except Exception:  # noqa: BLE001
+                pass
+        for r in self._readers:
+            try:
+                await asyncio.wait_for(asyncio.shield(r), 5)
+            except Exception:  # noqa: BLE001
+                r.cancel()
+        for call in self._calls:
+            call.cancel()
+        self._fail_all("stream closed before the request completed")
+        if getattr(self, "_channel", None) is not None:
+            await self._channel.close()
+            self._channel = None
+        self._queues, self._calls, self._readers = [], [], []
+
+    @staticmethod
+    async def _requests(q: asyncio.Queue):
+        while True:
+            req = await q.get()
+            if req is None:
+                return
+            yield req
+
+    def _fail_all(self, message: str) -> None:
+        for p in list(self._pending.values()):
+            if not p.done.done():
+                p.rec.error = p.rec.error or message
+                p.rec.last = now()
+                p.done.set_result(None)
+        self._pending.clear()
+
+    async def _read(self, call: Any) -> None:
+        from tritonclient.grpc import InferResult
+
+        try:
+            async for resp in call:
+                t = now()
+                ir = resp.infer_response
+                p = self._pending.get(ir.id)
+                if p is None:
+                    if resp.error_message and len(self._pending) == 1:  # an error without an id
+                        p = next(iter(self._pending.values()))
+                    else:
+                        continue
+                if resp.error_message:
+                    p.rec.error = f"[server] {resp.error_message}"
+                    p.rec.last = t
+                    self._finish(ir.id or None, p)
+                    continue
+                if len(ir.outputs):
+                    p.rec.responses += 1
+                    if self.token_output or p.spec.check is not None:
+                        res = InferResult(ir)
+                        outs = {o.name: res.as_numpy(o.name) for o in ir.outputs}
+                        if p.spec.check is not None:
+                            p.outputs.append(outs)
+                        ntok = int(np.size(outs.get(self.token_output, ()))) if self.token_output else 1
+                    else:
+                        ntok = 1
+                    if ntok:
+                        if p.rec.tokens == 0:
+                            p.rec.first = t
+                        p.rec.tokens += ntok
+                        p.rec.last = t
+                        if p.rec.token_times is not None:
+                            p.rec.token_times.extend([t] * ntok)
+                param = ir.parameters.get("triton_final_response")
+                if param is not None and param.bool_param:
+                    if p.rec.tokens == 0:
+                        p.rec.first = p.rec.last = t
+                    self._finish(ir.id, p)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the stream broke: every waiting request fails
+            self._broken = f"stream failed: {format_error(exc)}"
+            self._fail_all(self._broken)
+            return
+        if self._pending:
+            self._broken = "the server closed the stream"
+            self._fail_all(self._broken)
+
+    def _finish(self, rid: str | None, p: _Pending) -> None:
+        if rid is not None:
+            self._pending.pop(rid, None)
+        else:
+            for k, v in list(self._pending.items()):
+                if v is p:
+                    del self._pending[k]
+        if not p.done.done():
+            p.done.set_result(None)
+
+    async def _request(self, spec: RequestSpec, rec: RequestRecord) -> None:
+        from tritonclient.grpc import InferInput, InferRequestedOutput
+
+        if self._broken:
+            rec.sent = rec.last = now()
+            rec.error = self._broken
+            return
+        if not self._queues:
+            raise RuntimeError("StreamTransport used before open()")
+        inputs = []
+        for name, arr in spec.inputs.items():
+            inp = InferInput(name, list(arr.shape), triton_dtype(arr))
+            inp.set_data_from_numpy(arr)
+            inputs.append(inp)
+        outputs = [InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
+        rid = str(next(self._ids))
+        req = self._build(
+            model_name=self.model, inputs=inputs, model_version="", request_id=rid, outputs=outputs,
+            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
+            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
+            parameters=spec.parameters,
+        )
+        req.parameters["triton_enable_empty_final_response"].bool_param = True
+        p = _Pending(spec, rec, asyncio.get_running_loop().create_future())
+        self._pending[rid] = p
+        q = self._queues[self._rr % len(self._queues)]
+        self._rr += 1
+        rec.sent = now()
+        q.put_nowait(req)
+        try:
+            await asyncio.wait_for(asyncio.shield(p.done), self.request_timeout_s)
+        except asyncio.TimeoutError:
+            self._pending.pop(rid, None)
+            rec.error = f"client timeout: request not complete after {self.request_timeout_s:g} s"
+            rec.last = now()
+            return
+        if rec.error is None and spec.check is not None:
+            _apply_check(spec.check, p.outputs, rec)
+        if rec.error is None and spec.expected_tokens is not None and rec.tokens != spec.expected_tokens:
+            rec.error = f"check failed: {rec.tokens} tokens, expected {spec.expected_tokens}"
+
+    async def _sequence(self, seq: SequenceSpec, rec: RequestRecord) -> None:
+        raise ValueError("client-driven sequences (SequenceSpec) go over 'grpc' or 'http', not a stream")

@@ -1,0 +1,299 @@
+"""How one request travels: unary gRPC (asyncio), unary HTTP (asyncio), or a gRPC stream.
+
+A transport fills in a `RequestRecord`: the send time just before the call, the time of the first
+and last responses, the number of tokens, and the error (Triton's message with its status code,
+a client-side timeout, or a failed answer check). It never raises for a failed request: a failure
+is data, and is recorded.
+
+All transports live on one asyncio event loop; open them inside the loop that will use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from batchlab.load.records import RequestRecord
+from batchlab.load.workload import RequestSpec, SequenceSpec
+
+PROTOCOLS = ("grpc", "http", "grpc-stream")
+
+_DTYPES = {
+    np.dtype(np.bool_): "BOOL", np.dtype(np.int8): "INT8", np.dtype(np.int16): "INT16",
+    np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64", np.dtype(np.uint8): "UINT8",
+    np.dtype(np.uint16): "UINT16", np.dtype(np.uint32): "UINT32", np.dtype(np.uint64): "UINT64",
+    np.dtype(np.float16): "FP16", np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64",
+}
+
+now = time.perf_counter
+_SEQ_IDS = itertools.count(1)  # shared by every transport of this process
+
+
+def triton_dtype(arr: np.ndarray) -> str:
+    """Triton's datatype name for a numpy array (object/bytes arrays are BYTES)."""
+    if arr.dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _DTYPES[arr.dtype]
+    except KeyError:
+        raise ValueError(f"numpy dtype {arr.dtype} has no Triton datatype") from None
+
+
+def format_error(exc: BaseException) -> str:
+    """One line naming what went wrong: Triton's ``[status] message``, or the exception type."""
+    from tritonclient.utils import InferenceServerException
+
+    if isinstance(exc, InferenceServerException):
+        status = exc.status()
+        msg = exc.message() or str(exc)
+        return f"[{status}] {msg}" if status else msg
+    if isinstance(exc, asyncio.TimeoutError):
+        return "client timeout: no answer within the request timeout"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Transport:
+    """Base class: runs a `RequestSpec` or `SequenceSpec` and fills in its record."""
+
+    protocol = "?"
+
+    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
+        if request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, not {request_timeout_s}")
+        self.url = url
+        self.model = model
+        self.request_timeout_s = request_timeout_s
+        self._ids = itertools.count(1)
+        self.sequence_id_base = (1 << 40) | ((os.getpid() & 0xFFFF) << 24)
+        """Automatically assigned sequence ids start here: far from any id a factory would pick, and
+        different per process, so runs against one server never reuse a live correlation id."""
+        self.saw_sequences = False
+        """True once a SequenceSpec ran (its record then spans several requests)."""
+
+    async def open(self) -> "Transport":
+        """Connect (inside the running event loop)."""
+        return self
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def __aenter__(self) -> "Transport":
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def new_sequence_id(self) -> int:
+        """A correlation id not used before by this transport."""
+        return self.sequence_id_base + next(_SEQ_IDS) % (1 << 24)
+
+    async def execute(self, spec: RequestSpec | SequenceSpec, rec: RequestRecord) -> None:
+        """Send `spec` and record what happened in `rec` (never raises for a failed request)."""
+        if isinstance(spec, SequenceSpec):
+            self.saw_sequences = True
+            await self._sequence(spec, rec)
+        elif isinstance(spec, RequestSpec):
+            if spec.sequence_start and not spec.sequence_id:
+                spec = _replace(spec, sequence_id=self.new_sequence_id())
+            await self._request(spec, rec)
+        else:
+            raise ValueError(f"a request source produced {type(spec).__name__}, not a RequestSpec or SequenceSpec")
+
+    async def _request(self, spec: RequestSpec, rec: RequestRecord) -> None:
+        rec.sent = now()
+        try:
+            outs = await self._infer(spec, str(next(self._ids)),
+                                     decode=spec.check is not None or spec.count_tokens is not None)
+        except Exception as exc:  # noqa: BLE001 - a failure is recorded, not raised
+            rec.last = now()
+            rec.error = format_error(exc)
+            return
+        rec.first = rec.last = now()
+        rec.tokens = rec.responses = 1
+        if spec.count_tokens is not None:
+            try:
+                rec.tokens = int(spec.count_tokens(outs))
+            except Exception as exc:  # noqa: BLE001
+                rec.error = f"count_tokens raised {type(exc).__name__}: {exc}"
+                return
+        if spec.check is not None:
+            _apply_check(spec.check, outs, rec)
+
+    async def _sequence(self, seq: SequenceSpec, rec: RequestRecord) -> None:
+        """A client-driven sequence: one unary call per step, each waiting for the previous."""
+        sid = seq.sequence_id or self.new_sequence_id()
+        prev: Mapping[str, np.ndarray] | None = None
+        history: list[Mapping[str, np.ndarray]] = []
+        rec.sent = now()
+        k = 0
+        while True:
+            try:
+                spec = seq.step(k, prev)
+            except Exception as exc:  # noqa: BLE001
+                rec.error = f"sequence step {k} could not be built: {type(exc).__name__}: {exc}"
+                break
+            if spec is None:
+                break
+            end = spec.sequence_end or (seq.n_steps is not None and k == seq.n_steps - 1)
+            spec = _replace(spec, sequence_id=sid, sequence_start=(k == 0), sequence_end=end)
+            try:
+                prev = await self._infer(spec, str(next(self._ids)), decode=True)
+            except Exception as exc:  # noqa: BLE001
+                rec.error = f"step {k}: {format_error(exc)}"
+                rec.last = now()
+                break
+            t = now()
+            if k == 0:
+                rec.first = t
+            rec.last = t
+            rec.tokens += 1
+            rec.responses += 1
+            if rec.token_times is not None:
+                rec.token_times.append(t)
+            history.append(prev)
+            if spec.check is not None:
+                _apply_check(spec.check, prev, rec)
+                if rec.error:
+                    break
+            k += 1
+            if end:
+                break
+        if rec.error is None and seq.check is not None:
+            _apply_check(seq.check, history, rec)
+
+    async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
+        raise NotImplementedError
+
+
+def _replace(spec: RequestSpec, **kw: Any) -> RequestSpec:
+    from dataclasses import replace
+
+    return replace(spec, **kw)
+
+
+def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
+    try:
+        msg = check(outs)
+    except Exception as exc:  # noqa: BLE001
+        msg = f"the check raised {type(exc).__name__}: {exc}"
+    if msg:
+        rec.error = f"check failed: {msg}"
+
+
+# --------------------------------------------------------------------------- gRPC (asyncio)
+
+
+class GrpcTransport(Transport):
+    """Unary inference over gRPC with `tritonclient.grpc.aio` (one channel, many calls in flight)."""
+
+    protocol = "grpc"
+
+    async def open(self) -> "GrpcTransport":
+        """Create the asyncio gRPC client (one channel)."""
+        import tritonclient.grpc as grpcclient
+        import tritonclient.grpc.aio as aioclient
+
+        self._mod = grpcclient
+        self.client = aioclient.InferenceServerClient(self.url)
+        return self
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        if getattr(self, "client", None) is not None:
+            await self.client.close()
+            self.client = None
+
+    def _inputs(self, spec: RequestSpec) -> list[Any]:
+        out = []
+        for name, arr in spec.inputs.items():
+            inp = self._mod.InferInput(name, list(arr.shape), triton_dtype(arr))
+            inp.set_data_from_numpy(arr)
+            out.append(inp)
+        return out
+
+    async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
+        outputs = [self._mod.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
+        res = await self.client.infer(
+            self.model, self._inputs(spec), outputs=outputs, request_id=request_id,
+            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
+            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
+            client_timeout=self.request_timeout_s, parameters=spec.parameters,
+        )
+        resp = res.get_response()
+        if resp.id != request_id:
+            raise RuntimeError(f"answer carries request id {resp.id!r}, expected {request_id!r}")
+        if not decode:
+            return None
+        return {o.name: res.as_numpy(o.name) for o in resp.outputs}
+
+
+# --------------------------------------------------------------------------- HTTP (asyncio)
+
+
+class HttpTransport(Transport):
+    """Unary inference over HTTP/REST with `tritonclient.http.aio` (aiohttp, binary tensors)."""
+
+    protocol = "http"
+
+    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0, conn_limit: int = 256) -> None:
+        super().__init__(url, model, request_timeout_s)
+        self.conn_limit = conn_limit
+
+    async def open(self) -> "HttpTransport":
+        """Create the asyncio HTTP client and learn the model's output names."""
+        import tritonclient.http as httpclient
+        import tritonclient.http.aio as aioclient
+
+        self._mod = httpclient
+        self.client = aioclient.InferenceServerClient(self.url, conn_limit=self.conn_limit,
+                                                      conn_timeout=self.request_timeout_s)
+        meta = await self.client.get_model_metadata(self.model)
+        self._all_outputs = [o["name"] for o in meta.get("outputs", [])]
+        return self
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        if getattr(self, "client", None) is not None:
+            await self.client.close()
+            self.client = None
+
+    async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
+        inputs = []
+        for name, arr in spec.inputs.items():
+            inp = self._mod.InferInput(name, list(arr.shape), triton_dtype(arr))
+            inp.set_data_from_numpy(arr, binary_data=True)
+            inputs.append(inp)
+        names = list(spec.outputs) if spec.outputs else self._all_outputs
+        outputs = [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
+        res = await self.client.infer(
+            self.model, inputs, outputs=outputs, request_id=request_id,
+            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
+            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
+            parameters=spec.parameters,
+        )
+        resp = res.get_response()
+        if resp.get("id", request_id) != request_id:
+            raise RuntimeError(f"answer carries request id {resp.get('id')!r}, expected {request_id!r}")
+        if not decode:
+            return None
+        return {o["name"]: res.as_numpy(o["name"]) for o in resp.get("outputs", [])}
+
+
+def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
+                   **kwargs: Any) -> Transport:
+    """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
+    if protocol == "grpc":
+        return GrpcTransport(server.grpc_url, model, request_timeout_s)
+    if protocol == "http":
+        return HttpTransport(server.http_url, model, request_timeout_s, **kwargs)
+    if protocol in ("grpc-stream", "stream"):
+        from batchlab.load.streams import StreamTransport
+
+        return StreamTransport(server.grpc_url, model, request_timeout_s, **kwargs)
+    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+

@@ -1,0 +1,63 @@
+"""Request timelines: when each request arrived, waited, ran, and in which batch (chapters 00, 02).
+
+One row per request: a thin line from arrival to start (waiting in the queue), a thick bar from
+start to finish coloured by its batch; shaded columns mark the executions, and an optional tick
+marks where the oldest request's ``max_queue_delay`` would expire. Only draws.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from batchlab.plotting.fonts import zh
+
+
+def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
+                  batch_id: Sequence[int], b_start: Sequence[float] | None = None,
+                  b_end: Sequence[float] | None = None, delay_s: float = 0.0, unit: str = "ms",
+                  title: str | None = None) -> None:
+    """Draw requests (rows, in arrival order) and executions; times in seconds, shown in ``unit``."""
+    scale = {"ms": 1e3, "s": 1.0}.get(unit)
+    if scale is None:
+        raise ValueError(f"unit must be 'ms' or 's', not {unit!r}")
+    import matplotlib
+
+    a = np.asarray(arrival, float) * scale
+    s = np.asarray(start, float) * scale
+    f = np.asarray(finish, float) * scale
+    bid = np.asarray(batch_id, int)
+    if not (a.size == s.size == f.size == bid.size):
+        raise ValueError("arrival, start, finish and batch_id must have the same length")
+    order = np.argsort(a, kind="stable")
+    cmap = matplotlib.colormaps["tab10"]
+    if b_start is not None and b_end is not None:
+        for k, (bs, be) in enumerate(zip(np.asarray(b_start) * scale, np.asarray(b_end) * scale)):
+            ax.axvspan(bs, be, color=cmap(k % 10), alpha=0.12, linewidth=0)
+    for row, i in enumerate(order):
+        ax.plot([a[i], s[i]], [row, row], color="0.55", linewidth=1.0)
+        ax.plot([a[i]], [row], "|", color="0.3", markersize=8)
+        if np.isfinite(s[i]) and np.isfinite(f[i]):
+            ax.plot([s[i], f[i]], [row, row], color=cmap(bid[i] % 10), linewidth=6, solid_capstyle="butt")
+    if delay_s > 0:
+        # the first window opens with the first request
+        ax.axvline(a[order[0]] + delay_s * scale, color="#e67e22", linestyle="--", linewidth=1,
+                   label=zh(f"最老请求的窗口到期（{delay_s * 1e3:.0f} ms）", f"oldest request's window ({delay_s * 1e3:.0f} ms)"))
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_yticks(range(a.size))
+    ax.set_yticklabels([f"#{int(i)}" for i in order], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(zh(f"时间 ({unit})", f"time ({unit})"))
+    ax.set_ylabel(zh("请求（按到达顺序）", "request (arrival order)"))
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def plot_sim_timeline(ax, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
+    """`plot_timeline` for a `batchlab.sim.SimResult` (its records and executions)."""
+    r, b = result.records, result.batches
+    if delay_s is None:
+        delay_s = float((getattr(result, "config", {}) or {}).get("max_queue_delay_us", 0.0) or 0.0) * 1e-6
+    plot_timeline(ax, r["arrival"], r["start"], r["finish"], r["batch_id"], b["start"], b["end"],
+                  delay_s=delay_s, unit=unit, title=title)

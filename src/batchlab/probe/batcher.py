@@ -1,0 +1,339 @@
+"""Triton's batch-forming rule, observed: crafted arrival patterns against the real dynamic batcher.
+
+A *pattern* is a handful of send times and a batcher configuration (``max_batch_size``, a
+model-level field; ``preferred_batch_size`` and ``max_queue_delay_microseconds`` inside
+``dynamic_batching``). `batcher_config` reloads a model with that configuration — Triton reads
+batcher settings only when a model loads, so changing them means a reload — through the model
+repository API's config override (``load_model(name, config=JSON)``), and restores the model's
+previous configuration afterwards. `run_pattern` sends the requests at their times (open loop,
+`batchlab.load.run_open_loop`) and reads what the server did: the batch size each response
+reports (the course's `embed` models return ``BATCH_SIZE``) and the ``batch_stats`` histogram
+of the statistics extension. `simulate_pattern` runs the same pattern through
+`batchlab.sim.simulate_dynamic`, so the chapter can print rule, simulation and server side by side.
+
+The rule (core ``src/dynamic_batch_scheduler.cc``, ``GetDynamicBatch``; server
+``docs/user_guide/batcher.md``), requests taken in arrival order:
+
+1. a batch reaching the largest preferred size (``max_batch_size`` when none is set) goes at once;
+2. while the oldest request's delay has not expired, the largest preferred size reachable goes
+   at once (7 pending, preferred [4, 8]: 4 go);
+3. when the delay is 0, or the oldest request has waited ``max_queue_delay``, whatever is
+   pending goes;
+4. otherwise the batcher waits (for more requests, or for the delay to expire).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+
+class ProbeError(RuntimeError):
+    """The server could not be probed (model control refused, a request failed, …)."""
+
+
+@dataclass(frozen=True)
+class BatcherSettings:
+    """The three batch-forming fields of a model configuration."""
+
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_batch_size, (int, np.integer)) or self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be a positive integer, got {self.max_batch_size!r}")
+        pref = tuple(int(p) for p in self.preferred_batch_sizes)
+        if any(p < 1 or p > self.max_batch_size for p in pref):
+            raise ValueError(f"preferred batch sizes {pref} must lie in [1, max_batch_size={self.max_batch_size}]")
+        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(pref))))
+        if not isinstance(self.max_queue_delay_us, (int, np.integer)) or self.max_queue_delay_us < 0:
+            raise ValueError(f"max_queue_delay_us must be a non-negative integer, got {self.max_queue_delay_us!r}")
+
+    def pbtxt(self) -> str:
+        """The settings as config.pbtxt lines (note where max_batch_size lives)."""
+        inner = []
+        if self.preferred_batch_sizes:
+            inner.append(f"  preferred_batch_size: [ {', '.join(map(str, self.preferred_batch_sizes))} ]")
+        if self.max_queue_delay_us:
+            inner.append(f"  max_queue_delay_microseconds: {self.max_queue_delay_us}")
+        body = ("{\n" + "\n".join(inner) + "\n}") if inner else "{ }"
+        return f"max_batch_size: {self.max_batch_size}\ndynamic_batching {body}"
+
+    def apply(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a model configuration (JSON form) with these batcher settings."""
+        cfg = json.loads(json.dumps(dict(config)))
+        cfg["max_batch_size"] = int(self.max_batch_size)
+        db = dict(cfg.get("dynamic_batching") or {})
+        db.pop("preferred_batch_size", None)
+        db.pop("max_queue_delay_microseconds", None)
+        if self.preferred_batch_sizes:
+            db["preferred_batch_size"] = [int(p) for p in self.preferred_batch_sizes]
+        if self.max_queue_delay_us:
+            db["max_queue_delay_microseconds"] = int(self.max_queue_delay_us)
+        cfg["dynamic_batching"] = db
+        return cfg
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Send times (seconds from the start) and the batcher settings to send them to."""
+
+    name: str
+    arrivals_s: tuple[float, ...]
+    settings: BatcherSettings
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        a = np.asarray(self.arrivals_s, dtype=float)
+        if a.ndim != 1 or a.size == 0 or np.any(np.diff(a) < 0) or a[0] < 0 or not np.all(np.isfinite(a)):
+            raise ValueError(f"pattern {self.name!r}: arrivals must be a non-empty, non-decreasing list of times >= 0")
+        object.__setattr__(self, "arrivals_s", tuple(float(x) for x in a))
+
+    @property
+    def n(self) -> int:
+        """Number of requests."""
+        return len(self.arrivals_s)
+
+
+def burst(n: int, at: float = 0.0) -> tuple[float, ...]:
+    """``n`` requests sent at the same instant."""
+    return tuple([float(at)] * int(n))
+
+
+def spaced(n: int, gap_s: float, start: float = 0.0) -> tuple[float, ...]:
+    """``n`` requests ``gap_s`` seconds apart."""
+    return tuple(float(start + i * gap_s) for i in range(int(n)))
+
+
+def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
+    """Batches in arrival order from each request's reported batch size, or None if inconsistent.
+
+    Triton forms batches from the queue in arrival order, so the requests of one batch are
+    consecutive: [4, 4, 4, 4, 3, 3, 3] is a batch of 4 then a batch of 3.
+    """
+    out, i, s = [], 0, [int(x) for x in sizes]
+    while i < len(s):
+        k = s[i]
+        if k < 1 or i + k > len(s) or any(x != k for x in s[i:i + k]):
+            return None
+        out.append(k)
+        i += k
+    return out
+
+
+# --------------------------------------------------------------------------- the simulator's answer
+
+
+@dataclass
+class PatternOutcome:
+    """What one run of a pattern gave (on the server or in the simulator)."""
+
+    pattern: Pattern
+    sizes: list[int]
+    """Batch size of the execution that served each request, in the order the requests were
+    served (arrival order in the simulator, completion order on the server)."""
+    histogram: dict[int, int]
+    """Executions per batch size."""
+    latency_ms: np.ndarray
+    sent_s: np.ndarray
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batches(self) -> list[int] | None:
+        """Batch sizes in the order the batches were formed (None if the sizes are inconsistent)."""
+        return batches_from_sizes(self.sizes)
+
+
+def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float] | None = None) -> PatternOutcome:
+    """The pattern through `batchlab.sim.simulate_dynamic` with the service model ``service``.
+
+    ``arrivals_s`` replaces the designed send times (e.g. with the times a real run actually sent).
+    """
+    from batchlab.sim import simulate_dynamic
+
+    a = np.asarray(pattern.arrivals_s if arrivals_s is None else arrivals_s, dtype=float)
+    s = pattern.settings
+    res = simulate_dynamic(a, service, max_batch_size=s.max_batch_size, max_queue_delay_us=s.max_queue_delay_us,
+                           preferred_batch_sizes=s.preferred_batch_sizes, warmup=0.0)
+    r, b = res.records, res.batches
+    order = np.argsort(r["arrival"], kind="stable")
+    sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
+    hist: dict[int, int] = {}
+    for k in b["size"]:
+        hist[int(k)] = hist.get(int(k), 0) + 1
+    return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
+                          latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,
+                          extra={"result": res})
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+def _grpc(server: Any):
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def allows_reload(server: Any) -> bool:
+    """True when ``server`` is an embedded server started with explicit model control."""
+    return getattr(server, "model_control", None) == "explicit"
+
+
+@contextlib.contextmanager
+def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
+    """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs
+    with explicit model control, else a private embedded one (stopped on exit).
+
+    A shared server (``make start``, ``TRITON_URL``) loads every model at start-up and refuses
+    reloads; the private one leaves it untouched.
+    """
+    if allows_reload(server):
+        yield server
+        return
+    from batchlab.server import TritonServer
+
+    with TritonServer(models=list(models), startup_timeout=180) as private:
+        yield private
+
+
+@contextlib.contextmanager
+def batcher_config(server: Any, model: str, settings: BatcherSettings) -> Iterator[dict[str, Any]]:
+    """Reload ``model`` with ``settings``; yield the configuration the server then reports.
+
+    On exit the model is reloaded with the configuration it had. Raises ProbeError when the server
+    refuses model control (start it with explicit control, or use `reloadable`).
+    """
+    from tritonclient.utils import InferenceServerException
+
+    client = _grpc(server)
+    try:
+        base = client.get_model_config(model, as_json=True)["config"]
+        cfg = settings.apply(base)
+        try:
+            client.load_model(model, config=json.dumps(cfg))
+        except InferenceServerException as exc:
+            raise ProbeError(f"the server refused to reload {model!r} with new batcher settings: "
+                             f"{exc.message() or exc}") from None
+        got = client.get_model_config(model, as_json=True)["config"]
+        effective = {"max_batch_size": int(got.get("max_batch_size", 0)),
+                     "dynamic_batching": got.get("dynamic_batching", {})}
+        try:
+            yield effective
+        finally:
+            # Back to the configuration the model had. A plain load_model(model) is not enough:
+            # Triton keeps serving the override while the model's files are unchanged.
+            with contextlib.suppress(InferenceServerException):
+                client.load_model(model, config=json.dumps(base))
+    finally:
+        client.close()
+
+
+def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, np.ndarray],
+                size_output: str = "BATCH_SIZE", settle_s: float | None = None) -> PatternOutcome:
+    """Send ``pattern`` to ``model`` (already configured, e.g. inside `batcher_config`).
+
+    ``inputs`` is one request's tensors (batch dimension 1). One warm-up request goes first and
+    the run waits ``settle_s`` (default: the batcher delay + 50 ms) so the pattern starts on an
+    idle instance with an empty queue.
+    """
+    from batchlab.load import RequestSpec, run_open_loop
+    from batchlab.probe.batch_time import _executions, _infer_inputs, _settled, _stats
+
+    import tritonclient.grpc as grpcclient
+
+    first = next(iter(inputs.values()))
+    if first.shape[0] != 1:
+        raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
+    client = _grpc(server)
+    try:
+        base = _stats(client, model)
+        client.infer(model, _infer_inputs(grpcclient, inputs))  # warm-up
+        wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
+        time.sleep(wait)
+        before = _settled(client, model, base, 1)
+        seen: dict[int, int] = {}
+
+        def spec(i: int) -> RequestSpec:
+            def check(out: Mapping[str, np.ndarray]) -> str | None:
+                if size_output not in out:
+                    return f"the response has no {size_output} output"
+                seen[i] = int(np.asarray(out[size_output]).reshape(-1)[0])
+                return None
+
+            return RequestSpec(dict(inputs), check=check)
+
+        report = run_open_loop(server, model, spec, arrivals=list(pattern.arrivals_s), progress=False,
+                               stats=False)
+        if report.n_errors:
+            raise ProbeError(f"pattern {pattern.name!r}: {report.n_errors} request(s) failed: "
+                             f"{report.records.errors()}")
+        rec = report.records
+        # Requests sent at the same instant reach the server in no fixed order, but one instance
+        # finishes its batches one after another: ordering by completion groups each batch together.
+        order = np.argsort(rec.last, kind="stable")
+        sizes = [seen.get(int(rec.index[i]), -1) for i in order]
+        batches = batches_from_sizes(sizes)
+        # batch_stats can lag the responses a little: wait until every execution is counted
+        deadline = time.monotonic() + 3.0
+        while True:
+            delta = _stats(client, model) - before
+            if (delta.success >= pattern.n and (batches is None or _executions(delta) >= len(batches))) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+    finally:
+        client.close()
+    return PatternOutcome(pattern, sizes, dict(sorted(delta.batch_histogram().items())),
+                          latency_ms=rec.latency[order] * 1e3, sent_s=np.asarray(rec.sent, float)[order],
+                          extra={"lateness_ms_max": float(np.nanmax(rec.lateness)) * 1e3 if len(rec) else math.nan,
+                                 "report": report, "server": delta})
+
+
+def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: Mapping[str, np.ndarray],
+                 service: Any) -> list[dict[str, Any]]:
+    """Each pattern on the server and in the simulator; one reload per distinct batcher setting.
+
+    Returns, per pattern (in the given order), a dict with ``pattern``, ``config`` (what the
+    server reports after the reload), ``real`` and ``sim`` (`PatternOutcome`s). ``service`` is
+    the simulator's service model (e.g. `batchlab.sim.Affine` fitted to measured t(B)).
+    """
+    out: dict[int, dict[str, Any]] = {}
+    groups: dict[BatcherSettings, list[int]] = {}
+    for i, p in enumerate(patterns):
+        groups.setdefault(p.settings, []).append(i)
+    for settings, idx in groups.items():
+        with batcher_config(server, model, settings) as effective:
+            for i in idx:
+                real = run_pattern(server, model, patterns[i], inputs)
+                out[i] = {"pattern": patterns[i], "config": effective, "real": real,
+                          "sim": simulate_pattern(patterns[i], service)}
+    return [out[i] for i in range(len(patterns))]
+
+
+# --------------------------------------------------------------------------- the chapter's patterns
+
+
+def chapter_patterns() -> list[Pattern]:
+    """The crafted patterns of chapter 02, each isolating one clause of the rule.
+
+    Delays are hundreds of milliseconds and gaps tens of milliseconds, so that a busy 2-core
+    machine (a few ms of timer jitter) cannot change the outcome.
+    """
+    d8 = BatcherSettings(max_batch_size=8, max_queue_delay_us=150_000)
+    pref = BatcherSettings(max_batch_size=8, preferred_batch_sizes=(4, 8), max_queue_delay_us=150_000)
+    nodelay = BatcherSettings(max_batch_size=8)
+    return [
+        Pattern("A 5 条同时到", burst(5), d8, "不满 max_batch_size：等最老的请求等满 150 ms，5 条一锅"),
+        Pattern("B 11 条同时到", burst(11), d8, "凑满 8 条立即下锅，剩下 3 条等满窗口再走"),
+        Pattern("C 每 40 ms 一条", spaced(6, 0.040), d8, "窗口从最老的请求算起：0–120 ms 的 4 条一锅，其余 2 条一锅"),
+        Pattern("D 偏好 [4, 8]，7 条同时到", burst(7), pref, "能凑到的最大偏好批是 4：立即发 4 条，剩 3 条等满窗口"),
+        Pattern("E 不设延迟，每 40 ms 一条", spaced(5, 0.040), nodelay, "延迟为 0：实例一空就发，来一条走一条"),
+    ]

@@ -1,0 +1,169 @@
+"""T_total = T_queue + T_prefill + T_decode + T_overhead, measured on the real server.
+
+The course model `generate` runs request-level generation behind Triton's dynamic batcher: one
+execution prefills every prompt of the batch (producing each request's first token), then
+decodes one token per step for the whole batch until its longest member is done. Triton's
+statistics give each request's queue time and compute time; the client gives its latency. What
+no counter separates is prefill from decode inside one execution, so a *calibration* measures
+both with single executions of B rows (`batchlab.probe.batch_time`):
+
+* ``MAX_TOKENS = 1``: prefill only, t_p(B);
+* ``MAX_TOKENS = N``: prefill plus N − 1 decode steps, t(B, N);
+* one decode step of B sequences: t_step(B) = (t(B, N) − t_p(B)) / (N − 1).
+
+A load run is then split per request (`split_report`):
+
+* T_queue — the statistics' mean queue time;
+* T_prefill — t_p(B) of the batch each request ran in (weighted by the server's batch_stats);
+* T_decode — the statistics' mean compute time minus T_prefill;
+* T_overhead — the client's latency minus the server's queue and compute: gRPC, (de)serialising,
+  the Python backend's request handling, and the client's own event loop.
+
+`calibration.token_cost()` turns the calibration into the simulator's `TokenCost`, so the same
+arrivals can be replayed through `batchlab.sim.simulate_static_generation`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from batchlab.formulas import fit_affine
+from batchlab.probe.batch_time import BatchTimes, InputsFn, measure_batch_times
+
+
+def generate_inputs(prompt: Sequence[int], max_tokens: int) -> InputsFn:
+    """B -> inputs of one `generate` request carrying B copies of ``prompt`` (IGNORE_EOS set,
+    so every row makes exactly ``max_tokens`` tokens)."""
+    p = np.asarray(prompt, dtype=np.int32)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError("prompt must be a non-empty 1-D sequence of token ids")
+    if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+
+    def make(b: int) -> dict[str, np.ndarray]:
+        return {"PROMPT": np.tile(p[None], (b, 1)),
+                "MAX_TOKENS": np.full((b, 1), int(max_tokens), np.int32),
+                "IGNORE_EOS": np.ones((b, 1), dtype=bool)}
+
+    return make
+
+
+@dataclass
+class GenerateCalibration:
+    """Prefill and decode-step times of `generate` per batch size (ms), from single executions."""
+
+    sizes: list[int]
+    prompt_len: int
+    n_tokens: int
+    prefill: BatchTimes
+    full: BatchTimes
+
+    @property
+    def prefill_ms(self) -> np.ndarray:
+        """t_p(B): one execution with MAX_TOKENS = 1 (fastest of the rounds)."""
+        return self.prefill.minimum("compute")
+
+    @property
+    def full_ms(self) -> np.ndarray:
+        """t(B, N): one execution with MAX_TOKENS = N (fastest of the rounds)."""
+        return self.full.minimum("compute")
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        """t_step(B) = (t(B, N) − t_p(B)) / (N − 1): one decode step of B sequences."""
+        return (self.full_ms - self.prefill_ms) / (self.n_tokens - 1)
+
+    def step_fit(self) -> tuple[float, float]:
+        """(a, b) of t_step(B) = a + b·B (ms), with a >= 0."""
+        a, b = fit_affine(self.sizes, self.step_ms)
+        if a < 0:
+            x = np.asarray(self.sizes, float)
+            a, b = 0.0, float(np.dot(x, self.step_ms) / np.dot(x, x))
+        return a, b
+
+    def prefill_at(self, batch_size: float | np.ndarray) -> float | np.ndarray:
+        """t_p at any batch size, interpolated linearly between the measured ones (ms)."""
+        return np.interp(batch_size, self.sizes, self.prefill_ms)
+
+    def token_cost(self) -> Any:
+        """The simulator's `TokenCost` (µs) fitted to this calibration.
+
+        decode_base + decode_per_seq·B is the step fit; the prefill of B prompts of P tokens is
+        decode_base + prefill_per_token·B·P, its slope fitted through the measured t_p(B).
+        """
+        from batchlab.sim import TokenCost
+
+        a, b = self.step_fit()
+        a, b = max(a, 1e-3), max(b, 0.0)
+        x = np.asarray(self.sizes, float) * self.prompt_len
+        y = self.prefill_ms - a
+        ppt = max(float(np.dot(x, y) / np.dot(x, x)), 0.0)
+        return TokenCost(prefill_per_token=ppt * 1e3, decode_base=a * 1e3, decode_per_seq=b * 1e3)
+
+    def table(self) -> list[dict[str, float]]:
+        """Rows: B, t_p, t(B, N), t_step, and the per-token cost of one sequence t_step / B (ms)."""
+        return [{"B": b, "prefill_ms": float(p), "full_ms": float(f), "step_ms": float(s),
+                 "step_per_seq_ms": float(s) / b}
+                for b, p, f, s in zip(self.sizes, self.prefill_ms, self.full_ms, self.step_ms)]
+
+
+def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] = (1, 4, 16),
+                       n_tokens: int = 16, rounds: int = 3, model: str = "generate") -> GenerateCalibration:
+    """Measure t_p(B) and t(B, N) of ``model`` with single executions (see module docstring)."""
+    if n_tokens < 2:
+        raise ValueError("n_tokens must be >= 2 to see a decode step")
+    pre = measure_batch_times(server, model, generate_inputs(prompt, 1), sizes, rounds=rounds)
+    full = measure_batch_times(server, model, generate_inputs(prompt, n_tokens), sizes, rounds=rounds)
+    return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), pre, full)
+
+
+PARTS = ("queue", "prefill", "decode", "overhead")
+
+
+def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
+    """Mean T_queue, T_prefill, T_decode, T_overhead and T_total (ms) of a `generate` load run.
+
+    Also returns the server's mean batch size (``batch``) and the request-weighted one
+    (``batch_seen``: the batch size the average request ran in).
+    """
+    s = report.server
+    if s is None or not s.success:
+        raise ValueError("the report has no server statistics (run the load with stats=True)")
+    total = report.latency_ms()["mean"]
+    queue = s.mean_ms("queue")
+    compute = sum(s.mean_ms(p) for p in ("compute_input", "compute_infer", "compute_output"))
+    hist = s.batch_histogram()
+    sizes = np.array(list(hist.keys()), float)
+    counts = np.array(list(hist.values()), float)
+    weight = sizes * counts  # requests that ran in batches of each size
+    if weight.sum() <= 0:
+        raise ValueError("the server statistics show no executions")
+    prefill = float(np.sum(weight * calib.prefill_at(sizes)) / weight.sum())
+    return {
+        "queue": queue,
+        "prefill": prefill,
+        "decode": compute - prefill,
+        "overhead": total - queue - compute,
+        "total": total,
+        "batch": s.mean_batch_size,
+        "batch_seen": float(np.sum(weight * sizes) / weight.sum()),
+    }
+
+
+def split_simulated(result: Any) -> dict[str, float]:
+    """Mean T_queue, T_prefill, T_decode and T_total (ms) of a simulated generation run (no overhead)."""
+    r = result.records
+    ok = np.isfinite(r["finish"]) & np.isfinite(r["start"])
+    r = r[ok]
+    if r.size == 0:
+        return {p: math.nan for p in ("queue", "prefill", "decode", "overhead", "total")}
+    q = (r["start"] - r["arrival"]).mean() * 1e3
+    p = (r["first_token"] - r["start"]).mean() * 1e3
+    d = (r["finish"] - r["first_token"]).mean() * 1e3
+    b = result.batches["size"]
+    return {"queue": float(q), "prefill": float(p), "decode": float(d), "overhead": 0.0,
+            "total": float(q + p + d), "batch": float(b.mean()) if b.size else math.nan}

@@ -1,0 +1,164 @@
+"""The chapter-00 animation as an ipywidgets view: play, step, speed and parameter sliders.
+
+`BatchingAnimation` joins a `Play` control and a frame slider (linked in the browser with
+`jslink`), a 下一帧 button, a speed slider and three parameter sliders (arrival rate, pot size,
+time window). Every frame is a PNG drawn by `batchlab.viz.draw` from the frames of
+`batchlab.viz.frames`, shown in an HTML widget with a label giving the frame number and the
+simulated time. Changing a parameter re-runs the three simulations (a few milliseconds) and
+starts again at frame 1.
+
+CSS classes for browser tests: ``batchlab-play``, ``batchlab-step``, ``batchlab-frame`` (the
+picture), ``batchlab-frame-label``, ``batchlab-frame-slider``, ``batchlab-speed``,
+``batchlab-rate``, ``batchlab-batch``, ``batchlab-delay``.
+
+Nothing here blocks: the widget only reacts to its controls. Without a Jupyter kernel
+(`show_animation` in plain Python or with ``BATCHLAB_HEADLESS=1``) still frames are drawn instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import replace
+from typing import Any
+
+from batchlab.viz.frames import default_horizon, frame_label, frame_times, step_index
+from batchlab.viz.scenario import DemoParams, run_demo
+
+N_FRAMES = 60
+
+
+def headless() -> bool:
+    """True without a Jupyter kernel to show widgets (plain Python, or ``BATCHLAB_HEADLESS=1``)."""
+    if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return True
+    ip = get_ipython()
+    return ip is None or getattr(ip, "kernel", None) is None
+
+
+class BatchingAnimation:
+    """The animated side-by-side view of no batching, dynamic batching and continuous batching."""
+
+    def __init__(self, params: DemoParams = DemoParams(), n_frames: int = N_FRAMES, interval_ms: int = 600) -> None:
+        import ipywidgets as W
+
+        if not isinstance(n_frames, int) or n_frames < 2:
+            raise ValueError(f"n_frames must be an integer >= 2, got {n_frames!r}")
+        self.params = params
+        self.n_frames = n_frames
+        self._fig = None
+        self._cache: dict[int, str] = {}
+        self.play = W.Play(value=0, min=0, max=n_frames - 1, step=1, interval=interval_ms,
+                           description="播放", repeat=True)
+        self.slider = W.IntSlider(value=0, min=0, max=n_frames - 1, description="帧",
+                                  continuous_update=True, layout=W.Layout(width="420px"))
+        W.jslink((self.play, "value"), (self.slider, "value"))
+        self.step_button = W.Button(description="下一帧", icon="step-forward", tooltip="前进一帧")
+        self.speed = W.IntSlider(value=interval_ms, min=150, max=2000, step=50, description="每帧 ms",
+                                 layout=W.Layout(width="300px"))
+        self.rate = W.FloatSlider(value=params.rate, min=0.5, max=12.0, step=0.5, description="到达率/s",
+                                  continuous_update=False)
+        self.batch = W.IntSlider(value=params.max_batch_size, min=1, max=16, description="锅容量",
+                                 continuous_update=False)
+        self.delay = W.IntSlider(value=int(params.max_queue_delay_ms), min=0, max=1000, step=50,
+                                 description="窗口 ms", continuous_update=False)
+        self.label = W.HTML(value="")
+        self.picture = W.HTML(value="")
+        for widget, cls in ((self.play, "batchlab-play"), (self.step_button, "batchlab-step"),
+                            (self.picture, "batchlab-frame"), (self.label, "batchlab-frame-label"),
+                            (self.slider, "batchlab-frame-slider"), (self.speed, "batchlab-speed"),
+                            (self.rate, "batchlab-rate"), (self.batch, "batchlab-batch"),
+                            (self.delay, "batchlab-delay")):
+            widget.add_class(cls)
+        self.step_button.on_click(lambda _b: self.step())
+        self.slider.observe(lambda ch: self.show_frame(ch["new"]), names="value")
+        self.speed.observe(lambda ch: setattr(self.play, "interval", int(ch["new"])), names="value")
+        for w in (self.rate, self.batch, self.delay):
+            w.observe(self._params_changed, names="value")
+        self.box = W.VBox([
+            W.HBox([self.play, self.step_button, self.slider]),
+            W.HBox([self.speed, self.rate]),
+            W.HBox([self.batch, self.delay]),
+            self.label,
+            self.picture,
+        ])
+        self._simulate()
+        self.show_frame(0)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _simulate(self) -> None:
+        self.lanes = run_demo(self.params)
+        self.horizon = default_horizon(self.lanes)
+        self.times = frame_times(self.horizon, self.n_frames)
+        self._cache.clear()
+
+    def _params_changed(self, _change: Any) -> None:
+        self.params = replace(self.params, rate=float(self.rate.value), max_batch_size=int(self.batch.value),
+                              max_queue_delay_ms=float(self.delay.value))
+        self._simulate()
+        if self.slider.value != 0:
+            self.slider.value = 0  # triggers show_frame(0)
+        else:
+            self.show_frame(0)
+
+    @property
+    def index(self) -> int:
+        """The frame shown now (0-based)."""
+        return int(self.slider.value)
+
+    def step(self, n: int = 1) -> int:
+        """Advance ``n`` frames (wrapping at the end); return the new index."""
+        new = step_index(self.index, self.n_frames, n)
+        self.slider.value = new  # the observer redraws
+        return new
+
+    def show_frame(self, index: int) -> None:
+        """Draw frame ``index`` into the picture and update the label."""
+        from batchlab.viz.draw import new_figure, render_png
+
+        index = int(index)
+        if not 0 <= index < self.n_frames:
+            raise ValueError(f"frame index must lie in [0, {self.n_frames - 1}], got {index}")
+        t = float(self.times[index])
+        if index not in self._cache:
+            if self._fig is None:
+                import matplotlib.pyplot as plt
+
+                self._fig = new_figure(len(self.lanes))
+                plt.close(self._fig)  # never shown by the inline backend; we draw it ourselves
+            png = render_png(self.lanes, t, self.horizon, fig=self._fig)
+            self._cache[index] = base64.b64encode(png).decode("ascii")
+        self.picture.value = (f'<img alt="frame {index + 1}" style="max-width:100%" '
+                              f'src="data:image/png;base64,{self._cache[index]}"/>')
+        self.label.value = frame_label(index, self.n_frames, t)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = self.box._repr_mimebundle_(include=include, exclude=exclude) or {}
+        bundle["text/plain"] = f"<BatchingAnimation: {self.n_frames} frames, {self.params}>"
+        return bundle
+
+
+def show_animation(params: DemoParams = DemoParams(), n_frames: int = N_FRAMES,
+                   still_times: tuple[float, ...] | None = None) -> BatchingAnimation | None:
+    """Display the animation in a Jupyter kernel (returns it), or draw still frames when headless."""
+    if headless():
+        import matplotlib.pyplot as plt
+
+        from batchlab.viz.draw import film_strip
+
+        lanes = run_demo(params)
+        h = default_horizon(lanes)
+        times = still_times or tuple(round(h * f, 1) for f in (0.15, 0.4, 0.65, 0.9))
+        film_strip(lanes, times)
+        plt.show()
+        return None
+    from IPython.display import display
+
+    anim = BatchingAnimation(params, n_frames=n_frames)
+    display(anim)
+    return anim

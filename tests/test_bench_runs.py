@@ -1,0 +1,107 @@
+"""Each benchmark, shrunk to a few seconds, against the session's server (through TRITON_URL).
+
+The full-size runs are `make bench`; here the figures are too short to mean much, so the tests
+check what must hold at any size: the JSON shape, every request answered, the four ways of
+generating returning the same tokens, the server's counters agreeing with the client's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from batchlab.bench import calibrate
+from batchlab.load.stats import ModelStats
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture()
+def via_env(triton, monkeypatch):
+    monkeypatch.setenv("TRITON_URL", triton.http_url)
+    monkeypatch.setenv("TRITON_GRPC_URL", triton.grpc_url)
+    monkeypatch.setenv("TRITON_METRICS_URL", triton.metrics_url)
+    return triton
+
+
+def _json(obj: dict) -> dict:
+    return json.loads(json.dumps(obj, allow_nan=False))
+
+
+def test_dynamic_small(via_env) -> None:
+    from batchlab.bench.dynamic import run
+
+    out = _json(run(rounds=1, round_s=1.0, warmup_s=0.3, extra=False))
+    assert set(out["results"]) == {"none", "dynamic", "delay_preferred"}
+    for name, r in out["results"].items():
+        assert r["errors"] == 0 and r["requests"] > 0 and r["throughput_rps"] > 0
+        assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
+    assert out["results"]["none"]["mean_batch_size"] == 1.0
+    assert out["results"]["none"]["batch_histogram"] == {"1": out["results"]["none"]["requests"]}
+    assert out["results"]["dynamic"]["mean_batch_size"] > 1.0
+    assert out["speedup"] == pytest.approx(out["results"][out["best_dynamic"]]["throughput_rps"]
+                                           / out["results"]["none"]["throughput_rps"], rel=1e-2)
+    assert isinstance(out["goal_met"], bool)
+
+
+def test_continuous_small_same_tokens_everywhere(via_env) -> None:
+    from batchlab.bench.continuous import run
+
+    out = _json(run(n_requests=12, concurrency=4, mean_tokens=6, cap=16, warmup_requests=2))
+    res = out["results"]
+    assert set(res) == {"generate", "lm_step", "lm_iterative", "lm_stream"}
+    tokens = out["workload"]["output_tokens"]
+    for name, r in res.items():
+        assert r["errors"] == 0, (name, r["error_kinds"])
+        assert r["tokens"] == tokens, name
+        assert 0 < r["eta"] <= 1
+    assert all(out["same_tokens_as_generate"].values()), out["same_tokens_as_generate"]
+    assert res["lm_stream"]["eta"] == 1.0 and res["generate"]["eta"] <= 1.0
+    assert out["speedup_vs_static"] > 0
+
+
+def test_fidelity_small(via_env) -> None:
+    from batchlab.bench.fidelity import run
+
+    out = _json(run(level_s=1.5, calib_s=0.5))
+    assert set(out["levels"]) == {"light", "medium", "near_saturation"}
+    for cal in out["calibration"]["per_level"].values():
+        times = list(cal["batch_time_ms"].values())
+        assert times == sorted(times)  # the smoothed table never decreases
+    for lv in out["levels"].values():
+        assert lv["errors"] == 0
+        for k in ("throughput", "p50", "p99"):
+            assert lv["error"][k] == pytest.approx(
+                (lv["predicted"][f"{k}_rps" if k == "throughput" else f"{k}_ms"]
+                 - lv["measured"][f"{k}_rps" if k == "throughput" else f"{k}_ms"])
+                / lv["measured"][f"{k}_rps" if k == "throughput" else f"{k}_ms"], abs=2e-3)
+
+
+def test_client_small(via_env) -> None:
+    from batchlab.bench.client import run
+
+    out = _json(run(duration_s=1.0, check_s=1.0, lab_max_rate=100.0))
+    for proto in ("grpc", "http"):
+        c = out["capacity"][proto]
+        assert c["errors"] == 0 and c["capacity_rps_one_core"] > 500
+    chk = out["open_loop_check"]
+    assert chk["offered_rps"] == 500.0 and chk["errors"] == 0
+
+
+def test_calibration_helpers() -> None:
+    y = np.array([5.0, 4.0, 6.0, 9.0, 8.0])
+    w = np.array([1.0, 3.0, 1.0, 1.0, 1.0])
+    iso = calibrate.isotonic(y, w)
+    assert np.all(np.diff(iso) >= 0)
+    assert iso[0] == iso[1] == pytest.approx((5 + 12) / 4) and iso[3] == iso[4] == 8.5
+    sizes = np.array([1, 2, 4, 8])
+    base, per = calibrate.fit_affine(sizes, 3.0 + 1.5 * sizes, np.ones(4))
+    assert base == pytest.approx(3.0) and per == pytest.approx(1.5)
+    st = ModelStats("m", batches={b: {"compute_infer": (10, int(10 * (3 + 1.5 * b) * 1e6))} for b in (1, 2, 4, 8)})
+    model = calibrate.service_model(st)
+    c = calibrate.speedup_ceiling(model, t1_ms=4.5)
+    assert c["at_batch"] == 8 and c["speedup"] == pytest.approx(8 * 4.5 / 15.0)
+    with pytest.raises(ValueError, match="nothing to calibrate"):
+        calibrate.batch_table(ModelStats("m"))

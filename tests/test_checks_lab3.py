@@ -1,0 +1,109 @@
+"""Lab 3 checks against a private server (lm_step with a 0.5 s idle timeout)."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from batchlab import labkit
+from batchlab.checks.lab3 import check_abandoned, check_oldest_block, check_run_sequences, check_step
+from batchlab.lm import encode
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def grpc():
+    ws = labkit.workspace(["lm_step"])
+    text = re.sub(r"max_sequence_idle_microseconds:\s*\d+", "max_sequence_idle_microseconds: 500000",
+                  ws.read_config("lm_step"))
+    ws.write_config("lm_step", text)
+    server = ws.start()
+    yield server.grpc_client()
+    ws.close()
+
+
+def step(client, model, seq_id, tokens=None, start=False, end=False):
+    inputs = []
+    if tokens is not None:
+        x = np.asarray(tokens, np.int32).reshape(1, -1)
+        inp = grpcclient.InferInput("TOKENS", list(x.shape), "INT32")
+        inp.set_data_from_numpy(x)
+        inputs.append(inp)
+    r = client.infer(model, inputs, sequence_id=seq_id, sequence_start=start, sequence_end=end)
+    v = lambda n: int(r.as_numpy(n).reshape(-1)[0])
+    return {"token": v("TOKEN"), "length": v("LENGTH"), "batch_size": v("BATCH_SIZE"),
+            "live": v("LIVE_SEQUENCES"), "t": time.perf_counter()}
+
+
+def run_sequences(client, model, prompts, steps, first_id, end=True):
+    def one(i):
+        out = [step(client, model, first_id + i, prompts[i], start=True)]
+        for k in range(steps - 1):
+            out.append(step(client, model, first_id + i, end=end and k == steps - 2))
+        return out
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(one, range(len(prompts))))
+
+
+def test_step(grpc, capsys) -> None:
+    assert check_step(step, client=grpc).passed
+    capsys.readouterr()
+    never_ends = lambda c, m, s, tokens=None, start=False, end=False: step(c, m, s, tokens, start, False)
+    r = check_step(never_ends, client=grpc)
+    assert r.score == 3 and "sequence_end=True" in capsys.readouterr().out
+    time.sleep(1.2)  # let the abandoned sequence time out
+    no_start = lambda c, m, s, tokens=None, start=False, end=False: step(c, m, s, tokens, False, end)
+    r = check_step(no_start, client=grpc)
+    assert r.score == 0 and "START" in capsys.readouterr().out
+
+
+def test_run_sequences(grpc, capsys) -> None:
+    assert check_run_sequences(run_sequences, client=grpc).passed
+    capsys.readouterr()
+    shared_id = lambda c, m, p, s, f: run_sequences(c, m, p, s, f)[:1] * len(p)
+    r = check_run_sequences(shared_id, client=grpc)
+    out = capsys.readouterr().out
+    assert not r.passed and "序列「" in out
+    time.sleep(1.2)
+    r = check_run_sequences(lambda c, m, p, s, f: run_sequences(c, m, p, s, f, end=False), client=grpc)
+    assert r.score == 2 and "end=True" in capsys.readouterr().out
+    time.sleep(1.2)
+
+
+def oldest(c, pref=(), delay=0):
+    lines = ["oldest {", f"  max_candidate_sequences: {c}"]
+    if pref:
+        lines.append("  preferred_batch_size: [ " + ", ".join(map(str, pref)) + " ]")
+    return "\n".join(lines + [f"  max_queue_delay_microseconds: {delay}", "}"])
+
+
+def test_oldest_block(capsys) -> None:
+    assert check_oldest_block(oldest).passed
+    capsys.readouterr()
+    r = check_oldest_block(lambda c, p=(), d=0: "sequence_batching { " + oldest(c, p, d) + " }")
+    assert r.score == 0 and "只返回 oldest" in capsys.readouterr().out
+    r = check_oldest_block(lambda c, p=(), d=0: oldest(c, p, 0))
+    assert r.score == 2 and "delay" in capsys.readouterr().out
+
+
+def test_abandoned(grpc, capsys) -> None:
+    def probe(client, model, seq_id, idle_s):
+        step(client, model, seq_id, encode("毛肚"), start=True)
+        time.sleep(idle_s)
+        try:
+            step(client, model, seq_id)
+        except InferenceServerException as e:
+            return e
+
+    assert check_abandoned(probe, client=grpc, idle_s=1.2).passed
+    capsys.readouterr()
+    r = check_abandoned(probe, client=grpc, idle_s=0.05)  # too short: the step succeeds
+    assert r.score == 0 and "空闲" in capsys.readouterr().out
+    time.sleep(1.2)

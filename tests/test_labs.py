@@ -1,0 +1,362 @@
+"""Labs and solutions from one source: sync, structure, and the labgen generator itself.
+
+The notebooks themselves run under nbval (`solutions/` and `labs/` are in pytest's testpaths);
+these tests check what nbval cannot: that `labs/` is exactly what `make labs` would write, that
+every TODO is tagged and followed by its check, and that every check grades in Chinese.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from batchlab import labgen
+from batchlab.checks import load_all, parse_scores
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+LABS = ROOT / "labs"
+LAB_NAMES = [  # fixed by the README
+    "lab1_first_pot", "lab2_dynamic_batching", "lab3_sequence_batching",
+    "lab4_continuous_batching", "lab5_rush_hour", "lab6_gpu",
+]
+STUB = re.compile(r'raise NotImplementedError\("TODO（第 (\d+) 题）')
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _src(cell: dict) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _solutions() -> list[Path]:
+    return sorted(SOLUTIONS.glob("*.ipynb"))
+
+
+def _labs() -> list[Path]:
+    return sorted(LABS.glob("*.ipynb"))
+
+
+def _lab_number(path: Path) -> int:
+    return int(re.match(r"lab(\d+)_", path.name).group(1))
+
+
+def _called_names(code: str) -> set[str]:
+    """Names of the functions called in a cell (IPython magics stripped)."""
+    lines = [ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    return {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)} | {
+        n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+
+
+# --------------------------------------------------------------------------- the repository
+
+
+@pytest.mark.parametrize("name", LAB_NAMES)
+def test_every_lab_has_a_solution_and_a_generated_lab(name: str) -> None:
+    assert (SOLUTIONS / f"{name}.ipynb").is_file(), f"solutions/{name}.ipynb is missing"
+    assert (LABS / f"{name}.ipynb").is_file(), f"labs/{name}.ipynb is missing: run `make labs`"
+
+
+def test_labs_are_in_sync_with_solutions() -> None:
+    problems = labgen.stale(SOLUTIONS, LABS)
+    assert problems == [], "labs/ is out of date, run `make labs`:\n" + "\n".join(problems)
+
+
+def test_check_labs_cli_agrees() -> None:
+    proc = subprocess.run([sys.executable, "-m", "batchlab.labgen", str(SOLUTIONS), str(LABS), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("path", _labs(), ids=lambda p: p.name)
+def test_lab_is_a_valid_notebook_without_outputs(path: Path) -> None:
+    nbformat.validate(nbformat.read(path, as_version=4))
+    nb = _nb(path)
+    for cell in nb["cells"]:
+        assert "### BEGIN SOLUTION" not in _src(cell) and "### END SOLUTION" not in _src(cell)
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+@pytest.mark.parametrize("path", _solutions(), ids=lambda p: p.name)
+def test_solution_has_answers_and_no_stubs(path: Path) -> None:
+    nbformat.validate(nbformat.read(path, as_version=4))
+    lab = labgen.make_lab(_nb(path), path.name)
+    assert any(q.kind == "code" for q in lab.questions), f"{path.name} has no code question"
+    for cell in _nb(path)["cells"]:
+        src = _src(cell)
+        assert "YOUR CODE HERE" not in src and not STUB.search(src), f"{path.name}: a TODO stub left in a solution"
+        assert "raises-exception" not in cell.get("metadata", {}).get("tags", []), \
+            f"{path.name}: a solution cell may not be allowed to raise"
+
+
+@pytest.mark.parametrize("path", _labs(), ids=lambda p: p.name)
+def test_every_todo_is_tagged_and_followed_by_its_check(path: Path) -> None:
+    registry = load_all()
+    by_name = {info["function"].__name__: qid for qid, info in registry.items()}
+    lab_no = _lab_number(path)
+    cells = _nb(path)["cells"]
+    todos = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and STUB.search(_src(c))]
+    assert todos, f"{path.name} has no TODO cell"
+    for k, i in enumerate(todos):
+        cell = cells[i]
+        number = int(STUB.search(_src(cell)).group(1))
+        assert "raises-exception" in cell["metadata"].get("tags", []), f"{path.name} TODO {number} is not tagged"
+        end = todos[k + 1] if k + 1 < len(todos) else len(cells)
+        called = set()
+        for c in cells[i + 1:end]:
+            if c["cell_type"] == "code":
+                called |= {by_name[n] for n in _called_names(_src(c)) if n in by_name}
+        assert f"lab{lab_no}.q{number}" in called, (
+            f"{path.name}: TODO 第 {number} 题 is not followed (before the next TODO) by its check "
+            f"lab{lab_no}.q{number}; checks called there: {sorted(called) or 'none'}")
+    tagged = [i for i, c in enumerate(cells) if "raises-exception" in c.get("metadata", {}).get("tags", [])]
+    assert tagged == todos, f"{path.name}: only TODO cells may be tagged raises-exception"
+
+
+@pytest.mark.parametrize("path", _solutions(), ids=lambda p: p.name)
+def test_stored_solution_earns_full_marks(path: Path) -> None:
+    """The executed solution's check cells printed full scores for every check the lab calls."""
+    nb = _nb(path)
+    text = "\n".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                     for o in c.get("outputs", []))
+    scores = parse_scores(text)
+    lab_no = _lab_number(path)
+    n_code = sum(1 for q in labgen.make_lab(nb, path.name).questions if q.kind == "code")
+    assert len([q for q in scores if q.startswith(f"lab{lab_no}.")]) == n_code, \
+        f"{path.name}: stored outputs show {sorted(scores)}; execute it (make execute NB=...)"
+    assert all(s == m for s, m in scores.values()), f"{path.name}: not full marks: {scores}"
+
+
+def test_every_check_is_reachable_from_a_lab_and_has_a_valid_id() -> None:
+    registry = load_all()
+    used = set()
+    for path in _labs():
+        for c in _nb(path)["cells"]:
+            if c["cell_type"] == "code" and "check_" in _src(c):
+                used |= {n for n in _called_names(_src(c)) if n.startswith("check_")}
+    for qid, info in registry.items():
+        assert re.fullmatch(r"lab[1-6]\.q\d+", qid)
+        assert info["function"].__name__ in used, f"check {qid} ({info['function'].__name__}) is used by no lab"
+
+
+def test_every_check_reports_unfinished_work_in_chinese_with_a_score_line(capsys) -> None:
+    def todo(*args, **kwargs):
+        raise NotImplementedError("TODO（第 1 题）")
+
+    for qid, info in load_all().items():
+        for answer in (None, todo):
+            result = info["function"](answer)
+            out = capsys.readouterr().out
+            assert result.score == 0 and result.pending, (qid, out)
+            assert f"[score] {qid} 0/{info['points']}" in out
+            assert "尚未完成" in out and CJK.search(out)
+
+
+# --------------------------------------------------------------------------- labgen itself
+
+
+def _sol_nb(*cells: dict) -> dict:
+    return {"cells": list(cells), "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _code(src: str, **meta) -> dict:
+    return {"cell_type": "code", "id": f"c{abs(hash(src)) % 10**8}", "metadata": meta, "source": src,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}], "execution_count": 3}
+
+
+def test_code_region_becomes_an_indented_stub() -> None:
+    src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION 算出 x 的平方\n    return x * x\n    ### END SOLUTION\n"
+    lab = labgen.make_lab(_sol_nb({"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# T"}, _code(src)),
+                          "lab9_x.ipynb")
+    cell = lab.notebook["cells"][2]
+    text = "".join(cell["source"])
+    assert "    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError(" in text
+    assert "TODO（第 1 题）：算出 x 的平方" in text and "not yet implemented" in text
+    assert "return x * x" not in text
+    assert cell["metadata"]["tags"] == ["raises-exception"]
+    assert cell["outputs"] == [] and cell["execution_count"] is None
+    assert lab.notebook["cells"][1]["id"] == labgen.BANNER_ID
+    compile(text, "cell", "exec")  # the stub is valid Python
+
+
+def test_markdown_answer_and_question_numbering() -> None:
+    md = {"cell_type": "markdown", "id": "m", "metadata": {},
+          "source": "问：为什么？\n\n### BEGIN SOLUTION\n因为带宽。\n### END SOLUTION\n"}
+    lab = labgen.make_lab(_sol_nb(_code("a = 1\n### BEGIN SOLUTION\na = 2\n### END SOLUTION"), md,
+                                  _code("### BEGIN SOLUTION\nb = 3\n### END SOLUTION")), "lab9_x.ipynb")
+    assert [(q.number, q.kind) for q in lab.questions] == [(1, "code"), (2, "markdown"), (3, "code")]
+    md_out = "".join(lab.notebook["cells"][2]["source"])
+    assert "因为带宽" not in md_out and labgen.MARKDOWN_STUB in md_out
+    assert "tags" not in lab.notebook["cells"][2]["metadata"]
+    assert "第 3 题" in "".join(lab.notebook["cells"][3]["source"])
+
+
+@pytest.mark.parametrize("src, message", [
+    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without a BEGIN"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside another"),
+])
+def test_malformed_markers_are_named(src: str, message: str) -> None:
+    with pytest.raises(labgen.LabgenError, match=message):
+        labgen.make_lab(_sol_nb(_code(src)), "lab9_x.ipynb")
+
+
+def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> None:
+    sol, labs = tmp_path / "solutions", tmp_path / "labs"
+    sol.mkdir()
+    (sol / "lab9_x.ipynb").write_text(labgen.dumps(_sol_nb(_code("### BEGIN SOLUTION\nx = 1\n### END SOLUTION"))))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "batchlab.labgen", str(sol), str(labs), *a],
+                                    capture_output=True, text=True)
+    assert run("--check").returncode == 1  # missing
+    assert run().returncode == 0
+    first = (labs / "lab9_x.ipynb").read_text()
+    assert run().returncode == 0 and (labs / "lab9_x.ipynb").read_text() == first
+    assert run("--check").returncode == 0
+    # trailing whitespace is ignored, anything else is drift
+    (labs / "lab9_x.ipynb").write_text(first.replace("\n", "  \n"))
+    assert run("--check").returncode == 0
+    (labs / "lab9_x.ipynb").write_text(first.replace("YOUR CODE HERE", "my answer"))
+    proc = run("--check")
+    assert proc.returncode == 1 and "lab9_x.ipynb (differs" in proc.stderr
+    # a lab without a solution is stale too; `make labs` removes a generated orphan
+    (labs / "lab8_old.ipynb").write_text(first)
+    assert "no solution of that name" in run("--check").stderr
+    assert run().returncode == 0 and not (labs / "lab8_old.ipynb").exists()
+
+
+def test_bad_solutions_folder_is_one_line_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "batchlab.labgen", str(tmp_path / "nope"), str(tmp_path / "labs")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- labkit
+
+
+def test_replace_block_top_level_nested_and_absent() -> None:
+    from batchlab import labkit
+    from batchlab.config_pbtxt import load_config_text, parse_config
+
+    text = 'name: "m"  # a { brace in a comment\nmax_batch_size: 8\ndynamic_batching { }  # old\nparameters { key: "k" value { string_value: "}" } }\n'
+    new = labkit.replace_block(text, "dynamic_batching", "dynamic_batching {\n  max_queue_delay_microseconds: 5\n}")
+    cfg = parse_config(new)
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 5 and cfg.parameters["k"].string_value == "}"
+    assert "# old" not in new and "# a { brace" in new
+    appended = labkit.replace_block('name: "m"\n', "dynamic_batching", "dynamic_batching { }")
+    assert parse_config(appended).HasField("dynamic_batching")
+    removed = labkit.replace_block(text, "dynamic_batching", "")
+    assert not parse_config(removed).HasField("dynamic_batching")
+    nested = labkit.replace_block(load_config_text("lm_step"), "sequence_batching.direct",
+                                  "oldest { max_candidate_sequences: 4 }")
+    sb = parse_config(nested).sequence_batching
+    assert sb.WhichOneof("strategy_choice") == "oldest" and len(sb.control_input) == 4
+    with pytest.raises(ValueError, match="no dynamic_batching"):
+        labkit.replace_block('name: "m"\n', "dynamic_batching.x", "x { }")
+
+
+def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
+    from batchlab import labkit
+
+    def stub():
+        raise NotImplementedError("TODO（第 2 题）：x — not yet implemented")
+
+    def uses_stub():
+        return stub()
+
+    assert labkit.attempt(5, uses_stub) is None
+    assert "第 2 题还没完成" in capsys.readouterr().out
+    assert labkit.attempt(1, lambda: 3) == 3
+    assert labkit.ready(4, 1, None) is False and "第 4 题还没完成" in capsys.readouterr().out
+    assert labkit.ready(4, 1, 2) is True
+
+
+def test_workspace_files_without_a_server(tmp_path: Path) -> None:
+    from batchlab import labkit
+    from batchlab.config_pbtxt import ConfigError
+
+    ws = labkit.workspace(["embed"], root=tmp_path)
+    try:
+        ws.add("embed", as_name="embed_copy")
+        assert ws.models == ["embed", "embed_copy"]
+        assert 'name: "embed_copy"' in ws.read_config("embed_copy")
+        with pytest.raises(ConfigError):
+            ws.write_config("embed", "dynamic_batching { max_batch_size: 8 }")
+        with pytest.raises(ValueError, match="outside"):
+            ws.write_file("embed", "../../evil.py", "x")
+        with pytest.raises(ValueError, match="no model"):
+            ws.add("no_such_model")
+        with pytest.raises(ValueError, match="def"):
+            ws.install_admission("embed", lambda w, a, m, b: [])
+    finally:
+        ws.close()
+    assert not ws.dir.exists()
+
+
+def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
+    from batchlab import labkit
+
+    first = labkit.workspace(["noop"], name="t", root=tmp_path)
+    second = labkit.workspace(["noop"], name="t", root=tmp_path)
+    try:
+        assert not first.dir.exists() and second.dir.exists()
+    finally:
+        second.close()
+
+
+@pytest.mark.server
+def test_workspace_reload_and_refused_config() -> None:
+    from batchlab import labkit
+    from batchlab.server import ModelLoadError
+
+    with labkit.workspace(["embed"]) as ws:
+        server = ws.start()
+        text = labkit.replace_block(ws.read_config("embed"), "dynamic_batching",
+                                    "dynamic_batching { max_queue_delay_microseconds: 1234 }")
+        ws.write_config("embed", text)
+        ws.reload("embed")
+        cfg = server.http_client().get_model_config("embed")
+        assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 1234
+        bad = labkit.replace_block(text, "dynamic_batching", "dynamic_batching { preferred_batch_size: [ 64 ] }")
+        ws.write_config("embed", bad)  # parses, but Triton refuses 64 > max_batch_size
+        with pytest.raises(ModelLoadError, match="refused"):
+            ws.reload("embed")
+    assert not server.running
+
+
+def test_scores_cli_collects_the_solutions_full_marks() -> None:
+    paths = [str(p) for p in _solutions()]
+    proc = subprocess.run([sys.executable, "-m", "batchlab.checks", "scores", "--json", *paths],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for path, scores in data.items():
+        assert scores and all(s == m for s, m in scores.values()), (path, scores)
+    bad = subprocess.run([sys.executable, "-m", "batchlab.checks", "scores", "nope.ipynb"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_workspace_of_a_dead_kernel_is_swept(tmp_path: Path) -> None:
+    from batchlab import labkit
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / "batchlab-lab-stale"
+    (stale / "models").mkdir(parents=True)
+    (stale / "owner.pid").write_text(dead.stdout.strip())
+    ws = labkit.workspace(["noop"], root=tmp_path)
+    try:
+        assert not stale.exists() and ws.dir.exists()
+    finally:
+        ws.close()

@@ -1,0 +1,260 @@
+"""batchlab.load without a server: schedules, records, statistics and metrics parsing, reports, plots."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, RequestRecord, RequestSpec,
+                           SequenceSpec, capped_exponential, is_rejection, poisson_arrivals, uniform_arrivals)
+from batchlab.load.workload import Stage, as_factory, staged_poisson
+
+# A statistics-extension answer as the gRPC client returns it (int64 as strings).
+STATS_BEFORE = {"model_stats": [{
+    "name": "m", "version": "1", "inference_count": "10", "execution_count": "4",
+    "inference_stats": {"success": {"count": "10", "ns": "10000000"}, "fail": {},
+                        "queue": {"count": "10", "ns": "2000000"},
+                        "compute_input": {"count": "10", "ns": "1000000"},
+                        "compute_infer": {"count": "10", "ns": "5000000"},
+                        "compute_output": {"count": "10", "ns": "1000000"}},
+    "batch_stats": [{"batch_size": "1", "compute_infer": {"count": "2", "ns": "2000000"}},
+                    {"batch_size": "4", "compute_infer": {"count": "2", "ns": "6000000"}}]}]}
+# ... and later, as the HTTP endpoint returns it (integers).
+STATS_AFTER = {"model_stats": [{
+    "name": "m", "version": "1", "inference_count": 42, "execution_count": 8,
+    "inference_stats": {"success": {"count": 42, "ns": 266000000}, "fail": {"count": 1, "ns": 5},
+                        "queue": {"count": 42, "ns": 34000000},
+                        "compute_input": {"count": 42, "ns": 1000000 + 32000000},
+                        "compute_infer": {"count": 42, "ns": 5000000 + 128000000},
+                        "compute_output": {"count": 42, "ns": 1000000}},
+    "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 2, "ns": 2000000}},
+                    {"batch_size": 4, "compute_infer": {"count": 2, "ns": 6000000}},
+                    {"batch_size": 8, "compute_input": {"count": 4, "ns": 4000000},
+                     "compute_infer": {"count": 4, "ns": 16000000}}]}]}
+
+METRICS_TEXT = """\
+# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="m",version="1"} 42
+nv_inference_request_success{model="other",version="1"} 7
+# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="m",reason="REJECTED",version="1"} 3
+nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 1
+# HELP nv_inference_count Number of inferences performed
+# TYPE nv_inference_count counter
+nv_inference_count{model="m",version="1"} 42
+# HELP nv_inference_exec_count Number of model executions performed
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="m",version="1"} 8
+# HELP nv_inference_queue_duration_us Cumulative inference queuing duration in microseconds
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="m",version="1"} 4200
+# HELP nv_inference_pending_request_count Instantaneous number of pending requests
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="m",version="1"} 5
+"""
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def test_poisson_is_seeded_and_has_the_rate() -> None:
+    a = poisson_arrivals(500.0, n=20000, seed=3)
+    assert np.array_equal(a, poisson_arrivals(500.0, n=20000, seed=3))
+    assert not np.array_equal(a, poisson_arrivals(500.0, n=20000, seed=4))
+    assert np.all(np.diff(a) >= 0) and a[0] > 0
+    assert len(a) / a[-1] == pytest.approx(500.0, rel=0.03)
+    gaps = np.diff(a)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # exponential: CV = 1
+
+
+def test_poisson_by_duration_and_both_bounds() -> None:
+    a = poisson_arrivals(1000.0, duration=2.0, seed=1)
+    assert a.max() < 2.0 and len(a) == pytest.approx(2000, rel=0.1)
+    assert len(poisson_arrivals(1000.0, n=50, duration=2.0, seed=1)) == 50
+    assert poisson_arrivals(10.0, n=1000, duration=1.0, seed=1).max() < 1.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"rate": 0, "n": 5}, "rate"), ({"rate": -1, "n": 5}, "rate"), ({"rate": float("nan"), "n": 5}, "rate"),
+    ({"rate": 10}, "bound"), ({"rate": 10, "n": -1}, "n must"),
+])
+def test_poisson_bad_input(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        poisson_arrivals(**kwargs)
+
+
+def test_uniform_and_staged() -> None:
+    assert np.allclose(uniform_arrivals(4.0, n=4), [0, 0.25, 0.5, 0.75])
+    assert len(uniform_arrivals(100.0, duration=1.0)) == 100
+    s = staged_poisson([Stage(100, 1.0), Stage(0, 1.0), Stage(1000, 1.0)], seed=0)
+    assert np.all(np.diff(s) >= 0)
+    assert not np.any((s >= 1.0) & (s < 2.0))
+    assert (s >= 2.0).sum() > 5 * (s < 1.0).sum()
+
+
+def test_capped_exponential() -> None:
+    x = capped_exponential(20, 64, 5000, seed=0)
+    assert x.min() >= 1 and x.max() == 64 and x.dtype.kind == "i"
+    assert 15 < x.mean() < 22
+    assert np.array_equal(x, capped_exponential(20, 64, 5000, seed=0))
+    with pytest.raises(ValueError, match="cap"):
+        capped_exponential(20, 0, 10)
+
+
+def test_request_sources() -> None:
+    a = RequestSpec({"X": np.zeros((1, 2), np.float32)})
+    b = RequestSpec({"X": np.ones((1, 2), np.float32)})
+    assert as_factory(a)(7) is a
+    f = as_factory([a, b])
+    assert f(0) is a and f(3) is b
+    assert as_factory(lambda i: b)(0) is b
+    with pytest.raises(ValueError, match="empty"):
+        as_factory([])
+    with pytest.raises(ValueError, match="RequestSpec"):
+        as_factory(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="numpy array"):
+        RequestSpec({"X": [1, 2]})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="at least one input"):
+        RequestSpec({})
+    SequenceSpec(step=lambda k, prev: None, sequence_id=0)
+
+
+# --------------------------------------------------------------------------- records and report
+
+
+def _records() -> Records:
+    rs = [RequestRecord(index=i, sent=0.1 * i, first=0.1 * i + 0.010, last=0.1 * i + 0.010, tokens=1, responses=1)
+          for i in range(99)]
+    rs.append(RequestRecord(index=99, sent=9.9, last=9.91, error="[StatusCode.UNAVAILABLE] [request id: 99] "
+                                                                  "Exceeds maximum queue size"))
+    return Records.from_list(reversed(rs))
+
+
+def test_records_columns_and_errors() -> None:
+    r = _records()
+    assert len(r) == 100 and list(r.index[:3]) == [0, 1, 2]
+    assert r.ok.sum() == 99 and r.rejected.sum() == 1
+    assert np.nanmean(r.latency) == pytest.approx(0.010)
+    assert math.isnan(r.latency[-1])
+    assert r.errors() == {"[StatusCode.UNAVAILABLE] [request id: N] Exceeds maximum queue size": 1}
+    table = r.to_dict()
+    assert {len(v) for v in table.values()} == {100}
+    assert is_rejection("[StatusCode.UNAVAILABLE] Request timeout expired")
+    assert not is_rejection("[StatusCode.INVALID_ARGUMENT] input TOKENS is missing") and not is_rejection(None)
+
+
+def test_stream_token_figures() -> None:
+    rs = [RequestRecord(index=0, sent=0.0, first=0.05, last=0.05 + 9 * 0.01, tokens=10, responses=10,
+                        token_times=[0.05 + k * 0.01 for k in range(10)])]
+    r = Records.from_list(rs)
+    assert r.ttft[0] == pytest.approx(0.05) and r.tpot[0] == pytest.approx(0.01)
+    assert np.allclose(r.inter_token(), 0.01)
+
+
+def test_report_summary_split_and_json() -> None:
+    stats = ModelStats.from_json(STATS_AFTER, "m") - ModelStats.from_json(STATS_BEFORE, "m")
+    rep = LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=9.91,
+                     client_cpu_s=0.05, concurrency=4, server=stats)
+    s = rep.summary()
+    json.dumps(s, allow_nan=False)  # strictly JSON: no NaN
+    assert s["requests"] == 100 and s["ok"] == 99 and s["rejected"] == 1
+    assert s["throughput_rps"] == pytest.approx(99 / 9.91, rel=1e-3)
+    assert s["latency_ms"]["p50"] == pytest.approx(10.0)
+    assert s["server"]["mean_batch_size"] == pytest.approx(32 / 4)
+    split = rep.split_ms()
+    assert split["queue"] == pytest.approx(1.0) and split["compute"] == pytest.approx(5.0)
+    assert split["server_other"] == pytest.approx(8.0 - 1.0 - 5.0)
+    assert split["overhead"] == pytest.approx(10.0 - 8.0)
+    assert sum(split[k] for k in ("queue", "compute", "server_other", "overhead")) == pytest.approx(split["total"])
+    assert rep.batch_histogram() == {8: 4}
+    assert "send_lateness_ms" not in s and "tokens" not in s
+
+
+# --------------------------------------------------------------------------- statistics extension
+
+
+def test_stats_parse_and_difference() -> None:
+    before = ModelStats.from_json(STATS_BEFORE, "m")
+    after = ModelStats.from_json(STATS_AFTER, "m")
+    assert before.inference_count == 10 and before.mean_batch_size == 2.5
+    d = after - before
+    assert (d.inference_count, d.execution_count, d.success, d.failed) == (32, 4, 32, 1)
+    assert d.mean_batch_size == 8.0
+    assert d.batch_histogram() == {8: 4}  # unchanged sizes drop out
+    assert d.batch_compute_ms() == {8: 4.0}
+    assert d.batch_service_ms() == {8: 5.0}
+    assert d.mean_ms("queue") == pytest.approx(1.0) and d.mean_ms("compute_infer") == pytest.approx(4.0)
+    assert d.mean_ms("success") == pytest.approx(8.0)
+    with pytest.raises(ValueError, match="unknown phase"):
+        d.mean_ms("bogus")
+    with pytest.raises(ValueError, match="no entry"):
+        ModelStats.from_json(STATS_AFTER, "nope")
+    with pytest.raises(ValueError, match="cannot difference"):
+        after - ModelStats(model="x")
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+def test_metrics_parse_by_name_label_and_difference() -> None:
+    m1 = MetricsSnapshot.parse(METRICS_TEXT)
+    assert m1.get("nv_inference_request_success", model="m") == 42
+    assert m1.get("nv_inference_request_success") == 49  # summed over models
+    assert m1.by_label("nv_inference_request_failure", "reason", model="m") == {"REJECTED": 3, "BACKEND": 1}
+    assert m1.types["nv_inference_count"] == "counter"
+    m0 = MetricsSnapshot.parse(METRICS_TEXT.replace("} 42", "} 40").replace("} 8\n", "} 6\n"))
+    d = (m1 - m0).model_summary("m")
+    assert d["inference_count"] == 2 and d["exec_count"] == 2 and d["mean_batch_size"] == 1.0
+    assert d["pending_request_count"] == 5  # a gauge keeps its latest value
+    assert m1.get("nope", default=-1.0) == -1.0
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def test_plot_helpers_draw() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from batchlab.plotting.load import (plot_batch_histogram, plot_latency_cdf, plot_latency_over_time,
+                                        plot_split, plot_throughput_vs_concurrency)
+
+    stats = ModelStats.from_json(STATS_AFTER, "m") - ModelStats.from_json(STATS_BEFORE, "m")
+    reps = [LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=9.9,
+                       client_cpu_s=0.1, concurrency=c, server=stats, label="m") for c in (1, 2, 4)]
+    assert len(plot_latency_cdf(reps).get_lines()) >= 3
+    plot_throughput_vs_concurrency(reps)
+    ax = plot_split(reps[:2])
+    assert len(ax.patches) == 8  # 4 parts x 2 reports
+    assert len(plot_batch_histogram(reps[0]).patches) == 1
+    plot_latency_over_time(reps[0])
+    with pytest.raises(ValueError, match="no reports"):
+        plot_latency_cdf([])
+    plt.close("all")
+
+
+def test_pool_reports_lays_runs_end_to_end() -> None:
+    from batchlab.load import pool_reports
+
+    s1 = ModelStats.from_json(STATS_BEFORE, "m")
+    s2 = ModelStats.from_json(STATS_AFTER, "m")
+    a = LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=10.0, client_cpu_s=1.0,
+                   concurrency=4, server=s1)
+    b = LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=5.0, client_cpu_s=0.5,
+                   concurrency=4, server=s2)
+    p = pool_reports([a, b], label="both")
+    assert p.n == 200 and sorted(p.records.index) == list(range(200))
+    assert p.wall_s == 15.0 and p.client_cpu_s == 1.5 and p.label == "both"
+    assert p.throughput_rps == pytest.approx(198 / 15.0)
+    assert p.records.sent[100] == pytest.approx(10.0)  # the second run starts after the first
+    assert p.server.inference_count == 52 and p.server.batch_histogram() == {1: 4, 4: 4, 8: 4}
+    with pytest.raises(ValueError, match="same model"):
+        pool_reports([a, LoadReport(model="x", mode="closed", protocol="grpc", records=_records(), wall_s=1,
+                                    client_cpu_s=0)])

@@ -1,0 +1,118 @@
+"""batchlab.misconceptions: each of the article's five misconceptions as an experiment."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+
+from batchlab import misconceptions as M
+from batchlab.cases import LLM_COST
+
+matplotlib.use("Agg")
+
+
+def test_batch_size_sweep_saturates_and_delay_zero_never_waits():
+    rows = M.batch_size_sweep([4, 8, 16, 64, 128], rate=450, delays_us=(0, 5000), n=6000)
+    d0 = {r["max_batch_size"]: r for r in rows if r["delay_us"] == 0}
+    caps = [d0[b]["capacity_rps"] for b in (4, 8, 16, 64, 128)]
+    assert caps == sorted(caps) and caps[-1] < d0[4]["amdahl_ceiling_rps"]
+    assert not d0[4]["stable"] and d0[8]["stable"]
+    # with delay 0 a larger cap changes nothing once batches never reach it
+    assert d0[64]["p99_ms"] == d0[128]["p99_ms"]
+    d5 = {r["max_batch_size"]: r for r in rows if r["delay_us"] == 5000}
+    assert d5[16]["mean_batch"] > d0[16]["mean_batch"]
+
+
+def test_overload_throughput_matches_closed_form_and_amdahl():
+    for r in M.overload_throughput([1, 8, 32], n=8000):
+        assert r["simulated_rps"] == pytest.approx(r["closed_form_rps"], rel=0.02)
+        assert r["speedup_sim"] == pytest.approx(r["amdahl_sp"], rel=0.02)
+
+
+def test_llm_sweep_memory_grows_and_saturates():
+    from batchlab.capacity import kv_bytes_for
+
+    bpt = kv_bytes_for("Llama-3-8B")
+    rows = M.llm_batch_sweep([16, 64, 256], LLM_COST, bpt, kv_budget_bytes=20 * 2**30, n=300)
+    need = [r["kv_need_gib"] for r in rows]
+    assert need[1] == pytest.approx(4 * need[0]) and need[2] == pytest.approx(16 * need[0])
+    assert [r["fits"] for r in rows] == [True, True, False]
+    assert rows[0]["preemptions"] == 0 and rows[2]["preemptions"] > 0
+    assert rows[2]["kv_peak_gib"] <= 20.0 + 1e-9
+    assert rows[0]["itl_ms"] < rows[1]["itl_ms"]
+
+
+def test_combination_beats_either_part():
+    rows = {r["scheduler"]: r for r in M.combination_comparison(2.0, LLM_COST, n=600, overload_rate=30.0)}
+    assert rows["combined"]["capacity_tokens_per_s"] > 2 * rows["dynamic_only"]["capacity_tokens_per_s"]
+    assert rows["sequence_only"]["capacity_tokens_per_s"] == pytest.approx(
+        rows["dynamic_only"]["capacity_tokens_per_s"], rel=0.03)
+    assert rows["sequence_only"]["p50_s"] <= rows["dynamic_only"]["p50_s"]
+    assert rows["combined"]["eta"] == pytest.approx(1.0)
+
+
+def test_tiny_delay_does_not_collapse_throughput():
+    rows = M.delay_sweep([0, 1000, 20000], [0.1, 1.2], n=6000)
+    over = [r["throughput_rps"] for r in rows if r["load"] == 1.2]
+    assert max(over) / min(over) < 1.01
+    light = {r["delay_us"]: r for r in rows if r["load"] == 0.1}
+    assert light[0]["throughput_rps"] == pytest.approx(light[20000]["throughput_rps"], rel=1e-3)
+    # what a tiny delay does cost: more busy time per request, but lower latency
+    assert light[0]["gpu_ms_per_req"] > light[20000]["gpu_ms_per_req"]
+    assert light[0]["p99_ms"] < light[20000]["p99_ms"]
+
+
+def test_kv_growth_is_linear_and_exact():
+    from batchlab.lm import ToyLM
+
+    toy, scaled = M.kv_growth(ToyLM.default(), [1, 2, 4], prompt_tokens=8, steps=4, tokens_per_seq=1024)
+    assert all(r["used_bytes"] == r["formula_bytes"] for r in toy)
+    assert toy[2]["used_bytes"] == 4 * toy[0]["used_bytes"]
+    assert scaled[0]["Llama-2-7B"] == pytest.approx(0.5) and scaled[2]["Llama-3-8B"] == pytest.approx(0.5)
+
+
+def test_day_rates_shape():
+    r = M.day_rates(100, 2000)
+    assert r.shape == (24,) and r.argmax() in (13, 14) and 100 <= r.min() < 200 and r.max() <= 2000
+    assert r.mean() == pytest.approx(1050, rel=0.01)
+
+
+def test_day_experiment_policies():
+    rates = M.day_rates(100, 2000)
+    res = {r.policy: r for r in M.day_experiment(rates, 100.0, fixed_instances=(2, 3), seconds_per_hour=2.0)}
+    assert res["fixed_2"].hours_violating > 0
+    assert any(not math.isfinite(x) for x in res["fixed_2"].p99_ms)
+    assert res["retuned"].hours_violating == 0 and res["fixed_3"].hours_violating == 0
+    assert res["retuned"].instance_hours < res["fixed_3"].instance_hours
+
+
+def test_misconception_plots_draw():
+    import matplotlib.pyplot as plt
+
+    from batchlab.plotting import misconceptions as P
+
+    sweep = M.batch_size_sweep([8, 16], rate=300, n=2000)
+    llm = [{"max_active": m, "tokens_per_s": 100.0 * m, "itl_ms": 10.0 + m, "kv_need_gib": m / 4, "kv_peak_gib": m / 5}
+           for m in (8, 16)]
+    combo = [{"scheduler": s, "p99_s": 1.0, "capacity_tokens_per_s": 10.0} for s in ("a", "b", "c")]
+    delays = [{"load": 0.1, "delay_us": d, "throughput_rps": 10.0, "gpu_ms_per_req": 1.0} for d in (0, 1000)]
+    toy = [{"n": n, "formula_bytes": n * 10, "used_bytes": n * 10, "allocated_bytes": n * 12} for n in (1, 2)]
+    scaled = [{"n": n, "Llama-2-7B": n * 2.0} for n in (1, 2)]
+    day = M.day_experiment(M.day_rates(100, 600), 100.0, fixed_instances=(1,), seconds_per_hour=1.0)
+    for fig in (P.plot_batch_size(sweep), P.plot_llm_batch(llm, 3.0), P.plot_combination(combo),
+                P.plot_delay_sweep(delays), P.plot_kv_growth(toy, scaled, 3.0), P.plot_day(M.day_rates(100, 600), day, 100.0)):
+        assert fig.axes
+        plt.close(fig)
+
+
+@pytest.mark.server
+def test_measure_delay_pair_on_the_course_models(triton):
+    rows = M.measure_delay_pair(triton, ["embed", "embed_delay"], concurrency=8, rate=50.0, seconds=0.8)
+    assert [(r["model"], r["mode"].split()[0]) for r in rows] == [
+        ("embed", "closed"), ("embed", "open"), ("embed_delay", "closed"), ("embed_delay", "open")]
+    for r in rows:
+        assert r["throughput_rps"] > 0 and r["mean_batch"] >= 1 and r["busy_ms_per_req"] > 0
+    assert np.isfinite([r["p99_ms"] for r in rows]).all()

@@ -1,0 +1,84 @@
+"""The chapter-00 animation: controls a browser test can find, stepping redraws, headless stills."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from batchlab.viz import DemoParams, default_horizon, run_demo  # noqa: E402
+from batchlab.viz.draw import film_strip, render_png  # noqa: E402
+from batchlab.viz.widget import BatchingAnimation, headless, show_animation  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def anim() -> BatchingAnimation:
+    return BatchingAnimation(DemoParams(n_requests=20), n_frames=12)
+
+
+def test_controls_carry_the_css_classes(anim: BatchingAnimation) -> None:
+    classes = {
+        "batchlab-play": anim.play, "batchlab-step": anim.step_button, "batchlab-frame": anim.picture,
+        "batchlab-frame-label": anim.label, "batchlab-frame-slider": anim.slider, "batchlab-speed": anim.speed,
+        "batchlab-rate": anim.rate, "batchlab-batch": anim.batch, "batchlab-delay": anim.delay,
+    }
+    for cls, widget in classes.items():
+        assert cls in widget._dom_classes, cls
+    assert anim.play.max == anim.slider.max == 11
+
+
+def test_step_changes_label_and_picture(anim: BatchingAnimation) -> None:
+    anim.slider.value = 0
+    label, picture = anim.label.value, anim.picture.value
+    assert picture.startswith("<img") and "base64," in picture
+    assert anim.step() == 1
+    assert anim.label.value != label and anim.picture.value != picture
+    anim.step_button.click()
+    assert anim.index == 2
+    anim.slider.value = 11
+    anim.step()
+    assert anim.index == 0  # wraps around
+
+
+def test_speed_and_parameters(anim: BatchingAnimation) -> None:
+    anim.speed.value = 300
+    assert anim.play.interval == 300
+    anim.slider.value = 5
+    old = anim.lanes[1].finish.copy()
+    anim.delay.value = 0
+    assert anim.index == 0 and anim.params.max_queue_delay_ms == 0
+    assert anim.lanes[1].delay_s == 0 and not (anim.lanes[1].finish == old).all()
+    with pytest.raises(ValueError):
+        anim.show_frame(12)
+
+
+def test_render_png_and_film_strip_draw_chinese_without_missing_glyphs(tmp_path) -> None:
+    lanes = run_demo(DemoParams(n_requests=15))
+    h = default_horizon(lanes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # matplotlib warns "Glyph … missing from font(s)"
+        png = render_png(lanes, h / 2, h)
+        fig = film_strip(lanes, [h * 0.2, h * 0.6])
+        fig.savefig(tmp_path / "strip.png")
+    plt.close(fig)
+    assert png.startswith(PNG) and len(png) > 10_000
+    with pytest.raises(ValueError):
+        film_strip(lanes, [])
+
+
+def test_headless_draws_still_frames(monkeypatch) -> None:
+    monkeypatch.setenv("BATCHLAB_HEADLESS", "1")
+    assert headless()
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.extend(plt.figure(n) for n in plt.get_fignums()))
+    plt.close("all")
+    assert show_animation(DemoParams(n_requests=10)) is None
+    assert len(shown) == 1 and len(shown[0].axes) == 3 * 4  # three lanes, four instants
+    plt.close("all")
