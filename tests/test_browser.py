@@ -137,12 +137,22 @@ def _errors(page) -> list[str]:
     )
 
 
+_MARK_CHINESE = """el => {
+    document.querySelectorAll('[data-batchlab-probe]').forEach(e => e.removeAttribute('data-batchlab-probe'));
+    const own = e => [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('');
+    const hit = [el, ...el.querySelectorAll('*')].find(e => /[\\u4e00-\\u9fff]/.test(own(e)));
+    if (hit) hit.setAttribute('data-batchlab-probe', '1');
+}"""
+"""Marks the first element under `el` whose own text holds Chinese characters."""
+
+
 def _fonts_for(page, selector: str) -> list[str]:
     """Font families Chromium actually used to draw the first element matching `selector`."""
     cdp = page.context.new_cdp_session(page)
     cdp.send("DOM.enable")
     cdp.send("CSS.enable")
     root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    page.locator(selector).first.scroll_into_view_if_needed()
     node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
     assert node, f"nothing matches {selector}"
     fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
@@ -166,10 +176,17 @@ def test_chapter_00_runs_and_animates(course, browser) -> None:
         arg=[".batchlab-frame-label", before], timeout=20_000,
     )
     assert label.inner_text() != before
-    assert page.locator(".batchlab-frame").first.inner_html() != frame_before, "stepping did not redraw the frame"
+    # The label moves at once; the kernel then draws the new frame and sends the image.
+    page.wait_for_function(
+        "([sel, old]) => document.querySelector(sel).innerHTML !== old",
+        arg=[".batchlab-frame", frame_before], timeout=30_000,
+    )
     page.locator(".batchlab-frame").first.screenshot(path=str(SHOTS / "chapter00_animation.png"))
     # Chinese prose in a markdown cell is drawn with a CJK font.
-    fonts = _fonts_for(page, ".jp-MarkdownCell .jp-RenderedMarkdown p")
+    heading = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").first
+    heading.scroll_into_view_if_needed()  # the notebook only lays out cells in view
+    heading.evaluate(_MARK_CHINESE)
+    fonts = _fonts_for(page, "[data-batchlab-probe]")
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"Chinese drawn without a CJK font: {fonts}"
     page.screenshot(path=str(SHOTS / "chapter00.png"))
 
@@ -191,11 +208,7 @@ def test_quiz_answer_shows_feedback(course, browser) -> None:
     )
     text = feedback.inner_text()
     assert "正确" in text or "错误" in text
-    feedback.evaluate("""el => {
-        const all = [el, ...el.querySelectorAll('*')].filter(e => /[\u4e00-\u9fff]/.test(
-            [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('')));
-        all[0].setAttribute('data-batchlab-probe', '1');
-    }""")
+    feedback.evaluate(_MARK_CHINESE)
     fonts = _fonts_for(page, "[data-batchlab-probe]")
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"feedback drawn without a CJK font: {fonts}"
     question.screenshot(path=str(SHOTS / "quiz_feedback.png"))
