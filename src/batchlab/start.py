@@ -23,7 +23,7 @@ import time
 import urllib.request
 from typing import Sequence
 
-from batchlab.paths import repo_root
+from batchlab.paths import cache_dir, repo_root
 from batchlab.server import ServerError, TritonServer, _set_pdeathsig, check_port_free, free_port
 
 
@@ -39,6 +39,20 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s")
 
 
+_LAB_OVERRIDES = {
+    # Do not ask learners "get notified about Jupyter news?" and never fetch it.
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def _lab_settings_dir() -> str:
+    """A JupyterLab app-settings folder holding the course's overrides.json."""
+    folder = cache_dir() / "lab-settings"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "overrides.json").write_text(json.dumps(_LAB_OVERRIDES, indent=2))
+    return str(folder)
+
+
 def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) -> subprocess.Popen[bytes]:
     """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group."""
     cmd = [
@@ -47,6 +61,9 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
         f"--ServerApp.root_dir={repo_root()}",
         f"--IdentityProvider.token={token}",
         "--ServerApp.open_browser=" + ("True" if open_browser else "False"),
+        "--LabApp.news_url=None",  # no announcement feed: the course runs on closed networks too
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.app_settings_dir={_lab_settings_dir()}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
         cmd.append("--allow-root")
