@@ -66,3 +66,13 @@ def cjk_available() -> bool:
 def zh(cn: str, en: str) -> str:
     """The Chinese label if Chinese can render, else the English one."""
     return cn if cjk_available() else en
+
+
+def new_axes(ax: object = None, figsize: tuple[float, float] = (7.0, 3.8)) -> object:
+    """`ax` itself, or the axes of a new figure (fonts set up) when `ax` is None."""
+    import matplotlib.pyplot as plt
+
+    setup()
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax

@@ -10,16 +10,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.fonts import new_axes, zh
 
 
-def _ax(ax: Any, figsize: tuple[float, float] = (7.0, 3.8)) -> Any:
-    import matplotlib.pyplot as plt
-
-    setup()
-    if ax is None:
-        _, ax = plt.subplots(figsize=figsize)
-    return ax
+_ax = new_axes
 
 
 def plot_wait_vs_load(x: Sequence[float], curves: Mapping[str, Sequence[float]],

@@ -15,6 +15,14 @@ DEFAULT_MAX_TOKENS_LIMIT = 256
 DEFAULT_MAX_PROMPT_TOKENS = 256
 
 
+def generation_limits(params: dict, max_seq_len: int) -> tuple[int, int]:
+    """(max_prompt_tokens, max_tokens_limit) from a model's config `parameters`, within the LM's length."""
+    from batchlab.lm.triton_io import int_param
+
+    return (int_param(params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS, 1, max_seq_len - 1),
+            int_param(params, "max_tokens_limit", DEFAULT_MAX_TOKENS_LIMIT, 1, max_seq_len - 1))
+
+
 def read_sequences(lm: ToyLM, request: Any, batched: bool, max_prompt: int, max_tokens_limit: int,
                    seq_id: Any = None) -> list[Sequence]:
     """The `Sequence`s of one request (one per batch row; one when `batched` is False).

@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from batchlab.lm.generation import generate_static_batch
-from batchlab.lm.triton_io import InputError, error, int_param, ok, one_line
-from batchlab.lm.triton_models._gen_inputs import (DEFAULT_MAX_PROMPT_TOKENS,
-                                                   DEFAULT_MAX_TOKENS_LIMIT, read_sequences)
+from batchlab.lm.triton_io import InputError, error, ok, one_line
+from batchlab.lm.triton_models._gen_inputs import generation_limits, read_sequences
 from batchlab.lm.triton_models.base import LMModelBase
 from batchlab.lm.vocab import PAD_ID
 
@@ -25,10 +24,7 @@ class TritonPythonModel(LMModelBase):
 
     def initialize(self, args: dict) -> None:
         super().initialize(args)
-        self.max_prompt = int_param(self.params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS,
-                                    1, self.max_seq_len - 1)
-        self.max_tokens_limit = int_param(self.params, "max_tokens_limit",
-                                          DEFAULT_MAX_TOKENS_LIMIT, 1, self.max_seq_len - 1)
+        self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)

@@ -26,10 +26,9 @@ import numpy as np
 
 from batchlab.lm.generation import Sequence, step
 from batchlab.lm.triton_io import (InputError, control_value, correlation_id, error,
-                                   float_param, int_param, is_null_request, ok, one_line, pb,
+                                   float_param, is_null_request, ok, one_line, pb,
                                    send_final, sequence_idle_seconds)
-from batchlab.lm.triton_models._gen_inputs import (DEFAULT_MAX_PROMPT_TOKENS,
-                                                   DEFAULT_MAX_TOKENS_LIMIT, read_sequences)
+from batchlab.lm.triton_models._gen_inputs import generation_limits, read_sequences
 from batchlab.lm.triton_models.base import LMModelBase
 
 
@@ -38,10 +37,7 @@ class TritonPythonModel(LMModelBase):
 
     def initialize(self, args: dict) -> None:
         super().initialize(args)
-        self.max_prompt = int_param(self.params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS,
-                                    1, self.max_seq_len - 1)
-        self.max_tokens_limit = int_param(self.params, "max_tokens_limit",
-                                          DEFAULT_MAX_TOKENS_LIMIT, 1, self.max_seq_len - 1)
+        self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
         margin = float_param(self.params, "reap_margin_s", 0.5)
         self.reap_after = sequence_idle_seconds(self.model_config) + margin
         self.states: dict[int, tuple[Sequence, float]] = {}

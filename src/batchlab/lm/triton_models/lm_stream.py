@@ -26,8 +26,7 @@ import numpy as np
 from batchlab.lm.scheduler import ContinuousBatcher, FCFSAdmission
 from batchlab.lm.triton_io import (InputError, error, float_param, int_param, ok, one_line,
                                    send_final)
-from batchlab.lm.triton_models._gen_inputs import (DEFAULT_MAX_PROMPT_TOKENS,
-                                                   DEFAULT_MAX_TOKENS_LIMIT, read_sequences)
+from batchlab.lm.triton_models._gen_inputs import generation_limits, read_sequences
 from batchlab.lm.triton_models.base import LMModelBase
 
 
@@ -36,10 +35,7 @@ class TritonPythonModel(LMModelBase):
 
     def initialize(self, args: dict) -> None:
         super().initialize(args)
-        self.max_prompt = int_param(self.params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS,
-                                    1, self.max_seq_len - 1)
-        self.max_tokens_limit = int_param(self.params, "max_tokens_limit",
-                                          DEFAULT_MAX_TOKENS_LIMIT, 1, self.max_seq_len - 1)
+        self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
         policy = FCFSAdmission(
             max_active=int_param(self.params, "max_active", 8, 1, 1024),
             kv_token_budget=int_param(self.params, "kv_token_budget", 4096, 1))
