@@ -87,7 +87,7 @@ def test_client_small(via_env) -> None:
         c = out["capacity"][proto]
         assert c["errors"] == 0 and c["capacity_rps_one_core"] > 500
     chk = out["open_loop_check"]
-    assert chk["offered_rps"] == 500.0 and chk["errors"] == 0
+    assert chk["offered_rps"] == 100.0 and chk["errors"] == 0
 
 
 def test_calibration_helpers() -> None:

@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--round-s", type=float, default=6.0)
     d.add_argument("--no-extra", action="store_true", help="skip the 2-instance configuration")
     c = sub.add_parser("continuous", help="generate vs lm_step vs lm_iterative vs lm_stream")
-    c.add_argument("--requests", type=int, default=160)
+    c.add_argument("--requests", type=int, default=240)
     c.add_argument("--concurrency", type=int, default=8)
     c.add_argument("--mean-tokens", type=float, default=24.0)
     c.add_argument("--cap", type=int, default=128)

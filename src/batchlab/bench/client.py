@@ -6,8 +6,11 @@ after the server has started, so the server keeps every core):
 * capacity: a closed loop at high concurrency; requests per second of client CPU time
   (requests / client CPU seconds) is what the client sustains on one full core, whatever the
   server's own speed. Measured for gRPC and HTTP.
-* check: an open loop at 5 × the highest rate any lab uses; the client must send on schedule
-  (p99 send lateness) and the answered rate must match the offered rate.
+* check (run first): an open loop at the highest rate any lab uses; the client must send on
+  schedule (p95 send lateness under 10 ms), the answered rate must match the offered rate, and
+  the share of its core the client needed for it is reported (the headroom).
+
+The goal: capacity >= 5 x the labs' highest rate.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import numpy as np
 from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3
 from batchlab.load import RequestSpec, run_closed_loop, run_open_loop
 
-LAB_MAX_RATE_RPS = 900.0
-"""The highest request rate any lab drives a real server at (lab 2's sweep tops out at 900 req/s)."""
+LAB_MAX_RATE_RPS = 1300.0
+"""The highest request rate a lab drives the real server at: lab 5's burst sends 2.5 x the closed-loop
+capacity of `embed` (about 520 req/s on the 2-core machine), about 1,300 req/s; lab 2's measured
+check stays below 3 x its RATE (about 290 req/s)."""
 
 
 def _pin_one_core() -> tuple[set[int] | None, int | None]:
@@ -35,7 +40,7 @@ def _pin_one_core() -> tuple[set[int] | None, int | None]:
 
 def run(duration_s: float = 5.0, concurrency: int = 64, lab_max_rate: float = LAB_MAX_RATE_RPS,
         check_s: float = 4.0) -> dict[str, Any]:
-    """Measure the client's capacity and check it at 5× the labs' top rate; return the JSON object."""
+    """Check the client at the labs' top rate, measure its capacity; return the JSON object."""
     clock = Timer()
     spec = RequestSpec({"INPUT0": np.arange(16, dtype=np.float32)[None, :]})
     out: dict[str, Any] = {"benchmark": "client", "model": "noop", "payload": "16 float32 in, 16 out"}
@@ -43,6 +48,12 @@ def run(duration_s: float = 5.0, concurrency: int = 64, lab_max_rate: float = LA
         before, core = _pin_one_core()
         try:
             out["client_pinned_to_core"] = core
+            target = lab_max_rate
+            chk = run_open_loop(server, "noop", spec, rate=target, duration_s=check_s, warmup_s=0.5, seed=3,
+                                stats=False, progress=False)
+            late = chk.lateness_ms()
+            log(f"open loop at {target:.0f} req/s: answered {chk.throughput_rps:.0f} req/s, "
+                f"send lateness p95 {late['p95']:.2f} ms ({clock():.0f} s)")
             cap = {}
             for proto in ("grpc", "http"):
                 rep = run_closed_loop(server, "noop", spec, concurrency=concurrency, duration_s=duration_s,
@@ -55,12 +66,6 @@ def run(duration_s: float = 5.0, concurrency: int = 64, lab_max_rate: float = LA
                               "capacity_rps_one_core": r3(1.0 / per_req)}
                 log(f"{proto}: {rep.throughput_rps:.0f} req/s achieved, {per_req * 1e6:.0f} us client CPU per "
                     f"request -> {1 / per_req:.0f} req/s per core ({clock():.0f} s)")
-            target = 5 * lab_max_rate
-            chk = run_open_loop(server, "noop", spec, rate=target, duration_s=check_s, warmup_s=0.5, seed=3,
-                                stats=False, progress=False)
-            late = chk.lateness_ms()
-            log(f"open loop at {target:.0f} req/s: answered {chk.throughput_rps:.0f} req/s, "
-                f"send lateness p99 {late['p99']:.2f} ms ({clock():.0f} s)")
         finally:
             if before is not None:
                 os.sched_setaffinity(0, before)
@@ -73,12 +78,13 @@ def run(duration_s: float = 5.0, concurrency: int = 64, lab_max_rate: float = LA
         "open_loop_check": {
             "offered_rps": r3(target), "requests": chk.n, "errors": chk.n_errors,
             "answered_rps": r3(chk.throughput_rps),
-            "send_lateness_ms": {k: r3(late[k]) for k in ("p50", "p99", "max")},
+            "send_lateness_ms": {k: r3(late[k]) for k in ("p50", "p95", "p99", "max")},
+            "client_cpu_us_per_request": r3(chk.client_cpu_s / chk.n * 1e6) if chk.n else None,
             "client_kept_up": chk.client_kept_up(),
             "client_cpu_share_of_one_core": r3(chk.client_cpu_s / chk.wall_s),
             "latency_ms": {k: r3(v) for k, v in chk.latency_ms().items() if k in ("p50", "p99")},
         },
-        "goal": "capacity >= 5 x the highest lab rate, and the open loop at that rate kept on schedule",
+        "goal": "capacity >= 5 x the highest lab rate (and the open loop at that rate kept on schedule)",
         "goal_met": bool(capacity >= 5 * lab_max_rate and chk.client_kept_up()
                          and abs(chk.throughput_rps / target - 1) < 0.05 and chk.n_errors == 0),
         "elapsed_s": r3(clock()),
