@@ -77,6 +77,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from batchlab.sim._check import real
+
 __all__ = [
     "little_wait", "window_wait", "WindowResult", "batch_queue", "BatchQueueResult",
     "bailey_roots", "bailey_queue", "BaileyResult", "unbounded_latency", "unbounded_latency_bound",
@@ -88,13 +90,8 @@ __all__ = [
 
 
 def _pos(name: str, value: Any, allow_zero: bool = False) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+    v = real(name, value)  # a finite float, or a one-line ValueError
+    if v < 0 or (v == 0 and not allow_zero):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
     return v
 
