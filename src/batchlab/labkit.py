@@ -63,6 +63,42 @@ def ready(question: int, *values: Any) -> bool:
 # --------------------------------------------------------------------------- config text
 
 
+def _skip_comment_or_string(text: str, i: int) -> int | None:
+    """If a ``#`` comment or a quoted string starts at `i`, the index just after it; else None."""
+    ch, n = text[i], len(text)
+    if ch == "#":
+        j = text.find("\n", i)
+        return n if j < 0 else j
+    if ch in "\"'":
+        j = i + 1
+        while j < n and text[j] != ch:
+            j += 2 if text[j] == "\\" else 1
+        return j + 1
+    return None
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _matching_brace(text: str, j: int, name: str) -> int:
+    """Index just after the ``}`` closing the ``{`` at `j`."""
+    depth, k, n = 0, j, len(text)
+    while k < n:
+        skip = _skip_comment_or_string(text, k)
+        if skip is not None:
+            k = skip
+            continue
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        k += 1
+    raise ValueError(f"the {name} section is not closed with '}}'")
+
+
 def _top_level_block(text: str, name: str) -> tuple[int, int] | None:
     """(start, end) of the top-level ``name { ... }`` section of config text, or None.
 
@@ -70,47 +106,21 @@ def _top_level_block(text: str, name: str) -> tuple[int, int] | None:
     """
     depth, i, n = 0, 0, len(text)
     while i < n:
+        skip = _skip_comment_or_string(text, i)
+        if skip is not None:
+            i = skip
+            continue
         ch = text[i]
-        if ch == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if ch in "\"'":
-            j = i + 1
-            while j < n and text[j] != ch:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
         if ch in "{[":
             depth += 1
         elif ch in "}]":
             depth -= 1
-        elif depth == 0 and text.startswith(name, i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+        elif depth == 0 and text.startswith(name, i) and (i == 0 or not _is_word(text[i - 1])):
             j = i + len(name)
             while j < n and text[j] in " \t\r\n:":
                 j += 1
-            if j < n and text[j] == "{" and not (text[i + len(name)].isalnum() or text[i + len(name)] == "_"):
-                k, d = j, 0
-                while k < n:
-                    c = text[k]
-                    if c == "#":
-                        e = text.find("\n", k)
-                        k = n if e < 0 else e
-                        continue
-                    if c in "\"'":
-                        e = k + 1
-                        while e < n and text[e] != c:
-                            e += 2 if text[e] == "\\" else 1
-                        k = e + 1
-                        continue
-                    if c == "{":
-                        d += 1
-                    elif c == "}":
-                        d -= 1
-                        if d == 0:
-                            return i, k + 1
-                    k += 1
-                raise ValueError(f"the {name} section is not closed with '}}'")
+            if j < n and text[j] == "{" and not _is_word(text[i + len(name)]):
+                return i, _matching_brace(text, j, name)
         i += 1
     return None
 
