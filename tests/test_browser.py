@@ -159,11 +159,25 @@ def _fonts_for(page, selector: str) -> list[str]:
     return [f["familyName"] for f in fonts]
 
 
-def test_chapter_00_runs_and_animates(course, browser) -> None:
+def _run_notebook(context, info: dict, path: str):
+    """Open `path`, run all its cells, and require that no cell shows an error."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page = _open_notebook(browser, course, "notebooks/00_visual_demo.ipynb")
+    page = _open_notebook(context, info, path)
     _run_all(page)
     assert _errors(page) == []
+    return page
+
+
+def _assert_cjk_font(page, element, what: str) -> None:
+    """The first Chinese text under `element` is drawn with a CJK font."""
+    element.scroll_into_view_if_needed()  # the notebook only lays out cells in view
+    element.evaluate(_MARK_CHINESE)
+    fonts = _fonts_for(page, "[data-batchlab-probe]")
+    assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"{what} drawn without a CJK font: {fonts}"
+
+
+def test_chapter_00_runs_and_animates(course, browser) -> None:
+    page = _run_notebook(browser, course, "notebooks/00_visual_demo.ipynb")
     step = page.locator(".batchlab-step button, button.batchlab-step").first
     label = page.locator(".batchlab-frame-label").first
     step.scroll_into_view_if_needed()
@@ -183,19 +197,12 @@ def test_chapter_00_runs_and_animates(course, browser) -> None:
     )
     page.locator(".batchlab-frame").first.screenshot(path=str(SHOTS / "chapter00_animation.png"))
     # Chinese prose in a markdown cell is drawn with a CJK font.
-    heading = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").first
-    heading.scroll_into_view_if_needed()  # the notebook only lays out cells in view
-    heading.evaluate(_MARK_CHINESE)
-    fonts = _fonts_for(page, "[data-batchlab-probe]")
-    assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"Chinese drawn without a CJK font: {fonts}"
+    _assert_cjk_font(page, page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").first, "Chinese prose")
     page.screenshot(path=str(SHOTS / "chapter00.png"))
 
 
 def test_quiz_answer_shows_feedback(course, browser) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page = _open_notebook(browser, course, "quiz/quiz.ipynb")
-    _run_all(page)
-    assert _errors(page) == []
+    page = _run_notebook(browser, course, "quiz/quiz.ipynb")
     quiz = page.locator(".batchlab-quiz").first
     quiz.scroll_into_view_if_needed()
     question = quiz.locator(".batchlab-question").first
@@ -208,8 +215,6 @@ def test_quiz_answer_shows_feedback(course, browser) -> None:
     )
     text = feedback.inner_text()
     assert "正确" in text or "错误" in text
-    feedback.evaluate(_MARK_CHINESE)
-    fonts = _fonts_for(page, "[data-batchlab-probe]")
-    assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"feedback drawn without a CJK font: {fonts}"
+    _assert_cjk_font(page, feedback, "quiz feedback")
     question.screenshot(path=str(SHOTS / "quiz_feedback.png"))
     page.screenshot(path=str(SHOTS / "quiz.png"))
