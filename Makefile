@@ -29,13 +29,13 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 labs: $(STAMP)
-	$(PY) -m batchlab.labgen solutions labs
+	$(PY) -m batchlab.tools.labgen solutions labs
 
 check-labs: $(STAMP)
-	$(PY) -m batchlab.labgen solutions labs --check
+	$(PY) -m batchlab.tools.labgen solutions labs --check
 
 execute: $(STAMP)
-	$(PY) -m batchlab.nbtools execute $(NB)
+	$(PY) -m batchlab.tools.nbtools execute $(NB)
 
 bench: $(STAMP)
 	$(PY) -m batchlab.bench dynamic

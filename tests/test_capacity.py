@@ -1,4 +1,4 @@
-"""batchlab.capacity: KV capacity planning (checked on the toy LM and the server) and cost."""
+"""batchlab.course.capacity: KV capacity planning (checked on the toy LM and the server) and cost."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from batchlab import capacity as C
-from batchlab import formulas as F
+from batchlab.course import capacity as C
+from batchlab.theory import formulas as F
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""batchlab.cases: the article's case studies, closed forms and simulated re-creations."""
+"""batchlab.course.cases: the article's case studies, closed forms and simulated re-creations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from batchlab import cases as C
+from batchlab.course import cases as C
 
 matplotlib.use("Agg")
 

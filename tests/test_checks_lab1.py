@@ -8,7 +8,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from batchlab.checks.lab1 import (_METRICS_TEXT, check_bad_request, check_batch_summary, check_config_summary,
+from batchlab.labs.lab1 import (_METRICS_TEXT, check_bad_request, check_batch_summary, check_config_summary,
                                   check_infer_grpc, check_infer_http, check_metric_value)
 
 pytestmark = pytest.mark.server

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchlab.checks.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_predict_sweep,
+from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_predict_sweep,
                                   check_sweep_rows, reference_predictions)
 from batchlab.sim import Affine
 

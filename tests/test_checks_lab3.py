@@ -11,8 +11,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from batchlab import labkit
-from batchlab.checks.lab3 import check_abandoned, check_oldest_block, check_run_sequences, check_step
+from batchlab.labs import labkit
+from batchlab.labs.lab3 import check_abandoned, check_oldest_block, check_run_sequences, check_step
 from batchlab.lm import encode
 
 pytestmark = pytest.mark.server

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from batchlab.checks.lab4 import check_admit, check_eta, check_with_limits, reference_admit
+from batchlab.labs.lab4 import check_admit, check_eta, check_with_limits, reference_admit
 
 
 def test_admit(capsys) -> None:

@@ -7,7 +7,7 @@ import queue
 import numpy as np
 import pytest
 
-from batchlab.checks.lab5 import (_stream_inputs, check_burst, check_counter_rates, check_guard_block, check_hang_up,
+from batchlab.labs.lab5 import (_stream_inputs, check_burst, check_counter_rates, check_guard_block, check_hang_up,
                                   check_priority_block)
 from batchlab.load.workload import Stage, staged_poisson
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from batchlab import roofline as rl
-from batchlab.checks.lab6 import check_knee, check_ridge_batch, check_roofline_time
+from batchlab.theory import roofline as rl
+from batchlab.labs.lab6 import check_knee, check_ridge_batch, check_roofline_time
 
 
 def test_roofline_time_right(capsys) -> None:

@@ -1,11 +1,11 @@
-"""batchlab.engineering: metrics timelines, starvation and queue policies, delay bounds, settings."""
+"""batchlab.course.engineering: metrics timelines, starvation and queue policies, delay bounds, settings."""
 
 from __future__ import annotations
 
 import matplotlib
 import pytest
 
-from batchlab import engineering as E
+from batchlab.course import engineering as E
 from batchlab.load.metrics import MetricsSnapshot
 
 matplotlib.use("Agg")
@@ -91,7 +91,7 @@ def test_busy_seconds_and_measured_service():
 def test_engineering_plots_draw():
     import matplotlib.pyplot as plt
 
-    from batchlab.capacity import cost_from_run, kv_plan_table
+    from batchlab.course.capacity import cost_from_run, kv_plan_table
     from batchlab.plotting import engineering as P
 
     tl = [{"t": 0.2 * i, "rps": 10.0, "queue_ms": 1.0, "mean_batch": 2.0, "pending": i, "exec_per_s": 5.0} for i in range(5)]

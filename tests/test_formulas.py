@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from batchlab import formulas as F
+from batchlab.theory import formulas as F
 
 
 def test_article_examples() -> None:

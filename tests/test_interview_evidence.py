@@ -1,4 +1,4 @@
-"""batchlab.interview_evidence: every interview question tied to a chapter and an experiment."""
+"""batchlab.course.interview: every interview question tied to a chapter and an experiment."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from batchlab import interview_evidence as IE
+from batchlab.course import interview as IE
 from batchlab.paths import repo_root
 from batchlab.quiz import load_bank
 

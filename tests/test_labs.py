@@ -17,8 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from batchlab import labgen
-from batchlab.checks import load_all, parse_scores
+from batchlab.tools import labgen
+from batchlab.labs import load_all, parse_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -75,7 +75,7 @@ def test_labs_are_in_sync_with_solutions() -> None:
 
 
 def test_check_labs_cli_agrees() -> None:
-    proc = subprocess.run([sys.executable, "-m", "batchlab.labgen", str(SOLUTIONS), str(LABS), "--check"],
+    proc = subprocess.run([sys.executable, "-m", "batchlab.tools.labgen", str(SOLUTIONS), str(LABS), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -218,7 +218,7 @@ def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> 
     sol, labs = tmp_path / "solutions", tmp_path / "labs"
     sol.mkdir()
     (sol / "lab9_x.ipynb").write_text(labgen.dumps(_sol_nb(_code("### BEGIN SOLUTION\nx = 1\n### END SOLUTION"))))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "batchlab.labgen", str(sol), str(labs), *a],
+    run = lambda *a: subprocess.run([sys.executable, "-m", "batchlab.tools.labgen", str(sol), str(labs), *a],
                                     capture_output=True, text=True)
     assert run("--check").returncode == 1  # missing
     assert run().returncode == 0
@@ -238,7 +238,7 @@ def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> 
 
 
 def test_bad_solutions_folder_is_one_line_error(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "batchlab.labgen", str(tmp_path / "nope"), str(tmp_path / "labs")],
+    proc = subprocess.run([sys.executable, "-m", "batchlab.tools.labgen", str(tmp_path / "nope"), str(tmp_path / "labs")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.splitlines()) == 1
 
@@ -247,7 +247,7 @@ def test_bad_solutions_folder_is_one_line_error(tmp_path: Path) -> None:
 
 
 def test_replace_block_top_level_nested_and_absent() -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
     from batchlab.config_pbtxt import load_config_text, parse_config
 
     text = 'name: "m"  # a { brace in a comment\nmax_batch_size: 8\ndynamic_batching { }  # old\nparameters { key: "k" value { string_value: "}" } }\n'
@@ -268,7 +268,7 @@ def test_replace_block_top_level_nested_and_absent() -> None:
 
 
 def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
 
     def stub():
         raise NotImplementedError("TODO（第 2 题）：x — not yet implemented")
@@ -284,7 +284,7 @@ def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
 
 
 def test_workspace_files_without_a_server(tmp_path: Path) -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
     from batchlab.config_pbtxt import ConfigError
 
     ws = labkit.workspace(["embed"], root=tmp_path)
@@ -306,7 +306,7 @@ def test_workspace_files_without_a_server(tmp_path: Path) -> None:
 
 
 def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
 
     first = labkit.workspace(["noop"], name="t", root=tmp_path)
     second = labkit.workspace(["noop"], name="t", root=tmp_path)
@@ -318,7 +318,7 @@ def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
 
 @pytest.mark.server
 def test_workspace_reload_and_refused_config() -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
     from batchlab.server import ModelLoadError
 
     with labkit.workspace(["embed"]) as ws:
@@ -338,18 +338,18 @@ def test_workspace_reload_and_refused_config() -> None:
 
 def test_scores_cli_collects_the_solutions_full_marks() -> None:
     paths = [str(p) for p in _solutions()]
-    proc = subprocess.run([sys.executable, "-m", "batchlab.checks", "scores", "--json", *paths],
+    proc = subprocess.run([sys.executable, "-m", "batchlab.labs", "scores", "--json", *paths],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     for path, scores in data.items():
         assert scores and all(s == m for s, m in scores.values()), (path, scores)
-    bad = subprocess.run([sys.executable, "-m", "batchlab.checks", "scores", "nope.ipynb"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "batchlab.labs", "scores", "nope.ipynb"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
 
 
 def test_workspace_of_a_dead_kernel_is_swept(tmp_path: Path) -> None:
-    from batchlab import labkit
+    from batchlab.labs import labkit
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / "batchlab-lab-stale"

@@ -1,4 +1,4 @@
-"""batchlab.misconceptions: each of the article's five misconceptions as an experiment."""
+"""batchlab.course.misconceptions: each of the article's five misconceptions as an experiment."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from batchlab import misconceptions as M
-from batchlab.cases import LLM_COST
+from batchlab.course import misconceptions as M
+from batchlab.course.cases import LLM_COST
 
 matplotlib.use("Agg")
 
@@ -33,7 +33,7 @@ def test_overload_throughput_matches_closed_form_and_amdahl():
 
 
 def test_llm_sweep_memory_grows_and_saturates():
-    from batchlab.capacity import kv_bytes_for
+    from batchlab.course.capacity import kv_bytes_for
 
     bpt = kv_bytes_for("Llama-3-8B")
     rows = M.llm_batch_sweep([16, 64, 256], LLM_COST, bpt, kv_budget_bytes=20 * 2**30, n=300)

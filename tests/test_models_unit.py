@@ -1,4 +1,4 @@
-"""The course models' Python-backend classes, run in-process with `batchlab.lm.fake_pb`.
+"""The course models' Python-backend classes, run in-process with `batchlab.models.fake_pb`.
 
 Fast checks of validation, error isolation inside a batch, state handling and reclamation;
 the same behaviour is then checked on the real server in test_models_server.py.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from batchlab.lm import VOCAB_SIZE, ToyLM, encode, generate
-from batchlab.lm import fake_pb
+from batchlab.models import fake_pb
 from batchlab.paths import MODEL_REPOSITORY
 
 
@@ -24,7 +24,7 @@ def pb_stub():
 
 
 def make(model: str, module: str | None = None):
-    mod = importlib.import_module(f"batchlab.lm.triton_models.{module or model}")
+    mod = importlib.import_module(f"batchlab.models.{module or model}")
     instance = mod.TritonPythonModel()
     instance.initialize(fake_pb.init_args(MODEL_REPOSITORY / model))
     return instance
@@ -65,7 +65,7 @@ MODELS = sorted(p.parent.name for p in MODEL_REPOSITORY.glob("*/config.pbtxt"))
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_directory_has_a_loadable_model(model):
     text = (MODEL_REPOSITORY / model / "1" / "model.py").read_text()
-    module = text.split("batchlab.lm.triton_models.")[-1].split()[0]
+    module = text.split("batchlab.models.")[-1].split()[0]
     instance = make(model, module)
     if hasattr(instance, "finalize"):
         instance.finalize()

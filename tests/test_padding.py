@@ -1,4 +1,4 @@
-"""Exact and Monte Carlo expectation of the padding efficiency η (batchlab.padding)."""
+"""Exact and Monte Carlo expectation of the padding efficiency η (batchlab.theory.padding)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from itertools import product
 import numpy as np
 import pytest
 
-from batchlab.formulas import padding_efficiency
-from batchlab.padding import (
+from batchlab.theory.formulas import padding_efficiency
+from batchlab.theory.padding import (
     eta_curve,
     eta_limit,
     eta_of_batches,

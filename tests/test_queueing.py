@@ -1,4 +1,4 @@
-"""Batch-service queueing results (batchlab.queueing) against closed forms and each other."""
+"""Batch-service queueing results (batchlab.theory.queueing) against closed forms and each other."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from batchlab.formulas import heavy_load_wait, md1_wait
-from batchlab.queueing import (
+from batchlab.theory.formulas import heavy_load_wait, md1_wait
+from batchlab.theory.queueing import (
     bailey_queue,
     bailey_roots,
     batch_queue,

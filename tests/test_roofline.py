@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from batchlab import roofline as rl
+from batchlab.theory import roofline as rl
 
 
 def test_ridge_points_of_the_issue() -> None:
@@ -79,7 +79,7 @@ def test_measure_cpu_is_plausible() -> None:
 
 
 def test_cli_cpu_quick_prints_json() -> None:
-    proc = subprocess.run([sys.executable, "-m", "batchlab.roofline", "--device", "cpu", "--quick",
+    proc = subprocess.run([sys.executable, "-m", "batchlab.theory.roofline", "--device", "cpu", "--quick",
                            "--preset", "toy", "--batches", "1,8"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -90,7 +90,7 @@ def test_cli_cpu_quick_prints_json() -> None:
 def test_cli_without_gpu_says_so() -> None:
     if rl.torch_cuda() is not None:
         pytest.skip("a CUDA GPU is present")
-    proc = subprocess.run([sys.executable, "-m", "batchlab.roofline", "--device", "cuda"],
+    proc = subprocess.run([sys.executable, "-m", "batchlab.theory.roofline", "--device", "cuda"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "CUDA" in proc.stderr
 

@@ -1,4 +1,4 @@
-"""batchlab.seed_redo: the article's demo redone in the event-driven simulator."""
+"""batchlab.course.seed_redo: the article's demo redone in the event-driven simulator."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from batchlab import seed_redo as R
-from batchlab.sim import seed_demo as sd
+from batchlab.course import seed_redo as R
+from batchlab.course import seed_demo as sd
 
 matplotlib.use("Agg")
 

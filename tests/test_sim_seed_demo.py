@@ -1,7 +1,7 @@
-"""batchlab.sim.seed_demo: the article's demo restored unchanged in behaviour, and each DEFECT shown.
+"""batchlab.course.seed_demo: the article's demo restored unchanged in behaviour, and each DEFECT shown.
 
 ARTICLE_CODE is the article's "Python 演示" with only its line breaks and indentation put back
-(comments and strings verbatim); it is executed here and compared with batchlab.sim.seed_demo.
+(comments and strings verbatim); it is executed here and compared with batchlab.course.seed_demo.
 """
 
 import io
@@ -10,7 +10,7 @@ from itertools import product
 
 import pytest
 
-from batchlab.sim import seed_demo as sd
+from batchlab.course import seed_demo as sd
 
 ARTICLE_CODE = '''"""Triton 动态批处理与序列批处理模拟器"""
 import random

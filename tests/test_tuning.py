@@ -1,4 +1,4 @@
-"""Grid search under an SLO with the simulator (batchlab.tuning)."""
+"""Grid search under an SLO with the simulator (batchlab.course.tuning)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from batchlab.config_pbtxt import load_config_text, parse_config
-from batchlab.queueing import batch_queue
+from batchlab.theory.queueing import batch_queue
 from batchlab.sim.service import Affine
-from batchlab.tuning import (
+from batchlab.course.tuning import (
     BatcherConfig,
     as_matrix,
     capacity_under_slo,
@@ -118,7 +118,7 @@ def test_bad_slo_arguments():
 
 @pytest.mark.server
 def test_calibration_on_the_real_server(triton):
-    from batchlab.tuning import calibrate_service
+    from batchlab.course.tuning import calibrate_service
 
     cal = calibrate_service(triton, "embed", (1, 4), rows_per_size=8, min_requests=3, warmup_requests=1)
     assert set(cal.compute_ms) == {1, 4}
@@ -133,7 +133,7 @@ def test_calibration_on_the_real_server(triton):
 
 def test_load_factor_from_statistics():
     from batchlab.load.stats import ModelStats
-    from batchlab.tuning import Calibration, load_factor
+    from batchlab.course.tuning import Calibration, load_factor
 
     cal = Calibration("m", [1, 4], {1: 2.0, 4: 5.0}, {1: 2.0, 4: 5.0}, {1: 2.5, 4: 5.5}, 0.5)
     st = ModelStats("m")

@@ -15,7 +15,7 @@ __all__ = ["trace_occupancy", "sim_occupancy", "plot_slots"]
 
 
 def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, running, waiting) at every tick of a `batchlab.sim.seed_demo.Trace`.
+    """(time, running, waiting) at every tick of a `batchlab.course.seed_demo.Trace`.
 
     A request runs from the tick that admitted it until its finish time; it waits from its
     arrival until its admission.

@@ -1,6 +1,6 @@
 """Batch time t(B), its affine fit, and the speedup S(B) = B·t(1)/t(B) (chapter 02).
 
-Only draws: the fit and the speedup formula come from `batchlab.formulas`.
+Only draws: the fit and the speedup formula come from `batchlab.theory.formulas`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from batchlab.formulas import affine_batch_time, affine_speedup
+from batchlab.theory.formulas import affine_batch_time, affine_speedup
 from batchlab.plotting.fonts import zh
 
 

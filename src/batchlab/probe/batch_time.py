@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from batchlab.formulas import fit_affine
+from batchlab.theory.formulas import fit_affine
 
 InputsFn = Callable[[int], Mapping[str, np.ndarray]]
 """Batch size B -> the input tensors of one request with B rows (batch dimension first)."""

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from batchlab.formulas import fit_affine
+from batchlab.theory.formulas import fit_affine
 from batchlab.probe.batch_time import BatchTimes, InputsFn, measure_batch_times
 
 

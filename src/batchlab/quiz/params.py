@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from batchlab import formulas as F
+from batchlab.theory import formulas as F
 
 __all__ = [
     "FORMULAS",
@@ -69,8 +69,8 @@ def formula(name: str) -> Formula:
         ) from None
 
 
-# The formulas below adapt the course's own computations (`batchlab.formulas`, `batchlab.cases`,
-# `batchlab.roofline`) to the parameter names and units the question stems use (ms, GiB, TB/s),
+# The formulas below adapt the course's own computations (`batchlab.theory.formulas`, `batchlab.course.cases`,
+# `batchlab.theory.roofline`) to the parameter names and units the question stems use (ms, GiB, TB/s),
 # so a quiz answer is computed exactly the way the chapter computes it.
 
 # --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
@@ -91,7 +91,7 @@ def utilization(rate: float, service_ms: float) -> float:
 @_register
 def ridge(tflops: float, tbs: float) -> float:
     """Batch at which bf16 decode reaches the roofline ridge (≈ FLOP per byte at the ridge)."""
-    from batchlab.roofline import ridge_batch
+    from batchlab.theory.roofline import ridge_batch
 
     return ridge_batch(tbs * 1e12, tflops * 1e12, bytes_per_param=2)
 
@@ -219,7 +219,7 @@ def little(rate: float, latency_s: float) -> float:
 @_register
 def instances_needed(rate: float, t_batch_s: float, B: int) -> float:
     """Instances needed for λ req/s when each runs batches of B taking t_batch s: ceil(λ·t/B)."""
-    from batchlab.cases import instances_needed as needed
+    from batchlab.course.cases import instances_needed as needed
 
     return needed(rate, B, t_batch_s)
 

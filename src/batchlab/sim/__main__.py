@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     if args.cmd == "seed-demo":
-        from .seed_demo import main as demo
+        from batchlab.course.seed_demo import main as demo
 
         demo()
         return 0

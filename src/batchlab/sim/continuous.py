@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._check import choice, integer, int_array, times_array
+from batchlab._validate import choice, integer, int_array, times_array
 from .results import SimResult, empty_records, make_batches
 from .service import TokenCost
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._check import integer, positive, rng_of
+from batchlab._validate import integer, positive, rng_of
 
 
 class LengthDist:

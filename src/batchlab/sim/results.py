@@ -86,7 +86,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from ._check import real
+        from batchlab._validate import real
 
         w = real("warmup", self.warmup)
         if not 0.0 <= w < 1.0:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ._check import choice, integer, non_negative
+from batchlab._validate import choice, integer, non_negative
 
 
 @dataclass(frozen=True)

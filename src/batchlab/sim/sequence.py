@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._check import choice, integer, int_array, non_negative, real, rng_of, times_array
+from batchlab._validate import choice, integer, int_array, non_negative, real, rng_of, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule

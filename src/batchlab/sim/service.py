@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ._check import integer, non_negative, times_array
+from batchlab._validate import integer, non_negative, times_array
 
 US = 1e-6  # seconds per microsecond
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._check import integer, int_array, times_array
+from batchlab._validate import integer, int_array, times_array
 from .dynamic import run_events
 from .results import SimResult
 from .rule import BatchRule, QueuePolicy

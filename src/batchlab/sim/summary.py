@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._check import real
+from batchlab._validate import real
 
 PCTS = (50, 95, 99)
 

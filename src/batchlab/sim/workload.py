@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ._check import integer, non_negative, positive, rng_of, times_array
+from batchlab._validate import integer, non_negative, positive, rng_of, times_array
 from .lengths import LengthDist, capped_exponential, empirical, fixed, uniform
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Triton Python-backend model `embed_nobatch`: the embed model without dynamic batching.
 
-The code lives in `batchlab.lm.triton_models.embed` (shared by the course models, unit-tested).
+The code lives in `batchlab.models.embed` (shared by the course models, unit-tested).
 """
 
-from batchlab.lm.triton_models.embed import TritonPythonModel  # noqa: F401
+from batchlab.models.embed import TritonPythonModel  # noqa: F401

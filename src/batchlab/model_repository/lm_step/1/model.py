@@ -1,6 +1,6 @@
 """Triton Python-backend model `lm_step`: one decode step per request, sequence batcher (direct).
 
-The code lives in `batchlab.lm.triton_models.lm_step` (shared by the course models, unit-tested).
+The code lives in `batchlab.models.lm_step` (shared by the course models, unit-tested).
 """
 
-from batchlab.lm.triton_models.lm_step import TritonPythonModel  # noqa: F401
+from batchlab.models.lm_step import TritonPythonModel  # noqa: F401

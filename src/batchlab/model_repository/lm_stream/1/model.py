@@ -1,6 +1,6 @@
 """Triton Python-backend model `lm_stream`: continuous batching inside the model (vLLM / TRT-LLM style).
 
-The code lives in `batchlab.lm.triton_models.lm_stream` (shared by the course models, unit-tested).
+The code lives in `batchlab.models.lm_stream` (shared by the course models, unit-tested).
 """
 
-from batchlab.lm.triton_models.lm_stream import TritonPythonModel  # noqa: F401
+from batchlab.models.lm_stream import TritonPythonModel  # noqa: F401

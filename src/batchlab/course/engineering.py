@@ -1,0 +1,292 @@
+"""Chapter 06 (工程实战) experiments: what the metrics endpoint shows, starvation and its fixes,
+what `max_queue_delay` bounds, online versus offline settings, and busy time for the cost formula.
+
+- `MetricsTimeline`: scrapes Triton's Prometheus endpoint every `interval` seconds in a
+  background thread while a load runs, and turns consecutive scrapes into a timeline of queue
+  time per request, mean batch size and pending requests (`batchlab.load.metrics` parses).
+- `starvation_experiment`: two priority levels on the simulated dynamic batcher (`batchlab.sim`)
+  under each queue policy.
+- `delay_bound_experiment`: queue time against load for a fixed `max_queue_delay`.
+- `online_offline_grid`: latency at the online load and capacity, for a grid of settings.
+- `busy_seconds`: an instance's busy time from the statistics extension (`batchlab.load.stats`).
+
+Nothing here plots (see `batchlab.plotting.engineering`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from batchlab.course.misconceptions import EMBED_LIKE
+from batchlab.sim import workload as W
+from batchlab.sim.dynamic import simulate_dynamic
+from batchlab.sim.results import SimResult
+from batchlab.sim.rule import QueuePolicy
+from batchlab.sim.service import Affine
+
+__all__ = [
+    "MetricsTimeline", "timeline_rows", "starvation_experiment", "StarvationRun",
+    "delay_bound_experiment", "online_offline_grid", "busy_seconds", "measured_service", "live_metrics_run",
+]
+
+
+# ----------------------------------------------------------------------------- live metrics
+
+
+@dataclass
+class MetricsTimeline:
+    """Scrape `metrics_url` every `interval` s in a thread (use as a context manager).
+
+    `snapshots` holds (time since start, `MetricsSnapshot`) pairs; `rows(model)` turns them into
+    per-interval figures.
+    """
+
+    metrics_url: str
+    interval: float = 0.2
+    snapshots: list[tuple[float, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise ValueError("interval must be > 0 seconds")
+
+    def _run(self) -> None:
+        from batchlab.load.metrics import scrape
+
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            t = time.perf_counter() - t0
+            try:
+                self.snapshots.append((t, scrape(self.metrics_url, timeout=2.0)))
+            except Exception as exc:  # keep scraping; report at the end
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t0 - t)))
+
+    def start(self) -> "MetricsTimeline":
+        """Start scraping."""
+        if self._thread is not None:
+            raise RuntimeError("this timeline is already running")
+        self._thread = threading.Thread(target=self._run, name="metrics-timeline", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop scraping and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def __enter__(self) -> "MetricsTimeline":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def rows(self, model: str) -> list[dict[str, float]]:
+        """See `timeline_rows`."""
+        return timeline_rows(self.snapshots, model)
+
+
+def timeline_rows(snapshots: Sequence[tuple[float, Any]], model: str) -> list[dict[str, float]]:
+    """Per interval between consecutive scrapes: t (s, end of interval), requests/s, queue_ms
+    (queue time per successful request), mean_batch (inferences / executions), pending (the
+    gauge at the end), exec_per_s. Intervals without requests have NaN ratios."""
+    rows = []
+    for (t0, a), (t1, b) in zip(snapshots, snapshots[1:]):
+        dt = t1 - t0
+        if dt <= 0:
+            continue
+        g = lambda s, n: s.get(n, model=model)  # noqa: E731
+        ok = g(b, "nv_inference_request_success") - g(a, "nv_inference_request_success")
+        inf = g(b, "nv_inference_count") - g(a, "nv_inference_count")
+        ex = g(b, "nv_inference_exec_count") - g(a, "nv_inference_exec_count")
+        q = g(b, "nv_inference_queue_duration_us") - g(a, "nv_inference_queue_duration_us")
+        rows.append({"t": t1, "rps": ok / dt, "queue_ms": q / 1e3 / ok if ok else math.nan,
+                     "mean_batch": inf / ex if ex else math.nan,
+                     "pending": g(b, "nv_inference_pending_request_count"), "exec_per_s": ex / dt})
+    return rows
+
+
+# ----------------------------------------------------------------------------- starvation
+
+
+@dataclass
+class StarvationRun:
+    """One policy's simulation: the result, each request's priority, and the summary rows."""
+
+    policy: str
+    result: SimResult
+    priority: np.ndarray
+    rows: list[dict[str, Any]]
+
+
+def _class_rows(policy: str, res: SimResult, prio: np.ndarray, warmup: float = 0.1) -> list[dict[str, Any]]:
+    r = res.records
+    i0 = int(math.ceil(warmup * r.size))
+    out = []
+    for lev, name in ((1, "高优先级(在线)"), (2, "低优先级(离线)")):
+        m = np.zeros(r.size, dtype=bool)
+        m[i0:] = True
+        m &= prio == lev
+        dropped = r["rejected"][m] | r["timed_out"][m]
+        ok = m & ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
+        wait = r["start"][ok] - r["arrival"][ok]
+        out.append({"policy": policy, "class": name, "n": int(m.sum()),
+                    "served": int(ok.sum()), "dropped_pct": 100.0 * float(dropped.mean()) if m.any() else 0.0,
+                    "queue_p50_ms": float(np.percentile(wait, 50)) * 1e3 if wait.size else None,
+                    "queue_p99_ms": float(np.percentile(wait, 99)) * 1e3 if wait.size else None,
+                    "queue_max_ms": float(wait.max()) * 1e3 if wait.size else None})
+    return out
+
+
+def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: int = 12_000,
+                          service: Affine = EMBED_LIKE, max_batch_size: int = 32,
+                          low_timeout_ms: float = 200.0, low_max_queue: int = 64,
+                          delay_ms: float = 5.0, seed: int = 21) -> list[StarvationRun]:
+    """Online (priority 1) and offline (priority 2) traffic share one instance.
+
+    Loads are fractions of the full-batch capacity B/t(B); together they exceed it, so someone
+    must wait. Policies (Triton fields in brackets):
+
+    - ``fifo``: no priorities — one queue, everyone waits alike;
+    - ``fifo_delay``: the same with ``max_queue_delay_microseconds`` = `delay_ms` — the delay
+      bounds nothing here;
+    - ``priority``: ``priority_levels: 2`` — online overtakes; offline starves;
+    - ``priority_timeout``: plus ``priority_queue_policy { key: 2 value { default_timeout_
+      microseconds, timeout_action: REJECT } }`` — offline waits at most `low_timeout_ms`,
+      the rest are rejected (UNAVAILABLE);
+    - ``priority_delay_action``: the same timeout with ``timeout_action: DELAY`` — nobody is
+      rejected, and the starving requests are pushed back further;
+    - ``priority_max_queue``: ``max_queue_size`` = `low_max_queue` on level 2 — reject at once
+      when the offline queue is full;
+    - ``priority_2_instances``: the actual fix for overload: a second instance.
+    """
+    cap = service.throughput(max_batch_size)
+    rng = np.random.default_rng(seed)
+    hi = W.poisson(high_load * cap, int(n * high_load / (high_load + low_load)), seed=rng)
+    lo = W.poisson(low_load * cap, n - hi.size, seed=rng)
+    arr = np.concatenate([hi, lo])
+    prio = np.concatenate([np.ones(hi.size, dtype=np.int64), np.full(lo.size, 2, dtype=np.int64)])
+    order = np.argsort(arr, kind="stable")
+    arr, prio = arr[order], prio[order]
+    t_us = low_timeout_ms * 1e3
+    base = dict(max_batch_size=max_batch_size)
+    plans: list[tuple[str, dict[str, Any]]] = [
+        ("fifo", {}),
+        ("fifo_delay", {"max_queue_delay_us": delay_ms * 1e3}),
+        ("priority", {"priority_levels": 2, "priorities": prio}),
+        ("priority_timeout", {"priority_levels": 2, "priorities": prio,
+                              "priority_queue_policy": {2: QueuePolicy(0, t_us, "REJECT")}}),
+        ("priority_delay_action", {"priority_levels": 2, "priorities": prio,
+                                   "priority_queue_policy": {2: QueuePolicy(0, t_us, "DELAY")}}),
+        ("priority_max_queue", {"priority_levels": 2, "priorities": prio,
+                                "priority_queue_policy": {2: QueuePolicy(low_max_queue, 0.0, "REJECT")}}),
+        ("priority_2_instances", {"priority_levels": 2, "priorities": prio, "instances": 2}),
+    ]
+    runs = []
+    for name, kw in plans:
+        res = simulate_dynamic(arr, service, **base, **kw)
+        runs.append(StarvationRun(name, res, prio, _class_rows(name, res, prio)))
+    return runs
+
+
+# ----------------------------------------------------------------------------- what the delay bounds
+
+
+def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
+                           max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
+    """Queue time (start − arrival) against load with ``max_queue_delay`` = `delay_ms`.
+
+    Loads are fractions of the full-batch capacity. Rows: load, delay_ms, queue_p50_ms,
+    queue_p99_ms, queue_max_ms, over_delay_pct (share of requests queued longer than the delay),
+    stable.
+    """
+    cap = service.throughput(max_batch_size)
+    rows = []
+    for i, load in enumerate(loads):
+        arr = W.poisson(load * cap, n, seed=seed + i)
+        res = simulate_dynamic(arr, service, max_batch_size=max_batch_size, max_queue_delay_us=delay_ms * 1e3)
+        s = res.summary()
+        r = res.records[int(0.1 * n):]
+        q = (r["start"] - r["arrival"]) * 1e3
+        rows.append({"load": float(load), "delay_ms": delay_ms, "queue_p50_ms": float(np.percentile(q, 50)),
+                     "queue_p99_ms": float(np.percentile(q, 99)), "queue_max_ms": float(q.max()),
+                     "over_delay_pct": 100.0 * float(np.mean(q > delay_ms * (1 + 1e-9))),
+                     "stable": s["stable"]})
+    return rows
+
+
+# ----------------------------------------------------------------------------- online vs offline
+
+
+def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]],
+                        service: Affine = EMBED_LIKE, n: int = 12_000, seed: int = 41) -> list[dict[str, Any]]:
+    """For each (max_batch_size, delay_ms): p50/p99 latency at `online_rate` (Poisson), and the
+    capacity — the throughput reached when offered 3× the largest full-batch capacity (what an
+    offline job sees). Rows: max_batch_size, delay_ms, p50_ms, p99_ms, stable, capacity_rps,
+    mean_batch_offline."""
+    arr = W.poisson(online_rate, n, seed=seed)
+    top = max(service.throughput(int(b)) for b, _ in settings)
+    over = W.poisson(3.0 * top, n, seed=seed + 1)
+    rows = []
+    for b, d in settings:
+        s = simulate_dynamic(arr, service, max_batch_size=int(b), max_queue_delay_us=d * 1e3).summary()
+        o = simulate_dynamic(over, service, max_batch_size=int(b), max_queue_delay_us=d * 1e3).summary()
+        rows.append({"max_batch_size": int(b), "delay_ms": float(d),
+                     "p50_ms": s["latency_ms"]["p50"], "p99_ms": s["latency_ms"]["p99"], "stable": s["stable"],
+                     "capacity_rps": o["throughput_rps"], "mean_batch_offline": o["batch_size_mean"]})
+    return rows
+
+
+# ----------------------------------------------------------------------------- server statistics
+
+
+def busy_seconds(stats: Any) -> float:
+    """Seconds the model's instances spent executing batches (compute input + infer + output),
+    summed over batch sizes, from a `batchlab.load.ModelStats` (or its difference)."""
+    total_ns = 0
+    for slot in getattr(stats, "batches", {}).values():
+        for phase in ("compute_input", "compute_infer", "compute_output"):
+            total_ns += slot.get(phase, (0, 0))[1]
+    return total_ns / 1e9
+
+
+def measured_service(batch_ms: Mapping[int, float], min_count_sizes: Sequence[int] | None = None) -> Affine:
+    """Least-squares a + b·B fitted to a measured table {batch size: ms per execution}, as an
+    `Affine` (µs) for the simulator. `min_count_sizes` restricts the fit to those sizes."""
+    from batchlab.theory.formulas import fit_affine
+
+    items = sorted(batch_ms.items())
+    if min_count_sizes is not None:
+        items = [(b, t) for b, t in items if b in set(min_count_sizes)]
+    if len(items) < 2:
+        raise ValueError("need measured times for at least two batch sizes")
+    a, b = fit_affine([x for x, _ in items], [t for _, t in items])
+    return Affine(max(a, 0.0) * 1e3, max(b, 1e-6) * 1e3)
+
+
+def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_per_phase: float = 1.5,
+                     interval: float = 0.2, seed: int = 0, tail_s: float = 1.0) -> tuple[list[dict[str, float]], Any]:
+    """Drive `model` (the course's `embed` interface) open-loop through phases of Poisson traffic at
+    each rate in `rates` while scraping the metrics endpoint every `interval` s; keep scraping
+    `tail_s` after the last answer. Returns (`timeline_rows`, the `LoadReport`)."""
+    from batchlab.load import run_open_loop
+    from batchlab.course.misconceptions import embed_request
+
+    if not rates or any(r <= 0 for r in rates):
+        raise ValueError("rates must be a non-empty list of positive requests/s")
+    arrivals = W.rate_curve(list(rates), seconds_per_phase * len(rates), seed=seed)
+    spec = embed_request(seed)
+    with MetricsTimeline(server.metrics_url, interval=interval) as tl:
+        time.sleep(2 * interval)
+        rep = run_open_loop(server, model, spec, arrivals=arrivals, progress=False, request_timeout_s=30.0)
+        time.sleep(tail_s)
+    return tl.rows(model), rep

@@ -1,0 +1,321 @@
+"""The article's five misconceptions (常见误区), each turned into an experiment (chapter 09).
+
+Every function runs `batchlab.sim` (or the toy LM) under stated, seeded assumptions and returns
+plain rows, so the chapter prints the refuting number next to the article's claim and a plot
+helper (`batchlab.plotting.misconceptions`) draws them. Nothing here plots.
+
+1. `batch_size_sweep` / `llm_batch_sweep` — "max_batch_size at its maximum is always best".
+2. `combination_comparison` — "dynamic and sequence batching exclude each other".
+3. `delay_sweep` — "a tiny max_queue_delay makes throughput collapse" (run honestly: it does
+   not, under Triton's rule; the function also measures what a tiny delay does cost).
+4. `kv_growth` — "the KV cache costs no memory".
+5. `day_experiment` — "tune once, never again".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from batchlab.theory import formulas as F
+from batchlab.sim import workload as W
+from batchlab.sim.continuous import simulate_continuous
+from batchlab.sim.dynamic import simulate_dynamic
+from batchlab.sim.lengths import capped_exponential, uniform
+from batchlab.sim.service import Affine, TokenCost
+from batchlab.sim.static_generation import simulate_static_generation
+
+__all__ = [
+    "EMBED_LIKE", "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
+    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult", "embed_request",
+    "measure_delay_pair", "overload_throughput",
+]
+
+#: A batch-level model with the shape of the course's CPU `embed` model on a 2-core machine (one
+#: run's `batch_stats`: ~5.4 ms at batch 1, ~14 ms at 8, ~26 ms at 16): t(B) = 4000 + 1300·B µs.
+#: Chapter 09 re-measures it on the live server; the simulations use this fixed, seeded form.
+EMBED_LIKE = Affine(4000.0, 1300.0)
+
+#: An LLM workload with long contexts: prompts 500–2500 tokens, outputs ~ 400 (capped at 1500).
+LONG_CHAT = (uniform(500, 2500), capped_exponential(400, 1500))
+
+
+def _lat(s: dict[str, Any], key: str = "p99") -> float | None:
+    return s["latency_ms"][key] if s.get("latency_ms") else None
+
+
+# ----------------------------------------------------------------------------- 1
+
+
+def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_LIKE,
+                     delays_us: Sequence[float] = (0.0,), n: int = 20_000, seed: int = 1) -> list[dict[str, Any]]:
+    """Dynamic batcher on one instance at a fixed Poisson `rate`, for each max_batch_size and delay.
+
+    Rows: max_batch_size, delay_us, t_full_ms (execution time of a full batch), capacity_rps
+    (closed form B/t(B)), amdahl_ceiling_rps (1/b), mean_batch, p50_ms, p99_ms, stable.
+    """
+    arr = W.poisson(rate, n, seed=seed)
+    rows = []
+    for d in delays_us:
+        for b in sizes:
+            s = simulate_dynamic(arr, service, max_batch_size=int(b), max_queue_delay_us=float(d)).summary()
+            rows.append({"max_batch_size": int(b), "delay_us": float(d), "t_full_ms": service.time(int(b)) * 1e3,
+                         "capacity_rps": service.throughput(int(b)), "amdahl_ceiling_rps": 1e6 / service.per_item_us,
+                         "mean_batch": s["batch_size_mean"], "p50_ms": _lat(s, "p50"), "p99_ms": _lat(s),
+                         "stable": s["stable"]})
+    return rows
+
+
+def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_token: int,
+                    kv_budget_bytes: float | None, overload_rate: float = 30.0, n: int = 600,
+                    lengths=LONG_CHAT, kv_policy: str = "on_demand", seed: int = 2) -> list[dict[str, Any]]:
+    """Continuous batching offered more than it can serve, for each cap on running sequences.
+
+    Rows: max_active, tokens_per_s (capacity), itl_ms (mean iteration time = time between two
+    tokens of a running sequence), kv_peak_gib (KV held at the high-water mark, real sizes from
+    `kv_bytes_per_token`), kv_need_gib (max_active full-length sequences), fits (kv_need within
+    budget), preemptions (sequences evicted for lack of KV and recomputed).
+    """
+    rng = np.random.default_rng(seed)
+    arr = W.poisson(overload_rate, n, seed=rng)
+    p = lengths[0].sample(n, rng)
+    o = lengths[1].sample(n, rng)
+    budget_tok = None if kv_budget_bytes is None else int(kv_budget_bytes // kv_bytes_per_token)
+    per_seq = float(np.mean(p + o - 1))
+    rows = []
+    for m in max_active:
+        res = simulate_continuous(arr, p, o, cost, max_active=int(m), kv_budget_tokens=budget_tok, kv_policy=kv_policy)
+        s = res.summary()
+        bt = res.batches
+        itl = float(np.mean(bt["end"] - bt["start"])) * 1e3 if bt.size else None
+        need = m * per_seq * kv_bytes_per_token
+        rows.append({"max_active": int(m), "tokens_per_s": s["tokens_per_s"], "itl_ms": itl,
+                     "mean_running": s["batch_size_mean"],
+                     "kv_peak_gib": s["kv_high_water"] * kv_bytes_per_token / 2**30,
+                     "kv_need_gib": need / 2**30,
+                     "fits": None if kv_budget_bytes is None else bool(need <= kv_budget_bytes),
+                     "preemptions": s.get("preemptions", 0)})
+    return rows
+
+
+# ----------------------------------------------------------------------------- 2
+
+
+def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batch_size: int = 8,
+                           lengths=(uniform(50, 400), capped_exponential(150, 600)),
+                           overload_rate: float | None = None, seed: int = 4) -> list[dict[str, Any]]:
+    """The same requests under three schedulers:
+
+    - ``dynamic_only``: the dynamic batcher forms batches of whole generations (request level,
+      padded; responses return when the batch ends);
+    - ``sequence_only``: the same batches, but each request returns when its own last token is
+      out (what the article's demo calls 「序列模式」: early exit, no refill);
+    - ``combined``: continuous batching — new requests join at every iteration (entry-side
+      aggregation) and each sequence leaves when done (token-level scheduling), `max_batch_size`
+      running at most.
+
+    Rows: scheduler, p50_s, p99_s, eta, tokens_per_s (at `rate`), capacity_tokens_per_s (at
+    `overload_rate`, if given).
+    """
+    rng = np.random.default_rng(seed)
+
+    def draw(r: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a = W.poisson(r, n, seed=rng)
+        return a, lengths[0].sample(n, rng), lengths[1].sample(n, rng)
+
+    runs = {
+        "dynamic_only": lambda a, p, o: simulate_static_generation(a, p, o, cost, max_batch_size),
+        "sequence_only": lambda a, p, o: simulate_static_generation(a, p, o, cost, max_batch_size, early_return=True),
+        "combined": lambda a, p, o: simulate_continuous(a, p, o, cost, max_active=max_batch_size),
+    }
+    a, p, o = draw(rate)
+    over = draw(overload_rate) if overload_rate else None
+    rows = []
+    for name, run in runs.items():
+        s = run(a, p, o).summary()
+        row = {"scheduler": name, "p50_s": _lat(s, "p50") / 1e3, "p99_s": _lat(s) / 1e3, "eta": s["eta"],
+               "tokens_per_s": s["tokens_per_s"], "stable": s["stable"]}
+        if over is not None:
+            row["capacity_tokens_per_s"] = run(*over).summary()["tokens_per_s"]
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- 3
+
+
+def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Affine = EMBED_LIKE,
+                max_batch_size: int = 32, instances: int = 1, n: int = 20_000, seed: int = 3) -> list[dict[str, Any]]:
+    """Triton's dynamic batcher for each (load, delay): load is the offered rate as a fraction of
+    the full-batch capacity K·B/t(B) (above 1 = overload).
+
+    Rows: load, rate, delay_us, throughput_rps (completed/s; equals the rate when stable, the
+    capacity reached when not), mean_batch, p50_ms, p99_ms, busy (instance busy fraction),
+    gpu_ms_per_req (busy time per completed request: the cost side), stable.
+    """
+    cap = instances * service.throughput(max_batch_size)
+    rows = []
+    for i, load in enumerate(loads):
+        rate = load * cap
+        arr = W.poisson(rate, n, seed=seed + i)
+        for d in delays_us:
+            res = simulate_dynamic(arr, service, max_batch_size=max_batch_size, max_queue_delay_us=float(d),
+                                   instances=instances)
+            s = res.summary()
+            thr = s["throughput_rps"]
+            busy = s["utilization"]
+            rows.append({"load": float(load), "rate": rate, "delay_us": float(d), "throughput_rps": thr,
+                         "mean_batch": s["batch_size_mean"], "p50_ms": _lat(s, "p50"), "p99_ms": _lat(s),
+                         "busy": busy, "gpu_ms_per_req": busy * instances / thr * 1e3 if thr else None,
+                         "stable": s["stable"]})
+    return rows
+
+
+# ----------------------------------------------------------------------------- 4
+
+
+def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, steps: int = 16,
+              scale_to: Sequence[str] = ("Llama-2-7B", "Llama-3-8B"), tokens_per_seq: int = 4096
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Measured KV bytes of the toy LM for each concurrency, and the same concurrencies for real
+    models at `tokens_per_seq` tokens each (GiB). Returns (toy rows, scaled rows)."""
+    from batchlab.course.capacity import kv_bytes_for, toy_kv_accounting
+
+    toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
+    scaled = []
+    for n in concurrency:
+        row: dict[str, Any] = {"n": int(n)}
+        for m in scale_to:
+            row[m] = n * tokens_per_seq * kv_bytes_for(m) / 2**30
+        scaled.append(row)
+    return toy, scaled
+
+
+# ----------------------------------------------------------------------------- 5
+
+
+def day_rates(trough: float, peak: float, hours: int = 24, peak_hour: float = 14.0) -> np.ndarray:
+    """Mean request rate of each hour of a day: a cosine from `trough` (at peak_hour ± 12 h) to
+    `peak`, averaged over the hour (the same curve as `batchlab.sim.workload.diurnal`)."""
+    fn = W.diurnal(trough, peak, period_s=24.0, peak_at_s=peak_hour)
+    edges = np.linspace(0, 24, hours + 1)
+    fine = np.linspace(0, 24, hours * 60 + 1)
+    vals = fn(0.5 * (fine[:-1] + fine[1:]))
+    return np.asarray([vals[(fine[:-1] >= lo) & (fine[:-1] < hi)].mean() for lo, hi in zip(edges[:-1], edges[1:])])
+
+
+@dataclass(frozen=True)
+class DayResult:
+    """Per-hour outcome of one policy: instances, p99 (ms), SLO met, instance-hours."""
+
+    policy: str
+    instances: list[int]
+    p99_ms: list[float]
+    ok: list[bool]
+
+    @property
+    def instance_hours(self) -> int:
+        """Instance-hours paid for over the day."""
+        return int(sum(self.instances))
+
+    @property
+    def hours_violating(self) -> int:
+        """Hours whose p99 missed the SLO."""
+        return int(sum(not x for x in self.ok))
+
+
+def _hour_p99(rate: float, k: int, service: Affine, max_batch_size: int, delay_us: float,
+              seconds: float, seed: int) -> float:
+    n = max(200, int(rate * seconds))
+    arr = W.poisson(rate, n, seed=seed)
+    s = simulate_dynamic(arr, service, max_batch_size=max_batch_size, max_queue_delay_us=delay_us,
+                         instances=k, warmup=0.1).summary()
+    return float(s["latency_ms"]["p99"]) if s["stable"] else math.inf
+
+
+def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: Sequence[int],
+                   service: Affine = EMBED_LIKE, max_batch_size: int = 32, delay_us: float = 0.0,
+                   max_instances: int = 16, seconds_per_hour: float = 4.0, seed: int = 5) -> list[DayResult]:
+    """Each hour simulated in steady state at its rate (`seconds_per_hour` of simulated traffic).
+
+    Policies: ``fixed_k`` for each k in `fixed_instances` (one configuration all day), and
+    ``retuned`` (every hour the fewest instances whose p99 meets `slo_p99_ms`; Triton does not do
+    this by itself — a controller reloads the model or scales replicas). An unstable hour counts
+    as p99 = inf.
+    """
+    results = []
+    for k in fixed_instances:
+        p99 = [_hour_p99(r, int(k), service, max_batch_size, delay_us, seconds_per_hour, seed + h)
+               for h, r in enumerate(rates)]
+        results.append(DayResult(f"fixed_{k}", [int(k)] * len(rates), p99, [x <= slo_p99_ms for x in p99]))
+    inst, p99s = [], []
+    for h, r in enumerate(rates):
+        k = max(1, int(math.ceil(r / service.throughput(max_batch_size))))
+        while True:
+            p = _hour_p99(r, k, service, max_batch_size, delay_us, seconds_per_hour, seed + h)
+            if p <= slo_p99_ms or k >= max_instances:
+                break
+            k += 1
+        inst.append(k)
+        p99s.append(p)
+    results.append(DayResult("retuned", inst, p99s, [x <= slo_p99_ms for x in p99s]))
+    return results
+
+
+# ----------------------------------------------------------------------------- 3, on the real server
+
+
+def embed_request(seed: int = 0) -> Any:
+    """One request for the course's `embed` model: 16 token ids (shape [1, 16], int32)."""
+    from batchlab.load import RequestSpec
+
+    rng = np.random.default_rng(seed)
+    return RequestSpec({"TOKENS": rng.integers(4, 200, size=(1, 16)).astype(np.int32)})
+
+
+def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,
+                       seconds: float = 2.0, seed: int = 0) -> list[dict[str, Any]]:
+    """For each model (same model, different `max_queue_delay_microseconds`): a closed loop at
+    `concurrency` (the capacity regime) and an open loop at Poisson `rate` (moderate load), each
+    `seconds` long. Rows: model, mode, throughput_rps, p50_ms, p99_ms, mean_batch,
+    busy_ms_per_req (instance busy time per completed request, from the statistics extension)."""
+    from batchlab.course.engineering import busy_seconds
+    from batchlab.load import run_closed_loop, run_open_loop
+
+    spec = embed_request(seed)
+    rows = []
+    for m in models:
+        for mode in ("closed", "open"):
+            if mode == "closed":
+                rep = run_closed_loop(server, m, spec, concurrency=concurrency, duration_s=seconds,
+                                      warmup_s=0.3, progress=False)
+            else:
+                rep = run_open_loop(server, m, spec, rate=rate, duration_s=seconds, seed=seed, progress=False)
+            lat = rep.latency_ms()
+            busy = busy_seconds(rep.server) if rep.server is not None else math.nan
+            ok = rep.n_ok
+            rows.append({"model": m, "mode": f"{mode} c={concurrency}" if mode == "closed" else f"open {rate:g}/s",
+                         "throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
+                         "mean_batch": rep.mean_batch_size(), "busy_ms_per_req": busy / ok * 1e3 if ok else math.nan})
+    return rows
+
+
+def overload_throughput(sizes: Sequence[int], service: Affine = EMBED_LIKE, n: int = 20_000,
+                        seed: int = 6) -> list[dict[str, Any]]:
+    """Simulated throughput of one instance offered twice its full-batch capacity, for each
+    max_batch_size, next to the closed form B/t(B) and the article's Amdahl S_p with
+    f = a/(a + b). Rows: max_batch_size, simulated_rps, closed_form_rps, speedup_sim (over B=1,
+    closed form), amdahl_sp."""
+    f = F.amdahl_f_from_affine(service.base_us, service.per_item_us)
+    base = service.throughput(1)
+    rows = []
+    for i, b in enumerate(sizes):
+        arr = W.poisson(2.0 * service.throughput(int(b)), n, seed=seed + i)
+        s = simulate_dynamic(arr, service, max_batch_size=int(b)).summary()
+        rows.append({"max_batch_size": int(b), "simulated_rps": s["throughput_rps"],
+                     "closed_form_rps": service.throughput(int(b)),
+                     "speedup_sim": s["throughput_rps"] / base, "amdahl_sp": F.amdahl(f, int(b))})
+    return rows

@@ -1,0 +1,133 @@
+"""Checks of Lab 4 (连续批处理): the admission policy, the config limits, and η."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from batchlab.labs._core import Grader, check
+
+
+def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
+    from batchlab.lm.scheduler import SeqInfo
+
+    return SeqInfo(seq_id=i, prompt_tokens=prompt, max_tokens=max_tokens, generated=generated)
+
+
+def reference_admit(waiting: Sequence[Any], active: Sequence[Any], max_active: int, kv_token_budget: int) -> list[int]:
+    """FCFS under both limits, no overtaking (what `FCFSAdmission.admit` does)."""
+    from batchlab.lm.scheduler import FCFSAdmission
+
+    return FCFSAdmission(max_active, kv_token_budget).admit(waiting, active)
+
+
+def _indices(g: Grader, got: Any) -> list[int]:
+    if got is None:
+        g.fail("admit 返回了 None：应返回要接纳的序列在 waiting 里的下标列表（可以是空列表 []）")
+    try:
+        out = [int(i) for i in got]
+    except (TypeError, ValueError):
+        g.fail(f"admit 应返回下标（int）的列表，收到的是 {got!r}"[:200])
+    return out
+
+
+@check("lab4.q1", points=4, title="写接纳策略（admission policy）")
+def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(waiting, active, max_active, kv_token_budget) -> [indices into waiting]`."""
+    small = [_seq(i, 16, 32) for i in range(3)]
+    got = _indices(g, g.call(fn, small, [], 8, 4096))
+    empty = _indices(g, g.call(fn, [], [_seq(9, 16, 32)], 8, 4096))
+    g.expect(got == [0, 1, 2] and empty == [],
+             "额度充足时按到达顺序全部接纳；没人等时返回 []",
+             f"3 条小请求、没有活跃序列、额度充足时应返回 [0, 1, 2]（没人等时返回 []），你的是 {got} / {empty}")
+    active = [_seq(10 + i, 16, 32, generated=5) for i in range(6)]
+    waiting = [_seq(i, 16, 32) for i in range(4)]
+    got = _indices(g, g.call(fn, waiting, active, 8, 100_000))
+    g.expect(got == [0, 1], "max_active = 8、已有 6 条活跃：只再接纳 2 条",
+             f"已有 6 条活跃序列、max_active = 8 时应只接纳 [0, 1]，你的是 {got}：活跃数加上新接纳的不能超过 max_active")
+    # active sequences have generated little: kv_tokens is far below what they reserved
+    active = [_seq(20, 1000, 2000, generated=10)]           # reserves 3000, holds 1010 now
+    waiting = [_seq(0, 500, 300), _seq(1, 100, 96)]        # 800 and 196
+    got = _indices(g, g.call(fn, waiting, active, 8, 4096))
+    tight = [_seq(0, 1000, 500), _seq(1, 50, 50)]          # 1500 (does not fit) and 100 (would)
+    got2 = _indices(g, g.call(fn, tight, active, 8, 4096))
+    if got == [0, 1] and got2 in ([], [1]):  # [1] respects the budget; overtaking is graded below
+        g.expect(True, "KV 预算按 prompt + max_tokens 预留：活跃序列的预留也算在内", "")
+    elif got2 in ([0, 1], [0]):
+        g.expect(False, "", "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（SeqInfo.reserved_tokens），"
+                 "活跃序列现在虽然只用了 kv_tokens 个，但它可能长到预留的那么多（不预留就可能中途爆显存）")
+    else:
+        g.expect(False, "", f"已预留 3000、预算 4096 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
+                 f"而 [1500, 100] 一条也不接纳；你的是 {got} 与 {got2}")
+    g.expect(got2 != [1], "先来先服务：队首放不下时，后面的也不插队",
+             "你让后面的小请求插了队（返回 [1]）：本题要求先来先服务——队首放不下就停，否则大请求可能永远排不上（饿死）")
+
+
+def _params(cfg: Any) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+@check("lab4.q3", points=3, title="在配置里改调度上限")
+def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(config_text, max_active, kv_token_budget) -> config_text`."""
+    from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
+
+    base = load_config_text("lm_stream")
+    before = _params(parse_config(base))
+    results = []
+    for ma, kv in ((2, 600), (16, 8192)):
+        text = g.call(fn, base, ma, kv)
+        if not isinstance(text, str):
+            g.fail(f"with_limits 应返回 config.pbtxt 文本，收到的是 {type(text).__name__}")
+        try:
+            cfg = parse_config(text)
+        except ConfigError as exc:
+            g.fail(f"改过的配置 Triton 读不懂（第 {exc.line} 行：{exc.message}）。{exc.hint}")
+        results.append((ma, kv, _params(cfg), cfg))
+    g.expect(all(p.get("max_active") == str(ma) for ma, _, p, _ in results),
+             "parameters 里的 max_active 改对了（字符串值）",
+             f"max_active 应为 {[str(r[0]) for r in results]}，读到 {[r[2].get('max_active') for r in results]}")
+    g.expect(all(p.get("kv_token_budget") == str(kv) for _, kv, p, _ in results),
+             "kv_token_budget 改对了",
+             f"kv_token_budget 应为 {[str(r[1]) for r in results]}，读到 {[r[2].get('kv_token_budget') for r in results]}")
+    others = all({k: v for k, v in p.items() if k not in ("max_active", "kv_token_budget")} ==
+                 {k: v for k, v in before.items() if k not in ("max_active", "kv_token_budget")}
+                 and c.name == "lm_stream" for _, _, p, c in results)
+    g.expect(others, "其余参数和字段原样保留",
+             "别的参数（max_tokens_limit、blas_threads…）或模型名被改动了：只改这两个参数的值")
+
+
+def reference_eta(num_tokens: Sequence[int], padded_steps: Sequence[int]) -> float:
+    """η = useful token-steps / computed token-slots = Σ n / Σ (n + padding)."""
+    useful = sum(int(n) for n in num_tokens)
+    total = useful + sum(int(p) for p in padded_steps)
+    return useful / total if total else math.nan
+
+
+@check("lab4.q2", points=3, title="算出请求级批处理的 η")
+def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(num_tokens, padded_steps) -> η`."""
+    def num(v: Any) -> float:
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            g.fail(f"eta 应返回一个数，收到的是 {v!r}")
+    got = num(g.call(fn, [5, 7, 3], [0, 0, 0]))
+    g.expect(math.isclose(got, 1.0), "没有 padding 时 η = 1",
+             f"没有 padding（padded_steps 全为 0）时 η 应为 1，你的是 {got}")
+    n, pad = [10, 2, 4], [0, 8, 0]   # a batch of 10 steps (10 and 2 tokens) and one of 4 steps
+    got = num(g.call(fn, n, pad))
+    want = reference_eta(n, pad)
+    per_request = sum(a / (a + b) for a, b in zip(n, pad)) / len(n)
+    if math.isclose(got, want, rel_tol=1e-6):
+        g.expect(True, f"两锅、一锅有人提前出锅：η = 16 / 24 = {want:.3f}", "")
+    elif math.isclose(got, per_request, rel_tol=1e-6):
+        g.expect(False, "", f"你对每个请求的比例取了平均（{per_request:.3f}）：η 是总的有用 token 步数 ÷ 总的计算槽位，"
+                 f"Σn / Σ(n + padding) = {want:.3f}")
+    elif math.isclose(got, 1 / want, rel_tol=1e-6):
+        g.expect(False, "", f"倒过来了：η = 有用 ÷ 总计 = {want:.3f}，不是 {got:.3f}")
+    else:
+        g.expect(False, "", f"tokens {n}、padding {pad} 时 η 应为 Σn / Σ(n + padding) = {want:.3f}，你的是 {got}")
+    got = num(g.call(fn, [1, 1], [99, 99]))
+    g.expect(math.isclose(got, 0.01, rel_tol=1e-6), "极端情况：每行 1 个有用 token、99 步 padding，η = 0.01",
+             f"tokens [1, 1]、padding [99, 99] 时 η 应为 0.01，你的是 {got}")

@@ -1,0 +1,461 @@
+"""Helpers the labs share: the lab's server, a private model repository, unfinished TODOs.
+
+* `lab_server(models)` — the server a lab uses for the course's own models: the external one
+  named by `TRITON_URL` (`make start`, an NGC container) or an embedded one that loads only
+  `models`.
+* `workspace(models)` — a private copy of some course models in a fresh temporary folder: the
+  learner rewrites a `config.pbtxt` (or a policy file) there, `start()`s an embedded server on
+  it and `reload()`s a model after each change. An external server's repository is not ours to
+  write, so a workspace always runs its own embedded server, even with `TRITON_URL` set.
+* `attempt(n, fn, ...)` / `ready(n, value)` — let the cells after a TODO run before the TODO is
+  done: they print that question n is not finished yet and skip, instead of failing.
+
+Everything a lab starts is stopped by `stop()`/`close()` (and at interpreter exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from batchlab.paths import MODEL_REPOSITORY
+from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect
+
+_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+# --------------------------------------------------------------------------- unfinished TODOs
+
+
+def not_done_message(question: int) -> str:
+    """The line printed where a cell skips because question `question` is not done."""
+    return f"⏳ 第 {question} 题还没完成：这一格先跳过。完成第 {question} 题后从它那一格重新往下运行即可。"
+
+
+def attempt(question: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, or None (with a note) while `fn` still raises NotImplementedError.
+
+    The note names the question whose stub raised (a function may call an earlier TODO).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as exc:
+        m = re.search(r"第 (\d+) 题", str(exc))
+        print(not_done_message(int(m.group(1)) if m else question))
+        return None
+
+
+def ready(question: int, *values: Any) -> bool:
+    """True when every value is set; otherwise print that question `question` is not done."""
+    if any(v is None or v is Ellipsis for v in values):
+        print(not_done_message(question))
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- config text
+
+
+def _skip_comment_or_string(text: str, i: int) -> int | None:
+    """If a ``#`` comment or a quoted string starts at `i`, the index just after it; else None."""
+    ch, n = text[i], len(text)
+    if ch == "#":
+        j = text.find("\n", i)
+        return n if j < 0 else j
+    if ch in "\"'":
+        j = i + 1
+        while j < n and text[j] != ch:
+            j += 2 if text[j] == "\\" else 1
+        return j + 1
+    return None
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _matching_brace(text: str, j: int, name: str) -> int:
+    """Index just after the ``}`` closing the ``{`` at `j`."""
+    depth, k, n = 0, j, len(text)
+    while k < n:
+        skip = _skip_comment_or_string(text, k)
+        if skip is not None:
+            k = skip
+            continue
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        k += 1
+    raise ValueError(f"the {name} section is not closed with '}}'")
+
+
+def _top_level_block(text: str, name: str) -> tuple[int, int] | None:
+    """(start, end) of the top-level ``name { ... }`` section of config text, or None.
+
+    Comments (``#`` to the end of the line) and quoted strings are skipped; braces are matched.
+    """
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        skip = _skip_comment_or_string(text, i)
+        if skip is not None:
+            i = skip
+            continue
+        ch = text[i]
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif depth == 0 and text.startswith(name, i) and (i == 0 or not _is_word(text[i - 1])):
+            j = i + len(name)
+            while j < n and text[j] in " \t\r\n:":
+                j += 1
+            if j < n and text[j] == "{" and not _is_word(text[i + len(name)]):
+                return i, _matching_brace(text, j, name)
+        i += 1
+    return None
+
+
+def replace_block(text: str, name: str, block: str) -> str:
+    """Config text with its ``name { ... }`` section replaced by `block` (appended if absent).
+
+    `name` is a top-level field (``"dynamic_batching"``) or a dotted path into one
+    (``"sequence_batching.direct"`` replaces the ``direct { }`` inside ``sequence_batching``).
+    An empty `block` removes the section. Other lines and comments are kept as they are.
+    """
+    if not isinstance(block, str):
+        raise ValueError(f"block must be config text (a str), got {type(block).__name__}")
+    outer, _, inner = name.partition(".")
+    span = _top_level_block(text, outer)
+    if inner:
+        if span is None:
+            raise ValueError(f"the config has no {outer} section")
+        start, end = span
+        brace = text.index("{", start)
+        body = replace_block(text[brace + 1:end - 1], inner, block)
+        return text[:brace + 1] + body + text[end - 1:]
+    if span is None:
+        return text.rstrip("\n") + ("\n" + block.strip("\n") + "\n" if block.strip() else "\n")
+    start, end = span
+    line_end = text.find("\n", end)
+    rest = text[end:] if line_end < 0 else text[line_end:]  # drop a trailing comment of the old block
+    return text[:start] + block.strip("\n") + rest
+
+
+# --------------------------------------------------------------------------- servers
+
+
+_LAB_SERVER: list[TritonServer] = []
+
+
+def lab_server(models: Sequence[str], **kwargs: Any) -> TritonServer | ExternalServer:
+    """Start (or reach) the server a lab uses for the course models, and say which it is.
+
+    With `TRITON_URL` set, the shared server is used (it must serve `models`); otherwise an
+    embedded server is started that loads only `models` (explicit model control). Running the
+    cell again stops the server it started before, so a re-run never leaves a second one behind.
+    """
+    external = ExternalServer.from_env()
+    if external is not None:
+        external.start()
+        missing = [m for m in models if m not in external.models]
+        if missing:
+            raise ServerError(f"the server at TRITON_URL={external.http_url} does not serve "
+                              f"{', '.join(missing)} (it has {', '.join(external.models) or 'none'})")
+        print(f"使用 TRITON_URL 指向的服务器 {external.http_url}（不是本实验启动的，结束时也不会停掉它）")
+        return external
+    while _LAB_SERVER:
+        _LAB_SERVER.pop().stop()
+    kwargs.setdefault("startup_timeout", 120)
+    server = connect(models=list(models), model_control="explicit", **kwargs).start()
+    _LAB_SERVER.append(server)
+    print(f"内置 Triton 服务器已启动：HTTP {server.http_url}，gRPC {server.grpc_url}，"
+          f"metrics {server.metrics_url}；模型 {', '.join(server.models)}")
+    return server
+
+
+def stop(*things: Any) -> None:
+    """Stop what a lab started (servers, workspaces) and say so; an external server is left alone."""
+    for thing in things:
+        if thing is None:
+            continue
+        if isinstance(thing, ExternalServer):
+            print(f"TRITON_URL 指向的服务器 {thing.http_url} 不是本实验启动的：留着它继续运行。")
+            continue
+        if isinstance(thing, Workspace):
+            thing.close()
+            print(f"私有模型仓库 {thing.dir} 的服务器已停止，文件夹已删除。")
+            continue
+        thing.stop()
+        print(f"本实验启动的 Triton 服务器已停止（{'仍在运行！' if getattr(thing, 'running', False) else '没有留下进程'}）。")
+
+
+# --------------------------------------------------------------------------- private repositories
+
+_LIVE: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for ws in list(_LIVE):
+        ws.close()
+
+
+def _sweep_stale(base: Path, prefix: str) -> None:
+    """Delete workspace folders left behind by kernels that died (their owner pid is gone)."""
+    for d in base.glob(prefix + "*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+class Workspace:
+    """A private model repository (copies of course models) and the embedded server on it."""
+
+    def __init__(self, models: Iterable[str], source: str | os.PathLike[str] | None = None,
+                 root: str | os.PathLike[str] | None = None, prefix: str = "batchlab-lab-") -> None:
+        self.source = Path(source) if source is not None else MODEL_REPOSITORY
+        _sweep_stale(Path(root) if root is not None else Path(tempfile.gettempdir()), prefix)
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        (self.dir / "owner.pid").write_text(str(os.getpid()))
+        self.repo = self.dir / "models"
+        self.repo.mkdir()
+        self.server: TritonServer | None = None
+        _LIVE.add(self)
+        try:
+            for m in models:
+                self.add(m)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _model_dir(self, model: str) -> Path:
+        if not isinstance(model, str) or not _NAME.match(model):
+            raise ValueError(f"bad model name {model!r}")
+        return self.repo / model
+
+    def add(self, model: str, as_name: str | None = None) -> Path:
+        """Copy course model `model` into the workspace (as `as_name`, renaming it in its config)."""
+        src = self.source / model
+        if not (src / "config.pbtxt").is_file():
+            have = sorted(p.parent.name for p in self.source.glob("*/config.pbtxt"))
+            raise ValueError(f"no model {model!r} in {self.source} (has {', '.join(have)})")
+        name = as_name or model
+        dst = self._model_dir(name)
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if as_name:
+            text = (dst / "config.pbtxt").read_text(encoding="utf-8")
+            text, n = re.subn(r'^(\s*name\s*:\s*)"[^"]*"', rf'\1"{name}"', text, count=1, flags=re.M)
+            if n == 0:
+                text = f'name: "{name}"\n' + text
+            (dst / "config.pbtxt").write_text(text, encoding="utf-8")
+        return dst
+
+    @property
+    def models(self) -> list[str]:
+        """Model folders in the workspace."""
+        return sorted(p.parent.name for p in self.repo.glob("*/config.pbtxt"))
+
+    def config_path(self, model: str) -> Path:
+        """`<workspace>/models/<model>/config.pbtxt`."""
+        path = self._model_dir(model) / "config.pbtxt"
+        if not path.is_file():
+            raise ValueError(f"model {model!r} is not in this workspace (has {', '.join(self.models)})")
+        return path
+
+    def read_config(self, model: str) -> str:
+        """The current config.pbtxt text of `model`."""
+        return self.config_path(model).read_text(encoding="utf-8")
+
+    def write_config(self, model: str, text: str, validate: bool = True) -> Path:
+        """Replace `model`'s config.pbtxt; with `validate`, refuse text Triton could not parse.
+
+        The error names the line and column and says (in Chinese) where a misplaced field belongs.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"config text must be a str, got {type(text).__name__}")
+        if validate:
+            from batchlab.config_pbtxt import parse_config
+
+            parse_config(text)
+        path = self.config_path(model)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def write_file(self, model: str, relpath: str, text: str) -> Path:
+        """Write a file (e.g. a policy module) inside `model`'s folder."""
+        base = self._model_dir(model).resolve()
+        path = (base / relpath).resolve()
+        if base not in path.parents:
+            raise ValueError(f"{relpath!r} is outside the folder of model {model!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    # -- server ----------------------------------------------------------------------------
+
+    def start(self, models: Sequence[str] | None = None, **kwargs: Any) -> TritonServer:
+        """Start an embedded server on the workspace (explicit control; loads `models`, default all)."""
+        if self.server is not None and self.server.running:
+            return self.server
+        kwargs.setdefault("startup_timeout", 120)
+        load = list(models) if models is not None else self.models
+        self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
+        return self.server
+
+    def reload(self, model: str, timeout: float = 60.0) -> None:
+        """Load `model` again from its (changed) files and wait until it is ready.
+
+        Raises `ModelLoadError` with the server's reason when the new config is refused.
+        """
+        if self.server is None or not self.server.running:
+            raise ServerError("the workspace's server is not running: call start() first")
+        client = self.server.http_client()
+        try:
+            client.load_model(model)
+        except Exception as exc:  # tritonclient's InferenceServerException
+            text = str(exc).strip().splitlines()
+            raise ModelLoadError(f"Triton refused to (re)load {model!r}: {text[0] if text else exc}") from None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if client.is_model_ready(model):
+                return
+            time.sleep(0.05)
+        raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
+
+    def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
+        """Make workspace model `model` (a copy of `lm_stream`) schedule with the function `admit`.
+
+        `admit(waiting, active, max_active, kv_token_budget) -> list[int]` must be self-contained
+        (it runs inside the Triton model process, not in this notebook): its source is written to
+        `<model>/1/policy.py`, and `<model>/1/model.py` becomes `lm_stream` with its admission
+        policy replaced (the limits still come from the config's `parameters`). Reload the model
+        afterwards.
+        """
+        import inspect
+        import textwrap
+
+        if not callable(admit) or getattr(admit, "__name__", "") == "<lambda>":
+            raise ValueError("admit must be a function defined with def (its source is copied into the model)")
+        try:
+            src = textwrap.dedent(inspect.getsource(admit))
+        except (OSError, TypeError) as exc:
+            raise ValueError(f"cannot read the source of {admit!r}: {exc}") from None
+        if admit.__name__ != "admit":
+            src += f"\n\nadmit = {admit.__name__}\n"
+        folder = self._model_dir(model) / "1"
+        if not folder.is_dir():
+            raise ValueError(f"model {model!r} has no version folder 1/ in this workspace")
+        (folder / "policy.py").write_text(
+            '"""The admission policy written in the lab (copied here by batchlab.labs.labkit)."""\n\n' + src,
+            encoding="utf-8")
+        (folder / "model.py").write_text(_ADMISSION_MODEL, encoding="utf-8")
+        return folder / "policy.py"
+
+    def stop(self) -> None:
+        """Stop the workspace's server (the files stay until `close`)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def close(self) -> None:
+        """Stop the server and delete the workspace folder."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"server on {self.server.http_url}" if self.server is not None and self.server.running else "no server"
+        return f"<Workspace {self.repo} models={self.models} {state}>"
+
+
+_ADMISSION_MODEL = '''"""`lm_stream` with the lab's admission policy (written by batchlab.labs.labkit.Workspace.install_admission).
+
+The scheduler, the streaming and the limits (`max_active`, `kv_token_budget` parameters) are the
+course's `lm_stream`; only the decision "which waiting sequences join the batch now" comes from
+`policy.py` next to this file.
+"""
+
+import importlib.util
+import os
+
+from batchlab.models.lm_stream import TritonPythonModel as _LMStream
+
+
+def _load_admit():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy.py")
+    spec = importlib.util.spec_from_file_location("lab_admission_policy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.admit
+
+
+class LabAdmission:
+    """Admission policy calling the lab's `admit(waiting, active, max_active, kv_token_budget)`."""
+
+    def __init__(self, admit, max_active, kv_token_budget):
+        self.admit_fn = admit
+        self.max_active = max_active
+        self.kv_token_budget = kv_token_budget
+
+    def check(self, candidate):
+        if candidate.reserved_tokens > self.kv_token_budget:
+            raise ValueError(f"request needs {candidate.reserved_tokens} KV tokens (prompt + max_tokens), "
+                             f"the budget is {self.kv_token_budget}")
+
+    def admit(self, waiting, active):
+        return list(self.admit_fn(list(waiting), list(active), self.max_active, self.kv_token_budget))
+
+
+class TritonPythonModel(_LMStream):
+    def initialize(self, args):
+        super().initialize(args)
+        limits = self.batcher.policy
+        self.batcher.policy = LabAdmission(_load_admit(), limits.max_active, limits.kv_token_budget)
+'''
+
+
+_NAMED: dict[str, Workspace] = {}
+
+
+def workspace(models: Iterable[str], name: str | None = None, **kwargs: Any) -> Workspace:
+    """A private copy of course `models` in a fresh temporary folder (see `Workspace`).
+
+    With `name` (e.g. "lab2"), a workspace made earlier under that name in this process is closed
+    first (its server stopped, its folder deleted): re-running a lab's setup cell is safe.
+    """
+    if name is not None:
+        old = _NAMED.pop(name, None)
+        if old is not None:
+            old.close()
+            print(f"（关闭了上一次的私有仓库 {old.dir}）")
+    ws = Workspace(models, **kwargs)
+    if name is not None:
+        _NAMED[name] = ws
+    return ws

@@ -1,0 +1,30 @@
+"""`initialize` shared by the course LM models: config, BLAS threads, the LM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchlab.lm import blas
+from batchlab.lm.model import ToyLM
+from batchlab.models.triton_io import int_param, parameters, parse_config
+
+
+class LMModelBase:
+    """Base of the Python-backend model classes (not a model itself)."""
+
+    def initialize(self, args: dict) -> None:
+        """Read `model_config`, apply `blas_threads` (default 1), build/reuse the shared LM."""
+        self.model_name: str = args.get("model_name", "?")
+        self.model_config: dict[str, Any] = parse_config(args)
+        self.params = parameters(self.model_config)
+        blas.set_num_threads(int_param(self.params, "blas_threads", 1, 1, 64))
+        self.lm = ToyLM.default()
+        self.vocab_size = self.lm.config.vocab_size
+        self.max_seq_len = self.lm.config.max_seq_len
+
+    def input_dims(self, name: str) -> list[int]:
+        """The `dims` of input `name` in the model config."""
+        for item in self.model_config.get("input", []):
+            if item.get("name") == name:
+                return [int(d) for d in item.get("dims", [])]
+        raise ValueError(f"model config has no input {name}")

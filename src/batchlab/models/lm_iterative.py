@@ -1,0 +1,139 @@
+"""`lm_iterative`: continuous batching by Triton's own scheduler (`iterative_sequence: true`).
+
+Decoupled. A client opens a sequence (gRPC stream, `sequence_start=True`, no `sequence_end`)
+with one request; every execution of the model advances each sequence in the batch by one token
+(prefilling new ones in the same pass), streams that token, and hands the request back to the
+sequence batcher with `set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)` until
+<eos> or MAX_TOKENS; the last token goes out with the FINAL flag and the request is released,
+which frees the sequence's slot. Each execution therefore batches whichever sequences are live.
+
+State (the `Sequence` with its KV cache) is keyed by correlation id. A request that the client
+cancels is dropped by Triton's scheduler and never executed again, so the model also reaps
+state that no execution touched for `max_sequence_idle_microseconds` (plus a margin).
+
+Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
+IGNORE_EOS BOOL [1]; controls START INT32, READY INT32, CORRID UINT64. Outputs per streamed
+response (INT32 [1] each): TOKEN, INDEX (0-based position in the generation), BATCH_SIZE
+(sequences in the execution that produced it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from batchlab.lm.generation import Sequence, step
+from batchlab.models.triton_io import (InputError, control_value, correlation_id, error,
+                                   float_param, is_null_request, ok, one_line, pb,
+                                   send_final, sequence_idle_seconds)
+from batchlab.models._gen_inputs import generation_limits, read_sequences
+from batchlab.models.base import LMModelBase
+
+
+class TritonPythonModel(LMModelBase):
+    """Triton entry point of `lm_iterative`."""
+
+    def initialize(self, args: dict) -> None:
+        super().initialize(args)
+        self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
+        margin = float_param(self.params, "reap_margin_s", 0.5)
+        self.reap_after = sequence_idle_seconds(self.model_config) + margin
+        self.states: dict[int, tuple[Sequence, float]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
+        self.reaper.start()
+
+    def _reap_loop(self) -> None:
+        while not self.stop.wait(min(0.25, self.reap_after / 4)):
+            self.reap(time.monotonic())
+
+    def reap(self, now: float) -> int:
+        """Free sequences that no execution touched for `reap_after` seconds."""
+        with self.lock:
+            dead = [c for c, (_, t) in self.states.items() if now - t > self.reap_after]
+            for c in dead:
+                self.states.pop(c)[0].release()
+        return len(dead)
+
+    def execute(self, requests: list) -> None:
+        utils = pb()
+        batch = []  # (request, sender, corr, seq)
+        for request in requests:
+            sender = request.get_response_sender()
+            if is_null_request(request):
+                send_final(sender)  # filler slot of the batcher: nothing to do
+                continue
+            corr = correlation_id(request)
+            try:
+                if request.is_cancelled():
+                    with self.lock:
+                        old = self.states.pop(corr, None)
+                    if old is not None:
+                        old[0].release()
+                    send_final(sender, error("request cancelled"))
+                    continue
+                with self.lock:
+                    entry = self.states.get(corr)
+                if request.flags() & utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                    # Triton refuses to reschedule a request that also ends its sequence.
+                    raise InputError("lm_iterative streams one request per sequence: send "
+                                     "sequence_start=True without sequence_end")
+                if control_value(request, "START"):
+                    if entry is not None:  # a new sequence reusing a stale id
+                        entry[0].release()
+                    seq = read_sequences(self.lm, request, True, self.max_prompt,
+                                         self.max_tokens_limit, seq_id=corr)
+                    if len(seq) != 1:
+                        raise InputError("one sequence per request: PROMPT must be [1, n]")
+                    seq = seq[0]
+                elif entry is not None:
+                    seq = entry[0]
+                else:
+                    raise InputError(f"sequence {corr} has no state in model "
+                                     f"'{self.model_name}' (reclaimed or never started): "
+                                     f"send a new request with sequence_start=True")
+                batch.append((request, sender, corr, seq))
+            except InputError as exc:
+                with self.lock:
+                    self.states.pop(corr, None)
+                send_final(sender, error(str(exc)))
+        if not batch:
+            return None
+        try:
+            tokens = step(self.lm, [b[3] for b in batch])
+        except Exception as exc:
+            with self.lock:
+                for _, sender, corr, seq in batch:
+                    self.states.pop(corr, None)
+                    seq.release()
+            for _, sender, *_ in batch:
+                send_final(sender, error(f"lm_iterative failed: {one_line(exc)}"))
+            return None
+        now = time.monotonic()
+        n = np.array([[len(batch)]], np.int32)
+        for (request, sender, corr, seq), token in zip(batch, tokens):
+            response = ok({"TOKEN": np.array([[token]], np.int32),
+                           "INDEX": np.array([[len(seq.tokens) - 1]], np.int32),
+                           "BATCH_SIZE": n})
+            if seq.done:
+                with self.lock:
+                    self.states.pop(corr, None)
+                seq.release()
+                send_final(sender, response)
+            else:
+                with self.lock:
+                    self.states[corr] = (seq, now)
+                request.set_release_flags(utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                sender.send(response)
+        return None
+
+    def finalize(self) -> None:
+        self.stop.set()
+        self.reaper.join(timeout=2)
+        with self.lock:
+            for seq, _ in self.states.values():
+                seq.release()
+            self.states.clear()

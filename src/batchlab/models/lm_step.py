@@ -1,0 +1,199 @@
+"""`lm_step` / `lm_step_oldest`: a stateful decode step behind Triton's sequence batcher.
+
+One request is one step of one sequence (correlation id). The START request carries the prompt
+in TOKENS and is prefilled; later requests may omit TOKENS (the model feeds back the token it
+returned last) or carry exactly one token to feed instead. Every response returns the next
+token. The KV caches live here, keyed by correlation id (the Python backend has no implicit
+state): END frees one; a background reaper frees caches idle for longer than the config's
+`max_sequence_idle_microseconds` plus a margin, because Triton sends no END for a sequence it
+drops after that idle time (server issues #4178, #3652).
+
+Inputs: TOKENS INT32 [-1] (optional), TEMPERATURE FP32 [1] and SEED INT64 [1] (optional, read at
+START), control inputs START/END/READY INT32 and CORRID UINT64. Outputs (INT32 [1] each): TOKEN,
+LENGTH (tokens in this sequence's cache), BATCH_SIZE (live sequences in this execution),
+LIVE_SEQUENCES and KV_TOKENS (caches held by this instance after the step, and their tokens).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.lm.kvcache import KVCache
+from batchlab.lm.generation import check_prompt
+from batchlab.lm.sampling import make_rng, sample
+from batchlab.models.triton_io import (InputError, control_value, correlation_id, error,
+                                   expect_dtype, float_param, get, int_param, is_null_request, ok,
+                                   one_line, sequence_idle_seconds)
+from batchlab.models._gen_inputs import DEFAULT_MAX_PROMPT_TOKENS
+from batchlab.models.base import LMModelBase
+from batchlab.lm.vocab import PAD_ID
+
+
+@dataclass
+class _SeqState:
+    cache: KVCache
+    rng: np.random.Generator
+    temperature: float
+    last_token: int = PAD_ID
+    last_used: float = 0.0
+
+
+def _scalar(arr: np.ndarray | None, name: str, kinds: str, default):
+    if arr is None:
+        return default
+    expect_dtype(arr, name, kinds)
+    if arr.size != 1:
+        raise InputError(f"input {name} must hold one value, got shape {list(arr.shape)}")
+    return arr.reshape(-1)[0]
+
+
+class TritonPythonModel(LMModelBase):
+    """Triton entry point of the stateful `lm_step` models."""
+
+    def initialize(self, args: dict) -> None:
+        super().initialize(args)
+        self.max_prompt = int_param(self.params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS,
+                                    1, self.max_seq_len - 1)
+        margin = float_param(self.params, "reap_margin_s", 0.5)
+        self.reap_after = sequence_idle_seconds(self.model_config) + margin
+        self.states: dict[int, _SeqState] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.reaped = 0
+        self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
+        self.reaper.start()
+
+    # ---------------------------------------------------------------- idle reclamation
+    def _reap_loop(self) -> None:
+        period = min(0.25, self.reap_after / 4)
+        while not self.stop.wait(period):
+            self.reap(time.monotonic())
+
+    def reap(self, now: float) -> int:
+        """Free the caches idle for longer than `reap_after` seconds; return how many."""
+        with self.lock:
+            dead = [c for c, s in self.states.items() if now - s.last_used > self.reap_after]
+            for c in dead:
+                del self.states[c]
+            self.reaped += len(dead)
+        return len(dead)
+
+    # ---------------------------------------------------------------- one execution
+    def _prepare(self, request) -> tuple[int, _SeqState, np.ndarray, bool]:
+        """(corrid, state, chunk, end) of a real request; InputError if it cannot step."""
+        corr = correlation_id(request)
+        start = control_value(request, "START")
+        end = bool(control_value(request, "END"))
+        tokens = get(request, "TOKENS")
+        if tokens is not None:
+            expect_dtype(tokens, "TOKENS", "iu")
+            if tokens.ndim != 2 or tokens.shape[0] != 1:
+                raise InputError(f"input TOKENS has shape {list(tokens.shape)}, expected [1, n]"
+                                 " (one sequence step per request)")
+            tokens = tokens[0]
+        if start:
+            if tokens is None:
+                raise InputError("the START request of a sequence must carry the prompt in "
+                                 "TOKENS")
+            if tokens.size > self.max_prompt:
+                raise InputError(f"prompt has {tokens.size} tokens, the limit is "
+                                 f"{self.max_prompt}")
+            try:
+                prompt = check_prompt(tokens, self.vocab_size, self.max_seq_len)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
+            temperature = float(_scalar(get(request, "TEMPERATURE"), "TEMPERATURE", "f", 0.0))
+            if not np.isfinite(temperature) or temperature < 0:
+                raise InputError(f"TEMPERATURE must be a finite number >= 0, got {temperature}")
+            seed = int(_scalar(get(request, "SEED"), "SEED", "iu", 0))
+            if seed < 0:
+                raise InputError(f"SEED must be >= 0, got {seed}")
+            state = _SeqState(self.lm.new_cache(prompt.size), make_rng(seed), temperature)
+            return corr, state, prompt, end
+        with self.lock:
+            state = self.states.get(corr)
+        if state is None:
+            raise InputError(
+                f"sequence {corr} has no KV cache in model '{self.model_name}': its first "
+                f"request must set START (a sequence idle for more than "
+                f"{self.reap_after:.1f} s is reclaimed)")
+        if tokens is None:
+            chunk = np.array([state.last_token], dtype=np.int32)
+        else:
+            if tokens.size != 1:
+                raise InputError(f"a step after START takes at most one token in TOKENS, got "
+                                 f"{tokens.size}")
+            t = int(tokens[0])
+            if not 0 < t < self.vocab_size:
+                raise InputError(f"TOKENS holds id {t}, outside [1, {self.vocab_size})")
+            chunk = np.array([t], dtype=np.int32)
+        if state.cache.length + 1 > self.max_seq_len:
+            raise InputError(f"sequence {corr} is full ({self.max_seq_len} tokens): end it")
+        return corr, state, chunk, end
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        work = []  # (index, corr, state, chunk, end, start)
+        seen: set[int] = set()
+        for i, request in enumerate(requests):
+            if is_null_request(request):
+                responses[i] = ok({"TOKEN": np.array([[PAD_ID]], np.int32),
+                                   "LENGTH": np.zeros((1, 1), np.int32),
+                                   "BATCH_SIZE": np.zeros((1, 1), np.int32),
+                                   "LIVE_SEQUENCES": np.zeros((1, 1), np.int32),
+                                   "KV_TOKENS": np.zeros((1, 1), np.int32)})
+                continue
+            corr = correlation_id(request)
+            try:
+                if corr in seen:
+                    raise InputError(f"sequence {corr} has two requests in one execution")
+                seen.add(corr)
+                corr, state, chunk, end = self._prepare(request)
+                work.append((i, corr, state, chunk, end, bool(control_value(request, "START"))))
+            except InputError as exc:
+                responses[i] = error(str(exc))
+                if control_value(request, "END"):
+                    with self.lock:
+                        self.states.pop(corr, None)
+        if not work:
+            return responses
+        try:
+            logits = self.lm.forward([w[2].cache for w in work], [w[3] for w in work])
+        except Exception as exc:
+            for i, corr, *_ in work:
+                responses[i] = error(f"lm_step failed: {one_line(exc)}")
+            with self.lock:
+                for _, corr, *_rest in work:
+                    self.states.pop(corr, None)
+            return responses
+        now = time.monotonic()
+        tokens = []
+        with self.lock:
+            for (i, corr, state, chunk, end, start), row in zip(work, logits):
+                token = sample(row, state.temperature, state.rng)
+                state.last_token = token
+                state.last_used = now
+                tokens.append(token)
+                if end:
+                    self.states.pop(corr, None)
+                else:
+                    self.states[corr] = state
+            live = len(self.states)
+            kv = sum(s.cache.length for s in self.states.values())
+        for (i, corr, state, chunk, end, start), token in zip(work, tokens):
+            responses[i] = ok({"TOKEN": np.array([[token]], np.int32),
+                               "LENGTH": np.array([[state.cache.length]], np.int32),
+                               "BATCH_SIZE": np.array([[len(work)]], np.int32),
+                               "LIVE_SEQUENCES": np.array([[live]], np.int32),
+                               "KV_TOKENS": np.array([[kv]], np.int32)})
+        return responses
+
+    def finalize(self) -> None:
+        self.stop.set()
+        self.reaper.join(timeout=2)
+        with self.lock:
+            self.states.clear()

@@ -1,0 +1,143 @@
+"""`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way.
+
+Decoupled, `max_batch_size: 0`: Triton hands each request straight to `execute`, which only
+queues it. A scheduler thread runs `batchlab.lm.scheduler.ContinuousBatcher`: before every step
+the admission policy (`FCFSAdmission`: at most `max_active` sequences and a `kv_token_budget`
+of reserved KV tokens, both config parameters) admits waiting sequences (at most
+`max_waiting` may wait; more are refused); one forward pass then
+prefills the admitted ones and decodes all active ones; each sequence's token is streamed at
+once, with the FINAL flag at <eos> or MAX_TOKENS. A sequence whose client cancelled is dropped
+and its KV cache freed.
+
+Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
+IGNORE_EOS BOOL [1]. Outputs per streamed response (INT32 [1] each): TOKEN, INDEX (0-based
+position in the generation), ACTIVE (sequences in the step that produced it), WAITING (queued
+after that step's admissions), KV_TOKENS (KV tokens held by active sequences after the step).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+
+from batchlab.lm.scheduler import ContinuousBatcher, FCFSAdmission
+from batchlab.models.triton_io import (InputError, error, float_param, int_param, ok, one_line,
+                                   send_final)
+from batchlab.models._gen_inputs import generation_limits, read_sequences
+from batchlab.models.base import LMModelBase
+
+
+class TritonPythonModel(LMModelBase):
+    """Triton entry point of `lm_stream`."""
+
+    def initialize(self, args: dict) -> None:
+        super().initialize(args)
+        self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
+        policy = FCFSAdmission(
+            max_active=int_param(self.params, "max_active", 8, 1, 1024),
+            kv_token_budget=int_param(self.params, "kv_token_budget", 4096, 1))
+        self.cancel_check_s = float_param(self.params, "cancel_check_ms", 20.0) / 1000.0
+        self.batcher = ContinuousBatcher(
+            self.lm, policy, max_waiting=int_param(self.params, "max_waiting", 256, 1))
+        self.senders: dict[int, tuple[object, object]] = {}  # id(seq) -> (seq, sender)
+        self.ids = itertools.count(1)
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
+        self.loop.start()
+
+    # ---------------------------------------------------------------- Triton side
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                (seq,) = read_sequences(self.lm, request, False, self.max_prompt,
+                                        self.max_tokens_limit, seq_id=next(self.ids))
+                with self.cond:
+                    if self.stopping:
+                        raise InputError("model is unloading")
+                    self.senders[id(seq)] = (seq, sender)  # before the scheduler can see it
+                    try:
+                        self.batcher.submit(seq)
+                    except ValueError:
+                        self.senders.pop(id(seq), None)
+                        raise
+                    self.cond.notify()
+            except (InputError, ValueError) as exc:
+                send_final(sender, error(str(exc)))
+        return None
+
+    def finalize(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        self.loop.join(timeout=10)
+        for seq in self.batcher.drain("unloading"):
+            entry = self.senders.pop(id(seq), None)
+            if entry is not None:
+                self._safe_final(entry[1], error("model is unloading"))
+
+    # ---------------------------------------------------------------- scheduler thread
+    @staticmethod
+    def _safe_final(sender, response=None) -> None:
+        try:
+            send_final(sender, response)
+        except Exception:
+            pass  # the client is gone
+
+    def _check_cancelled(self) -> None:
+        for key, (seq, sender) in list(self.senders.items()):
+            try:
+                gone = sender.is_cancelled()
+            except Exception:
+                gone = True
+            if gone:
+                self.batcher.cancel(seq)
+                self.senders.pop(key, None)
+
+    def _run(self) -> None:
+        last_check = 0.0
+        while True:
+            with self.cond:
+                while not self.stopping and not self.batcher.has_work:
+                    self.cond.wait(0.5)
+                if self.stopping:
+                    return
+            now = time.monotonic()
+            if now - last_check >= self.cancel_check_s:
+                self._check_cancelled()
+                last_check = now
+            try:
+                report = self.batcher.step()
+            except Exception as exc:  # fail every sequence in flight, keep serving
+                for seq in self.batcher.drain("error"):
+                    entry = self.senders.pop(id(seq), None)
+                    if entry is not None:
+                        self._safe_final(entry[1], error(f"lm_stream failed: {one_line(exc)}"))
+                continue
+            if report.batch_size == 0:  # the policy admitted nobody: do not spin
+                with self.cond:
+                    self.cond.wait(0.005)
+                continue
+            active = np.array([report.batch_size], np.int32)
+            waiting = np.array([report.n_waiting], np.int32)
+            kv = np.array([report.kv_tokens], np.int32)
+            for seq, token in report.emitted:
+                entry = self.senders.get(id(seq))
+                if entry is None:
+                    continue
+                response = ok({"TOKEN": np.array([token], np.int32),
+                               "INDEX": np.array([len(seq.tokens) - 1], np.int32),
+                               "ACTIVE": active, "WAITING": waiting, "KV_TOKENS": kv})
+                try:
+                    if seq.done:
+                        self.senders.pop(id(seq), None)
+                        send_final(entry[1], response)
+                    else:
+                        entry[1].send(response)
+                except Exception:  # client gone mid-stream: drop the sequence
+                    self.senders.pop(id(seq), None)
+                    self.batcher.cancel(seq)

@@ -1,0 +1,445 @@
+"""Queueing results for a batching server: what the article's T̄_wait approximates, and what holds.
+
+Poisson arrivals at rate λ meet one model instance that serves batches. Five results, each a
+plain computation (no simulation, no plotting), each checked against the simulator in chapter 04:
+
+1. **Little's law, batch form** (`little_wait`). Lq = λ·Wq for any stable queue, and a busy
+   instance completes B̄ requests every T̄_batch, so λ = K·U·B̄ / T̄_batch (K instances, U the
+   share of time they are busy). Hence
+
+       W̄q = L̄q · T̄_batch / (K · U · B̄).
+
+   The article's T̄_wait = N_queue · T_batch / B_size is the case K = 1, U = 1 (always busy, full
+   batches): exact when the server is saturated, too small by the factor 1/U at light load.
+
+2. **The light-load window** (`window_wait`). With ``max_queue_delay`` D > 0 and an idle server,
+   the first request opens a window that closes after D or when the batch reaches
+   ``max_batch_size`` K, whichever comes first (Triton's rule with no preferred sizes). With
+   N(t) the Poisson count of later arrivals and m = K − 1,
+
+       E[τ]        = (1/λ) Σ_{j<m} P(N(D) > j)
+       E[∫₀^τ N dt] = (1/λ) Σ_{j<m} j · P(N(D) > j)
+       W̄_window    = (E[τ] + E[∫₀^τ N dt]) / (1 + λE[τ]),   B̄ = 1 + λE[τ].
+
+   (Using ∫₀^D e^{-λt}(λt)^j/j! dt = P(N(D) > j)/λ.) For K = ∞: W̄ = (D + λD²/2)/(1 + λD) → D
+   as λ → 0. The wait is set by D and λ, not by the article's formula.
+
+3. **The greedy batch queue, exactly** (`batch_queue`). With ``max_queue_delay`` 0 Triton sends
+   whatever is pending, up to K, whenever the instance is free; an idle instance serves the next
+   arrival alone. Let Q_n be the number waiting when the n-th execution ends. Then
+
+       Q_{n+1} = max(Q_n − K, 0) + A_{n+1},   A_{n+1} ~ Poisson(λ · t(k_{n+1})),
+
+   with k_{n+1} = min(Q_n, K), or 1 after an idle period. This is the embedded chain of the
+   bulk-service queue (Bailey, J. R. Statist. Soc. B 16(1):80–87, 1954; Neuts' general bulk
+   service rule with a = 1, Ann. Math. Statist. 38(3):759–770, 1967), here with batch-size
+   dependent times t(k) as in Inoue (arXiv:1912.06322). We solve it numerically (truncated,
+   dense linear solve) and turn its stationary law into time averages by renewal–reward over
+   one execution cycle. Means only: the chain does not give percentiles.
+
+4. **Bailey's closed form** (`bailey_queue`) for a batch time T that does not depend on the
+   batch size: the generating function of Q is
+
+       Q(z) = (K − μ)(z − 1) e^{μ(z−1)} ∏_{k=1}^{K−1} (z − z_k)/(1 − z_k) / (z^K − e^{μ(z−1)}),
+
+   μ = λT, where z_1 … z_{K−1} are the roots of z^K = e^{μ(z−1)} inside the unit disk (Rouché;
+   found by the fixed-point iteration z ← ω_k e^{μ(z−1)/K}, ω_k = e^{2πik/K}). Differentiating
+   at z = 1:
+
+       E[Q] = μ + Σ_k 1/(1 − z_k) − (K(K−1) − μ²) / (2(K − μ)),   P(Q = 0) = (K − μ) ∏_k (−z_k)/(1 − z_k).
+
+   K = 1 is M/D/1 (E[Q] = ρ + ρ²/(2(1 − ρ))).
+
+5. **No batch limit, affine times** (`unbounded_latency`, `unbounded_latency_bound`): Inoue's
+   model (all waiting requests form the next batch; t(x) = a + b·x). With X the batch size and
+   p₀ = P(no arrival during an execution) the only unknown, exact mean relations follow from
+   X' = A + 1{A = 0}:
+
+       E[X](1 − λb) = λa + p₀
+       E[X²](1 − λ²b²) = λa + λ²a² + p₀ + (λb + 2λ²ab)·E[X]
+       E[D] = (λ E[S²]/2 + E[X·S]) / E[X],   S = a + bX
+
+   (a request waits the rest of the execution during which it arrived, then rides in the next
+   batch). E[D] decreases in p₀, and Jensen gives p₀ = E[e^{−λS}] ≥ e^{−λE[S]} with
+   E[S] = (a + b·p₀)/(1 − λb), so p₀ ≥ p* = W(kC)/k (Lambert W; k = λb/(1 − λb),
+   C = e^{−λa/(1−λb)}). Hence the closed-form bound E[D] ≤ E[D](p*). Inoue derives a closed-form
+   upper bound for this model by stochastic-order arguments; the bound here is our own
+   derivation of the same kind and is not claimed to be his formula.
+
+Times are seconds; rates are per second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from batchlab._validate import real
+
+__all__ = [
+    "little_wait", "window_wait", "WindowResult", "batch_queue", "BatchQueueResult",
+    "bailey_roots", "bailey_queue", "BaileyResult", "unbounded_latency", "unbounded_latency_bound",
+    "lambert_w", "as_batch_time",
+]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _pos(name: str, value: Any, allow_zero: bool = False) -> float:
+    v = real(name, value)  # a finite float, or a one-line ValueError
+    if v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
+    return v
+
+
+def _size(name: str, value: Any, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def as_batch_time(batch_time: Any) -> Callable[[int], float]:
+    """Seconds per execution of b items, from a callable ``b -> s``, an object with ``.time(b)``
+    (the simulator's `Affine` / `Table`), or a pair ``(a_s, b_s)`` meaning a + b·B seconds."""
+    if isinstance(batch_time, tuple) and len(batch_time) == 2:
+        a, b = _pos("a", batch_time[0], True), _pos("b", batch_time[1], True)
+        if a + b <= 0:
+            raise ValueError("a + b must be > 0")
+        return lambda k: a + b * k
+    fn = getattr(batch_time, "time", None)
+    if callable(fn):
+        return lambda k: float(fn(int(k)))
+    if callable(batch_time):
+        return lambda k: float(batch_time(int(k)))
+    raise ValueError("batch_time must be a callable b -> seconds, an object with .time(b), or (a_s, b_s)")
+
+
+def _poisson_pmf(mu: float, n: int) -> np.ndarray:
+    """P(A = j) for j = 0 … n − 1, A ~ Poisson(mu)."""
+    j = np.arange(n, dtype=float)
+    if mu == 0:
+        out = np.zeros(n)
+        out[0] = 1.0
+        return out
+    lg = np.array([math.lgamma(x + 1.0) for x in j]) if n < 64 else _lgamma_table(n)
+    return np.exp(j * math.log(mu) - mu - lg)
+
+
+_LG_CACHE: dict[int, np.ndarray] = {}
+
+
+def _lgamma_table(n: int) -> np.ndarray:
+    top = max((k for k in _LG_CACHE if k >= n), default=None)
+    if top is None:
+        size = max(n, 1024)
+        _LG_CACHE[size] = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, size, dtype=float)))])
+        top = size
+    return _LG_CACHE[top][:n]
+
+
+def _poisson_sf(mu: float, m: int) -> np.ndarray:
+    """P(N > j) for j = 0 … m − 1, N ~ Poisson(mu)."""
+    if m <= 0:
+        return np.zeros(0)
+    pmf = _poisson_pmf(mu, m)
+    return np.clip(1.0 - np.cumsum(pmf), 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- 1. Little's law
+
+
+def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: float = 1.0,
+                instances: int = 1) -> float:
+    """W̄q = L̄q · T̄_batch / (K · U · B̄): Little's law with the throughput of busy instances.
+
+    With ``utilization`` 1 and one instance it is the article's N_queue · T_batch / B_size.
+    """
+    nq = _pos("n_queue", n_queue, True)
+    tb = _pos("t_batch", t_batch)
+    bm = _pos("batch_mean", batch_mean)
+    u = _pos("utilization", utilization)
+    if u > 1.0 + 1e-9:
+        raise ValueError(f"utilization must lie in (0, 1], got {utilization!r}")
+    k = _size("instances", instances)
+    return nq * tb / (k * u * bm)
+
+
+# ----------------------------------------------------------------------------- 2. light-load window
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """The light-load batching window: mean wait (s), mean window length (s), mean batch size."""
+
+    wait_s: float
+    window_s: float
+    batch_mean: float
+
+
+def window_wait(arrival_rate: float, max_queue_delay_s: float, max_batch_size: int | None) -> WindowResult:
+    """Mean wait of requests batched in a window opened by an arrival at an idle server.
+
+    The window closes after ``max_queue_delay_s`` or when ``max_batch_size`` requests are in it
+    (None: no size limit). Valid when windows do not overlap executions (light load); at heavy
+    load the queue behind a busy instance dominates instead.
+    """
+    lam = _pos("arrival_rate", arrival_rate)
+    d = _pos("max_queue_delay_s", max_queue_delay_s, True)
+    k = _size("max_batch_size", max_batch_size, allow_none=True)
+    if d == 0 or k == 1:
+        return WindowResult(0.0, 0.0, 1.0)
+    mu = lam * d
+    if k is None:
+        tau = d
+        integral = lam * d * d / 2.0
+    else:
+        m = k - 1
+        sf = _poisson_sf(mu, m)
+        j = np.arange(m, dtype=float)
+        tau = float(sf.sum()) / lam
+        integral = float((j * sf).sum()) / lam
+    batch = 1.0 + lam * tau
+    return WindowResult((tau + integral) / batch, tau, batch)
+
+
+# ----------------------------------------------------------------------------- 3. greedy chain
+
+
+@dataclass(frozen=True)
+class BatchQueueResult:
+    """Exact means of the greedy batch queue (delay 0, one instance) from its embedded chain.
+
+    ``wait_s``: arrival to the start of its execution; ``latency_s``: arrival to its end;
+    ``queue_mean``: time-average number waiting; ``batch_mean``: mean executed batch size;
+    ``utilization``: share of time the instance computes; ``p_idle``: probability an execution
+    ends with nobody waiting; ``throughput_rps``: completions per second from the chain (equals
+    the arrival rate when the truncation is good); ``capacity_rps``: K / t(K); ``states``: the
+    truncation used.
+    """
+
+    arrival_rate: float
+    max_batch_size: int | None
+    wait_s: float
+    latency_s: float
+    queue_mean: float
+    batch_mean: float
+    utilization: float
+    p_idle: float
+    throughput_rps: float
+    capacity_rps: float
+    states: int
+    distribution: np.ndarray
+
+    @property
+    def rho(self) -> float:
+        """Offered load over capacity."""
+        return self.arrival_rate / self.capacity_rps if self.capacity_rps else 0.0
+
+
+def _solve_chain(lam: float, t: Callable[[int], float], k_max: int | None, n: int):
+    states = np.arange(n)
+    k = np.where(states == 0, 1, states if k_max is None else np.minimum(states, k_max))
+    base = np.where(states == 0, 0, states - k)
+    times = np.array([t(int(x)) for x in k])
+    P = np.zeros((n, n))
+    cache: dict[float, np.ndarray] = {}
+    for i in range(n):
+        mu = lam * times[i]
+        width = n - base[i]
+        pm = cache.get(mu)
+        if pm is None or pm.size < width:
+            pm = _poisson_pmf(mu, n)
+            cache[mu] = pm
+        row = pm[:width].copy()
+        row[-1] += max(0.0, 1.0 - row.sum())  # lump the tail into the last state
+        P[i, base[i]:] = row
+    A = P.T - np.eye(n)
+    A[-1, :] = 1.0
+    rhs = np.zeros(n)
+    rhs[-1] = 1.0
+    pi = np.linalg.solve(A, rhs)
+    pi = np.clip(pi, 0.0, None)
+    pi /= pi.sum()
+    return pi, k, base, times
+
+
+def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None,
+                tol: float = 1e-10, max_states: int = 4000) -> BatchQueueResult:
+    """Mean wait, latency and batch size of Triton's dynamic batcher with delay 0, exactly.
+
+    ``batch_time``: see `as_batch_time` (deterministic execution times t(b)); ``max_batch_size``
+    K (None: no limit, Inoue's model). Raises ``ValueError`` when the load is not below capacity
+    or too close to it for ``max_states``.
+    """
+    lam = _pos("arrival_rate", arrival_rate)
+    t = as_batch_time(batch_time)
+    k_max = _size("max_batch_size", max_batch_size, allow_none=True)
+    if k_max is not None:
+        cap = k_max / t(k_max)
+    else:
+        big = 10_000
+        slope = (t(2 * big) - t(big)) / big  # per-item cost at large batches
+        cap = math.inf if slope <= 0 else 1.0 / slope
+    if lam >= cap:
+        raise ValueError(f"unstable: arrival rate {lam:.4g}/s is not below capacity {cap:.4g}/s")
+    n = 64 if k_max is None else max(64, 4 * k_max)
+    while True:
+        pi, k, base, times = _solve_chain(lam, t, k_max, n)
+        tail = pi[int(0.9 * n):].sum()
+        if tail < tol:
+            break
+        if n >= max_states:
+            raise ValueError(f"load {lam / cap:.3f} of capacity is too close to saturation for a chain "
+                             f"of {max_states} states (tail mass {tail:.1e}); use the simulator")
+        n = min(2 * n, max_states)
+    idle = np.where(np.arange(n) == 0, 1.0 / lam, 0.0)
+    cycle = times + idle
+    waiting = base * times + lam * times ** 2 / 2.0      # ∫ (number waiting) dt over one cycle
+    in_service = k * times                               # ∫ (number in service) dt
+    mean_cycle = float(pi @ cycle)
+    lq = float(pi @ waiting) / mean_cycle
+    l_sys = lq + float(pi @ in_service) / mean_cycle
+    return BatchQueueResult(
+        arrival_rate=lam, max_batch_size=k_max, wait_s=lq / lam, latency_s=l_sys / lam, queue_mean=lq,
+        batch_mean=float(pi @ k), utilization=float(pi @ times) / mean_cycle, p_idle=float(pi[0]),
+        throughput_rps=float(pi @ k) / mean_cycle, capacity_rps=float(cap), states=n, distribution=pi,
+    )
+
+
+# ----------------------------------------------------------------------------- 4. Bailey
+
+
+def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray:
+    """The K − 1 roots of z^K = e^{μ(z−1)} inside the unit disk (μ < K), by fixed point + Newton."""
+    mu = _pos("mu", mu, True)
+    s = _size("capacity", capacity)
+    if mu >= s:
+        raise ValueError(f"need μ = λT < K for the roots to lie inside the disk, got μ={mu:.4g}, K={s}")
+    roots = []
+    for j in range(1, s):
+        w = np.exp(2j * np.pi * j / s)
+        z = 0.0 + 0.0j
+        for _ in range(iterations):
+            z_new = w * np.exp(mu * (z - 1.0) / s)
+            if abs(z_new - z) < 1e-15:
+                z = z_new
+                break
+            z = z_new
+        for _ in range(5):  # Newton polish on f(z) = z^K − e^{μ(z−1)}
+            f = z ** s - np.exp(mu * (z - 1.0))
+            df = s * z ** (s - 1) - mu * np.exp(mu * (z - 1.0))
+            if df == 0:
+                break
+            z = z - f / df
+        roots.append(z)
+    return np.asarray(roots, dtype=complex)
+
+
+@dataclass(frozen=True)
+class BaileyResult:
+    """Bailey's bulk queue with a batch time T independent of the batch size.
+
+    ``queue_at_completion``: E[Q], the number waiting when an execution ends; ``p_empty``:
+    P(Q = 0); ``wait_s``: mean arrival-to-start wait under ``rule``.
+    """
+
+    arrival_rate: float
+    batch_time_s: float
+    capacity: int
+    rule: str
+    queue_at_completion: float
+    p_empty: float
+    wait_s: float
+    roots: np.ndarray
+
+
+def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: str = "greedy") -> BaileyResult:
+    """Bailey's closed form (via the roots) for batches of up to K with a constant time T.
+
+    ``rule="greedy"``: an idle server serves the next arrival at once (Triton, delay 0);
+    ``rule="bus"``: executions run back to back every T whether or not anyone waits. Both share
+    the embedded chain Q' = max(Q − K, 0) + A; they differ in time (idle periods), hence in wait.
+    """
+    lam = _pos("arrival_rate", arrival_rate)
+    T = _pos("batch_time_s", batch_time_s)
+    s = _size("capacity", capacity)
+    if rule not in ("greedy", "bus"):
+        raise ValueError(f"rule must be 'greedy' or 'bus', got {rule!r}")
+    mu = lam * T
+    if mu >= s:
+        raise ValueError(f"unstable: λT = {mu:.4g} must be below the capacity K = {s}")
+    z = bailey_roots(mu, s)
+    eq = mu + float(np.real(np.sum(1.0 / (1.0 - z)))) - (s * (s - 1) - mu * mu) / (2.0 * (s - mu))
+    p0 = float(np.real((s - mu) * np.prod(-z / (1.0 - z)))) if z.size else (s - mu)
+    if rule == "bus":
+        wait = (eq - mu / 2.0) / lam
+    else:
+        lq = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam)
+        wait = lq / lam
+    return BaileyResult(lam, T, s, rule, eq, p0, wait, z)
+
+
+# ----------------------------------------------------------------------------- 5. no batch limit
+
+
+def lambert_w(x: float) -> float:
+    """Principal branch W(x) for x >= 0 (w·e^w = x), by Halley's iteration."""
+    x = _pos("x", x, True)
+    if x == 0:
+        return 0.0
+    w = math.log1p(x)
+    for _ in range(100):
+        ew = math.exp(w)
+        f = w * ew - x
+        w_new = w - f / (ew * (w + 1) - (w + 2) * f / (2 * w + 2))
+        if abs(w_new - w) <= 1e-15 * (1 + abs(w_new)):
+            return w_new
+        w = w_new
+    return w
+
+
+def unbounded_latency(arrival_rate: float, a: float, b: float, p_idle: float) -> dict[str, float]:
+    """Exact mean batch size, wait and latency of Inoue's model given p₀ = P(no arrival in an execution).
+
+    t(x) = a + b·x seconds, no batch limit, deterministic times. Returns ``batch_mean``,
+    ``batch_m2`` (E[X²]), ``latency_s`` and ``wait_s``.
+    """
+    lam = _pos("arrival_rate", arrival_rate)
+    a = _pos("a", a, True)
+    b = _pos("b", b, True)
+    p0 = _pos("p_idle", p_idle, True)
+    if p0 > 1:
+        raise ValueError(f"p_idle must lie in [0, 1], got {p_idle!r}")
+    if lam * b >= 1:
+        raise ValueError(f"unstable: λ·b = {lam * b:.4g} must be < 1")
+    m1 = (lam * a + p0) / (1 - lam * b)
+    m2 = (lam * a + lam ** 2 * a ** 2 + p0 + (lam * b + 2 * lam ** 2 * a * b) * m1) / (1 - lam ** 2 * b ** 2)
+    es2 = b * b * m2 + 2 * a * b * m1 + a * a
+    exs = b * m2 + a * m1
+    lat = (lam * es2 / 2 + exs) / m1
+    return {"batch_mean": m1, "batch_m2": m2, "latency_s": lat, "wait_s": lat - exs / m1}
+
+
+def unbounded_latency_bound(arrival_rate: float, a: float, b: float) -> dict[str, float]:
+    """Closed-form upper bound on the mean latency of Inoue's model (our derivation, see module doc).
+
+    p₀ ≥ p* = W(kC)/k, k = λb/(1 − λb), C = e^{−λa/(1−λb)} (p* = e^{−λa} when b = 0, which is
+    then exact); returns `unbounded_latency` at p*, plus ``p_star``.
+    """
+    lam = _pos("arrival_rate", arrival_rate)
+    a = _pos("a", a, True)
+    b = _pos("b", b, True)
+    if lam * b >= 1:
+        raise ValueError(f"unstable: λ·b = {lam * b:.4g} must be < 1")
+    c = math.exp(-lam * a / (1 - lam * b))
+    kk = lam * b / (1 - lam * b)
+    p_star = c if kk == 0 else lambert_w(kk * c) / kk
+    out = unbounded_latency(lam, a, b, p_star)
+    out["p_star"] = p_star
+    return out
