@@ -1,4 +1,4 @@
-"""batchlab.course.capacity: KV capacity planning (checked on the toy LM and the server) and cost."""
+"""batchlab.course.capacity: KV capacity checked on the toy LM and the server, and cost."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from batchlab.course import capacity as C
 from batchlab.theory import formulas as F
+from batchlab.theory import kv
 
 
 @pytest.fixture(scope="module")
@@ -17,47 +18,10 @@ def lm():
     return ToyLM.default()
 
 
-def test_kv_bytes_for_reference_models():
-    assert C.kv_bytes_for("Llama-2-7B") == 524_288
-    assert C.kv_bytes_for("Llama-3-8B") == 131_072
-    with pytest.raises(ValueError, match="unknown model"):
-        C.kv_bytes_for("GPT-9")
-
-
-def test_plan_kv_arithmetic():
-    p = C.plan_kv(gpu_bytes=10_000, weight_bytes=2_000, bytes_per_token=10, tokens_per_sequence=50,
-                  fraction=0.5, reserve_bytes=1_000)
-    assert p.kv_budget_bytes == pytest.approx(3_500)
-    assert p.kv_budget_tokens == 350
-    assert p.max_sequences == 7          # 3500 // (10 * 50)
-    assert p.bytes_per_sequence == 500
-    with pytest.raises(ValueError, match="leave no memory"):
-        C.plan_kv(10, 20, 1, 1)
-    with pytest.raises(ValueError, match="fraction"):
-        C.plan_kv(10, 1, 1, 1, fraction=1.5)
-
-
-def test_kv_plan_table_monotone_and_gqa_gain():
-    rows = C.kv_plan_table(["Llama-2-7B", "Llama-3-8B"], "H100-SXM", [2048, 4096, 8192])
-    for m in ("Llama-2-7B", "Llama-3-8B"):
-        seqs = [r["max_sequences"] for r in rows if r["model"] == m]
-        assert seqs == sorted(seqs, reverse=True) and seqs[0] > seqs[-1]
-    by = {(r["model"], r["seq_len"]): r for r in rows}
-    ratio = by[("Llama-3-8B", 4096)]["max_sequences"] / by[("Llama-2-7B", 4096)]["max_sequences"]
-    assert 3.5 < ratio < 4.5  # GQA: a quarter of the KV per token, slightly larger weights
-    with pytest.raises(ValueError, match="unknown gpu"):
-        C.kv_plan_table(["Llama-2-7B"], "Z80", [1])
-
-
-def test_kv_memory_is_linear_in_batch():
-    mem = C.kv_memory_for_batch(1000, [1, 2, 4, 8], 10)
-    assert mem == [10_000.0, 20_000.0, 40_000.0, 80_000.0]
-
-
 def test_toy_kv_accounting_matches_formula(lm):
     rows = C.toy_kv_accounting(lm, [1, 3, 5], prompt_tokens=10, steps=6)
     cfg = lm.config
-    bpt = F.kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    bpt = kv.kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
     for r in rows:
         assert r["bytes_per_token"] == bpt
         assert r["tokens_per_seq"] == 10 + 6 - 1
@@ -68,7 +32,7 @@ def test_toy_kv_accounting_matches_formula(lm):
 @pytest.mark.parametrize("budget, prompt, max_tokens", [(1 << 20, 24, 40), (3 << 20, 30, 98), (1 << 19, 8, 8)])
 def test_toy_admission_matches_max_concurrent_sequences(lm, budget, prompt, max_tokens):
     r = C.toy_admission_check(lm, budget, prompt, max_tokens, waiting=64)
-    assert r["predicted"] == F.max_concurrent_sequences(budget, r["bytes_per_token"], prompt + max_tokens)
+    assert r["predicted"] == kv.max_concurrent_sequences(budget, r["bytes_per_token"], prompt + max_tokens)
     assert r["admitted"] == min(r["predicted"], 64)
 
 
@@ -108,7 +72,7 @@ def test_server_admission_follows_the_kv_budget(tmp_path: Path):
                         {"name": "lm_stream_kv1k", "parameters": {"kv_token_budget": 'string_value: "1024"'}})
     cfg.stage_model(tmp_path, "lm_stream_kv1k", cfg.to_text(c), "lm_stream")
     limits = C.stream_model_limits(c)
-    predicted = min(limits["max_active"], F.max_concurrent_sequences(1024 * 8192, 8192, 256))
+    predicted = min(limits["max_active"], kv.max_concurrent_sequences(1024 * 8192, 8192, 256))
     assert predicted == 4
     with TritonServer(tmp_path, startup_timeout=120, stop_grace=10) as server:
         seen = C.server_kv_admission(server, "lm_stream_kv1k", n_requests=6, prompt_tokens=128, max_tokens=128)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from batchlab.course import cases as C
+from batchlab.theory import formulas as F
 
 matplotlib.use("Agg")
 
@@ -24,24 +25,24 @@ def test_article_figures_are_kept_verbatim():
 def test_closed_forms():
     assert C.fill_time_s(8, 5000) == pytest.approx(0.0016)
     assert C.replicas_where_delay_matters(5000, 8, 0.05) == pytest.approx(31.25)
-    assert C.littles_in_flight(5000, 2.0) == 10_000
-    assert C.instances_needed(5000, 8, 2.0) == 1250
-    assert C.instances_needed(5000, 8, 2.0, busy=0.67) == math.ceil(1250 / 0.67)
+    assert F.littles_law_l(5000, 2.0) == 10_000
+    assert F.instances_needed(5000, 8, 2.0) == 1250
+    assert F.instances_needed(5000, 8, 2.0, busy=0.67) == math.ceil(1250 / 0.67)
     r = C.overhead_ratio(0.22)
     assert r == pytest.approx(0.78 / 0.22)
     assert C.kernel_share(1, r) == pytest.approx(0.22)
     assert C.kernel_share(8, r) == pytest.approx(8 / (r + 8))
     b = C.batch_for_share(0.67, r)
     assert C.kernel_share(b, r) == pytest.approx(0.67)
-    assert C.capacity_gain(1, r) == pytest.approx(1.0)
-    assert C.capacity_gain(b, r) == pytest.approx(0.67 / 0.22)  # util ∝ throughput per GPU
+    assert F.affine_speedup(1, r, 1) == pytest.approx(1.0)
+    assert F.affine_speedup(b, r, 1) == pytest.approx(0.67 / 0.22)  # util ∝ throughput per GPU
     assert C.compute_utilisation_at_batch(8, 295) == pytest.approx(8 / 295)
     assert C.compute_utilisation_at_batch(1000, 295) == 1.0
 
 
 @pytest.mark.parametrize("call", [
     lambda: C.fill_time_s(0, 1.0), lambda: C.replicas_where_delay_matters(1.0, 8, 0.0),
-    lambda: C.instances_needed(1.0, 8, 1.0, busy=0.0), lambda: C.overhead_ratio(0.5, busy=0.4),
+    lambda: F.instances_needed(1.0, 8, 1.0, busy=0.0), lambda: C.overhead_ratio(0.5, busy=0.4),
     lambda: C.batch_for_share(1.0, 3.0), lambda: C.compute_utilisation_at_batch(0, 1.0),
 ])
 def test_closed_forms_reject_bad_input(call):

@@ -91,8 +91,9 @@ def test_busy_seconds_and_measured_service():
 def test_engineering_plots_draw():
     import matplotlib.pyplot as plt
 
-    from batchlab.course.capacity import cost_from_run, kv_plan_table
+    from batchlab.course.capacity import cost_from_run
     from batchlab.plotting import engineering as P
+    from batchlab.theory.kv import kv_plan_table
 
     tl = [{"t": 0.2 * i, "rps": 10.0, "queue_ms": 1.0, "mean_batch": 2.0, "pending": i, "exec_per_s": 5.0} for i in range(5)]
     runs = E.starvation_experiment(n=2000)

@@ -43,12 +43,6 @@ def test_queueing() -> None:
         F.md1_wait(2.0, 1.0)
 
 
-def test_kv_cache_references() -> None:
-    assert F.kv_bytes_per_token(*F.KV_REFERENCE["Llama-2-7B"]) == 524_288
-    assert F.kv_bytes_per_token(*F.KV_REFERENCE["Llama-3-8B"]) == 131_072
-    assert F.max_concurrent_sequences(40 * 2**30, 524_288, 4096) == 20
-
-
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="f must lie"):
         F.amdahl(1.5, 4)

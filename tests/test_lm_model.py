@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.lm import (BOS_ID, EOS_ID, LLAMA2_7B, LLAMA3_8B, PAD_ID, VOCAB_SIZE, LMConfig,
-                         Sequence, ToyLM, decode, encode, fit_linear, generate,
-                         generate_static_batch, kv_bytes_per_token, kv_report, sample, step)
+from batchlab.lm import (BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, LMConfig, Sequence, ToyLM, decode,
+                         encode, fit_linear, generate, generate_static_batch, kv_report, sample,
+                         step)
 from batchlab.lm.corpus import ARTICLE
 from batchlab.lm.vocab import CHARS, bigram_log_prior
+from batchlab.theory.kv import MODEL_SHAPES, kv_bytes_per_token
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +72,8 @@ def test_config_rejects_inexact_or_inconsistent_shapes():
 
 def test_kv_bytes_formula_and_reference_models():
     assert kv_bytes_per_token(4, 4, 64, 4) == 8192
-    assert LLAMA2_7B.bytes_per_token == 524_288
-    assert LLAMA3_8B.bytes_per_token == 131_072
+    assert MODEL_SHAPES["Llama-2-7B"].bytes_per_token == 524_288
+    assert MODEL_SHAPES["Llama-3-8B"].bytes_per_token == 131_072
     rows = kv_report(LMConfig())
     assert [r["bytes_per_token"] for r in rows] == [8192, 524_288, 131_072]
     gqa = kv_report(LMConfig(n_kv_heads=1))[0]

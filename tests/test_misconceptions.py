@@ -33,7 +33,7 @@ def test_overload_throughput_matches_closed_form_and_amdahl():
 
 
 def test_llm_sweep_memory_grows_and_saturates():
-    from batchlab.course.capacity import kv_bytes_for
+    from batchlab.theory.kv import kv_bytes_for
 
     bpt = kv_bytes_for("Llama-3-8B")
     rows = M.llm_batch_sweep([16, 64, 256], LLM_COST, bpt, kv_budget_bytes=20 * 2**30, n=300)

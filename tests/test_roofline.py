@@ -1,4 +1,4 @@
-"""The roofline module: formulas against the spec-sheet figures, the knee finder, a CPU sweep."""
+"""The roofline: formulas against the spec-sheet figures, the knee finder (theory); a CPU sweep (probe)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from batchlab.probe import roofline as probe
 from batchlab.theory import roofline as rl
 
 
@@ -54,7 +55,7 @@ def test_spec_lookup() -> None:
 
 
 def test_shapes_count_parameters() -> None:
-    toy = rl.toy_shape()
+    toy = probe.toy_shape()
     assert toy.n_params == 4 * (256 * 768 + 256 * 256 + 2 * 256 * 1024)
     assert rl.GPU_SHAPE.n_params == 4 * (4 * 4096**2 + 2 * 4096 * 11008)
     with pytest.raises(ValueError):
@@ -63,23 +64,23 @@ def test_shapes_count_parameters() -> None:
 
 def test_cpu_sweep_runs_and_is_positive() -> None:
     shape = rl.DecodeShape("tiny", 64, 128, 1)
-    pts = rl.decode_sweep(shape, [1, 4, 16], device="cpu", repeats=2)
+    pts = probe.decode_sweep(shape, [1, 4, 16], device="cpu", repeats=2)
     assert [p.batch for p in pts] == [1, 4, 16]
     assert all(p.seconds > 0 and p.tokens_per_s > 0 for p in pts)
     with pytest.raises(ValueError):
-        rl.decode_sweep(shape, [0], device="cpu")
+        probe.decode_sweep(shape, [0], device="cpu")
     with pytest.raises(ValueError):
-        rl.decode_sweep(shape, [1], device="tpu")
+        probe.decode_sweep(shape, [1], device="tpu")
 
 
 def test_measure_cpu_is_plausible() -> None:
-    hw = rl.measure_cpu(array_mb=16, matmul_n=256, repeats=2)
+    hw = probe.measure_cpu(array_mb=16, matmul_n=256, repeats=2)
     assert 1e8 < hw.bandwidth < 1e13 and 1e8 < hw.peak_flops < 1e14
     assert hw.dtype == "float32" and hw.ridge == pytest.approx(hw.peak_flops / hw.bandwidth)
 
 
 def test_cli_cpu_quick_prints_json() -> None:
-    proc = subprocess.run([sys.executable, "-m", "batchlab.theory.roofline", "--device", "cpu", "--quick",
+    proc = subprocess.run([sys.executable, "-m", "batchlab.probe.roofline", "--device", "cpu", "--quick",
                            "--preset", "toy", "--batches", "1,8"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -88,9 +89,9 @@ def test_cli_cpu_quick_prints_json() -> None:
 
 
 def test_cli_without_gpu_says_so() -> None:
-    if rl.torch_cuda() is not None:
+    if probe.torch_cuda() is not None:
         pytest.skip("a CUDA GPU is present")
-    proc = subprocess.run([sys.executable, "-m", "batchlab.theory.roofline", "--device", "cuda"],
+    proc = subprocess.run([sys.executable, "-m", "batchlab.probe.roofline", "--device", "cuda"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "CUDA" in proc.stderr
 
@@ -98,5 +99,14 @@ def test_cli_without_gpu_says_so() -> None:
 def test_torch_path_on_cpu() -> None:
     """The torch (bf16) code path that runs on a GPU, exercised on the CPU where torch is installed."""
     pytest.importorskip("torch")
-    pts = rl.decode_sweep(rl.DecodeShape("tiny", 64, 128, 1), [1, 8], device="torch-cpu", repeats=2)
+    pts = probe.decode_sweep(rl.DecodeShape("tiny", 64, 128, 1), [1, 8], device="torch-cpu", repeats=2)
     assert [p.batch for p in pts] == [1, 8] and all(p.seconds > 0 for p in pts)
+
+
+def test_theory_roofline_imports_nothing_above_theory() -> None:
+    code = ("import sys, batchlab.theory.roofline, batchlab.theory.kv; "
+            "print(sorted(m for m in sys.modules if m.startswith('batchlab.') "
+            "and not m.startswith(('batchlab.theory', 'batchlab._validate'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,15 +1,10 @@
-"""KV-cache capacity planning and serving cost, built on `batchlab.theory.formulas`.
+"""KV-cache capacity checked on the course's own code, and serving cost (chapters 03, 06, 09).
 
-Capacity (chapter 06 「OOM」 and chapter 09 误区四):
-
-    KV bytes per token  = 2 · layers · kv_heads · head_dim · bytes per element
-    KV budget (bytes)   = (GPU memory − weights − activation reserve) · fraction
-    max sequences       = ⌊ budget / (bytes per token · tokens per sequence) ⌋
-
-`plan_kv` does the arithmetic for one model on one GPU; `kv_plan_table` for several sequence
-lengths; `toy_kv_accounting` runs the course's numpy LM (`batchlab.lm`) and checks that the bytes
-its caches really hold match the formula, and that an admission budget derived from the formula
-admits exactly the predicted number of sequences.
+The capacity arithmetic (bytes per token, `MODEL_SHAPES`, `plan_kv`, `kv_plan_table`) lives in
+`batchlab.theory.kv`. Here `toy_kv_accounting` runs the course's numpy LM (`batchlab.lm`) and
+checks that the bytes its caches really hold match the formula, and `toy_admission_check` that an
+admission budget derived from the formula admits exactly the predicted number of sequences;
+`stream_model_limits` and `server_kv_admission` do the same against the real server.
 
 Cost (chapter 06 「成本」):
 
@@ -22,21 +17,20 @@ plus the cost per million tokens. Prices are parameters: no default price is a f
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
+from batchlab.config_pbtxt import parse_config
+from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
 from batchlab.theory import formulas as F
+from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
 
 __all__ = [
-    "GPU_MEMORY_GB",
-    "MODEL_PARAMS_B",
-    "GIB",
-    "KVPlan",
     "CostBreakdown",
-    "kv_bytes_for",
-    "plan_kv",
-    "kv_plan_table",
-    "kv_memory_for_batch",
     "toy_kv_accounting",
     "toy_admission_check",
     "cost_from_run",
@@ -44,98 +38,6 @@ __all__ = [
     "stream_model_limits",
     "server_kv_admission",
 ]
-
-GIB = 1024**3
-
-#: HBM of common accelerators, in decimal GB as vendors state them (NVIDIA data sheets).
-GPU_MEMORY_GB = {"A100-40GB": 40.0, "A100-80GB": 80.0, "H100-SXM": 80.0, "H200": 141.0, "L40S": 48.0}
-
-#: Parameter counts (billions) of the reference models in `formulas.KV_REFERENCE`
-#: (model cards: Llama-2-7B 6.74 B, Llama-3-8B 8.03 B).
-MODEL_PARAMS_B = {"Llama-2-7B": 6.74, "Llama-3-8B": 8.03}
-
-
-def kv_bytes_for(model: str) -> int:
-    """KV bytes per token of a model in `formulas.KV_REFERENCE` (fp16/bf16 cache)."""
-    if model not in F.KV_REFERENCE:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(F.KV_REFERENCE)}")
-    return F.kv_bytes_per_token(*F.KV_REFERENCE[model])
-
-
-@dataclass(frozen=True)
-class KVPlan:
-    """The result of `plan_kv` (bytes unless named otherwise)."""
-
-    gpu_bytes: float
-    weight_bytes: float
-    reserve_bytes: float
-    fraction: float
-    kv_budget_bytes: float
-    bytes_per_token: int
-    tokens_per_sequence: int
-    kv_budget_tokens: int
-    max_sequences: int
-    bytes_per_sequence: int
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
-
-
-def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_per_sequence: int,
-            fraction: float = 0.9, reserve_bytes: float = 0.0) -> KVPlan:
-    """How many sequences of `tokens_per_sequence` fit in the KV cache of one GPU.
-
-    The budget is `fraction` of what is left after the weights and an activation/workspace
-    `reserve_bytes` (TensorRT-LLM's `kv_cache_free_gpu_mem_fraction` defaults to 0.9 of the
-    memory free after loading the model). Raises ValueError when nothing is left.
-    """
-    if gpu_bytes <= 0 or weight_bytes < 0 or reserve_bytes < 0:
-        raise ValueError("gpu_bytes must be positive, weight_bytes and reserve_bytes non-negative")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    if bytes_per_token <= 0 or tokens_per_sequence <= 0:
-        raise ValueError("bytes_per_token and tokens_per_sequence must be positive")
-    free = gpu_bytes - weight_bytes - reserve_bytes
-    if free <= 0:
-        raise ValueError(f"the weights ({weight_bytes / 1e9:.1f} GB) and reserve leave no memory on a "
-                         f"{gpu_bytes / 1e9:.1f} GB GPU")
-    budget = free * fraction
-    return KVPlan(
-        gpu_bytes=float(gpu_bytes), weight_bytes=float(weight_bytes), reserve_bytes=float(reserve_bytes),
-        fraction=float(fraction), kv_budget_bytes=float(budget), bytes_per_token=int(bytes_per_token),
-        tokens_per_sequence=int(tokens_per_sequence), kv_budget_tokens=int(budget // bytes_per_token),
-        max_sequences=F.max_concurrent_sequences(budget, bytes_per_token, tokens_per_sequence),
-        bytes_per_sequence=int(bytes_per_token * tokens_per_sequence),
-    )
-
-
-def kv_plan_table(models: Iterable[str], gpu: str, seq_lens: Sequence[int], fraction: float = 0.9,
-                  weight_bytes_per_param: float = 2.0, reserve_gb: float = 0.0) -> list[dict[str, Any]]:
-    """Rows of max concurrent sequences for reference `models` on `gpu` at each sequence length.
-
-    Weights are `MODEL_PARAMS_B` × `weight_bytes_per_param` (2 = bf16). Each row: model, gpu,
-    seq_len, kv_bytes_per_token, kv_gib_per_seq, budget_gib, max_sequences.
-    """
-    if gpu not in GPU_MEMORY_GB:
-        raise ValueError(f"unknown gpu {gpu!r}; known: {', '.join(GPU_MEMORY_GB)}")
-    rows = []
-    for m in models:
-        bpt = kv_bytes_for(m)
-        w = MODEL_PARAMS_B[m] * 1e9 * weight_bytes_per_param
-        for L in seq_lens:
-            p = plan_kv(GPU_MEMORY_GB[gpu] * 1e9, w, bpt, int(L), fraction, reserve_gb * 1e9)
-            rows.append({"model": m, "gpu": gpu, "seq_len": int(L), "kv_bytes_per_token": bpt,
-                         "kv_gib_per_seq": p.bytes_per_sequence / GIB, "budget_gib": p.kv_budget_bytes / GIB,
-                         "max_sequences": p.max_sequences})
-    return rows
-
-
-def kv_memory_for_batch(bytes_per_token: int, batch_sizes: Sequence[int], tokens_per_sequence: int) -> list[float]:
-    """KV bytes held by `b` concurrent sequences of `tokens_per_sequence`, for each b: linear in b."""
-    if bytes_per_token <= 0 or tokens_per_sequence <= 0:
-        raise ValueError("bytes_per_token and tokens_per_sequence must be positive")
-    return [float(b) * bytes_per_token * tokens_per_sequence for b in batch_sizes]
 
 
 # ----------------------------------------------------------------------------- the toy LM's own accounting
@@ -152,12 +54,10 @@ def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 
     Rows: n, tokens_per_seq, bytes_per_token, formula_bytes, used_bytes, allocated_bytes
     (capacity grows in blocks, so allocated ≥ used).
     """
-    from batchlab.lm import Sequence as LMSequence, step
-
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
     cfg = lm.config
-    bpt = F.kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
     held = prompt_tokens + steps - 1
     rows = []
     for n in concurrency:
@@ -179,14 +79,12 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
     """Derive a KV budget in tokens from `budget_bytes`, give it to the toy continuous batcher
     (`batchlab.lm.ContinuousBatcher` with `FCFSAdmission`, which reserves prompt + max_tokens
     per sequence), submit `waiting` sequences and step once: the number admitted must equal
-    `formulas.max_concurrent_sequences(budget_bytes, bytes_per_token, prompt + max_tokens)`.
+    `kv.max_concurrent_sequences(budget_bytes, bytes_per_token, prompt + max_tokens)`.
     """
-    from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence
-
     cfg = lm.config
-    bpt = F.kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
     per_seq = prompt_tokens + max_tokens
-    predicted = F.max_concurrent_sequences(budget_bytes, bpt, per_seq)
+    predicted = max_concurrent_sequences(budget_bytes, bpt, per_seq)
     budget_tokens = int(budget_bytes // bpt)
     if predicted < 1:
         raise ValueError(f"a budget of {budget_bytes} bytes holds no sequence of {per_seq} tokens")
@@ -274,8 +172,6 @@ def cost_table(price_per_hour: float, runs: Iterable[dict[str, Any]]) -> list[Co
 def stream_model_limits(config: Any) -> dict[str, int]:
     """`max_active` and `kv_token_budget` of a continuous-batching model config such as the
     course's `lm_stream` (its `parameters`), from config.pbtxt text or a parsed ModelConfig."""
-    from batchlab.config_pbtxt import parse_config
-
     c = parse_config(config) if isinstance(config, str) else config
     out = {}
     for key in ("max_active", "kv_token_budget", "max_tokens_limit"):
@@ -292,11 +188,7 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
     course's `lm_stream` interface: PROMPT, MAX_TOKENS, IGNORE_EOS in; TOKEN, ACTIVE, KV_TOKENS
     out) over one gRPC stream, and report the largest batch (ACTIVE) and KV tokens the model
     reported, with the number of responses."""
-    import queue
-    import threading
-
-    import numpy as np
-    import tritonclient.grpc as grpcclient
+    import tritonclient.grpc as grpcclient  # heavy (gRPC stack): only this live-server check needs it
 
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")

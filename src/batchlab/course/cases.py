@@ -8,9 +8,10 @@ utilisation 35 % → 70 %.
 The article gives no model, no GPU, no fleet size and no definition of "utilisation", so this
 module does two things:
 
-* closed-form checks that need no assumption beyond the article's numbers (`fill_time_s`,
-  `littles_in_flight`, `instances_needed`, the utilisation readings `overhead_ratio`,
-  `kernel_share`, `batch_for_share`, `capacity_gain`);
+* closed-form checks that need no assumption beyond the article's numbers (`fill_time_s`, the
+  utilisation readings `overhead_ratio`, `kernel_share`, `batch_for_share`; Little's law, the
+  instance count and the capacity gain are `batchlab.theory.formulas.littles_law_l`,
+  `instances_needed` and `affine_speedup`);
 * simulations with `batchlab.sim` under assumptions gathered in a dataclass, so a reader can
   change any of them and re-run (`EcommerceAssumptions` + `ecommerce_scenarios`,
   `TENANTS` + `saas_comparison`, `fairness_experiment`).
@@ -35,8 +36,8 @@ from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
 __all__ = [
-    "ECOMMERCE", "SAAS", "fill_time_s", "replicas_where_delay_matters", "littles_in_flight",
-    "instances_needed", "overhead_ratio", "kernel_share", "batch_for_share", "capacity_gain",
+    "ECOMMERCE", "SAAS", "fill_time_s", "replicas_where_delay_matters",
+    "overhead_ratio", "kernel_share", "batch_for_share",
     "compute_utilisation_at_batch", "EcommerceAssumptions", "ecommerce_scenarios",
     "Tenant", "TENANTS", "LLM_COST", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
     "fairness_experiment", "per_group_latency", "text_table", "before_p95_sweep", "real_fairness",
@@ -69,21 +70,6 @@ def replicas_where_delay_matters(rate_per_s: float, batch: int, delay_s: float) 
     return rate_per_s * delay_s / batch
 
 
-def littles_in_flight(rate_per_s: float, time_in_system_s: float) -> float:
-    """Little's law L = λ·W: requests in the system at once."""
-    if rate_per_s < 0 or time_in_system_s < 0:
-        raise ValueError("rate and time must be >= 0")
-    return rate_per_s * time_in_system_s
-
-
-def instances_needed(rate_per_s: float, batch: int, t_batch_s: float, busy: float = 1.0) -> int:
-    """Instances that keep up with `rate_per_s` when each runs full batches of `batch` taking
-    `t_batch_s`, kept busy a fraction `busy` of the time: ⌈λ·t_batch / (B·busy)⌉."""
-    if batch < 1 or t_batch_s <= 0 or rate_per_s < 0 or not 0 < busy <= 1:
-        raise ValueError("need batch >= 1, t_batch_s > 0, rate >= 0, busy in (0, 1]")
-    return int(math.ceil(rate_per_s * t_batch_s / (batch * busy) - 1e-9))
-
-
 def overhead_ratio(util_at_batch1: float, busy: float = 1.0) -> float:
     """Reading A of "GPU utilisation": the share of time GPU kernels run. If an execution of B
     items takes a + b·B with the GPU idle during a (host work: Python, scheduling, copies, launch)
@@ -106,11 +92,6 @@ def batch_for_share(share: float, ratio: float) -> float:
     if not 0 < share < 1:
         raise ValueError("share must be in (0, 1)")
     return share * ratio / (1.0 - share)
-
-
-def capacity_gain(batch: float, ratio: float) -> float:
-    """Throughput of one busy instance with batches of `batch` over batches of 1: B(r+1)/(r+B)."""
-    return batch * (ratio + 1.0) / (ratio + batch)
 
 
 def compute_utilisation_at_batch(batch: float, ridge_flop_per_byte: float) -> float:

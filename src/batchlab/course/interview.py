@@ -119,7 +119,7 @@ def _q5() -> str:
 
 def _q6() -> str:
     from batchlab.course.misconceptions import EMBED_LIKE as S
-    from batchlab.course.capacity import kv_bytes_for
+    from batchlab.theory.kv import kv_bytes_for
     gib = 64 * 4096 * kv_bytes_for("Llama-3-8B") / 2**30
     return (f"满批执行时间 B=32 → 128：{S.time(32) * 1e3:.0f} → {S.time(128) * 1e3:.0f} ms；"
             f"64 条 4k 序列的 KV（Llama-3-8B）{gib:.0f} GiB；容量 {S.throughput(32):.0f} → {S.throughput(128):.0f} 请求/s（没有下降）")

@@ -182,7 +182,8 @@ def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, step
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Measured KV bytes of the toy LM for each concurrency, and the same concurrencies for real
     models at `tokens_per_seq` tokens each (GiB). Returns (toy rows, scaled rows)."""
-    from batchlab.course.capacity import kv_bytes_for, toy_kv_accounting
+    from batchlab.course.capacity import toy_kv_accounting
+    from batchlab.theory.kv import kv_bytes_for
 
     toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
     scaled = []

@@ -8,8 +8,9 @@ batch invariant: a sequence gets bit-identical logits alone or inside any batch.
     lm = ToyLM.default()
     decode(generate(lm, encode("动态批处理"), max_tokens=20))
 
-Modules: `vocab` (tokenizer, prior), `config`, `model` (ToyLM), `kvcache` (KVCache and the
-bytes-per-token formula), `sampling`, `generation` (Sequence, step, static batches),
+Modules: `vocab` (tokenizer, prior), `config`, `model` (ToyLM), `kvcache` (KVCache and
+`kv_report`; the bytes-per-token formula is `batchlab.theory.kv`), `sampling`, `generation`
+(Sequence, step, static batches),
 `scheduler` (continuous batching + admission policy), `perf` (t(B) and its fit), `blas`,
 `inputs` (request inputs for each course model, right shapes and dtypes), `triton_io` and
 `triton_models` (the Python-backend models of the course model repository) and `fake_pb`
@@ -19,8 +20,7 @@ bytes-per-token formula), `sampling`, `generation` (Sequence, step, static batch
 from batchlab.lm.config import LMConfig
 from batchlab.lm.generation import (Sequence, StaticBatchResult, check_prompt, generate,
                                     generate_static_batch, step)
-from batchlab.lm.kvcache import (LLAMA2_7B, LLAMA3_8B, KVCache, KVShape, kv_bytes_per_token,
-                                 kv_report)
+from batchlab.lm.kvcache import KVCache, kv_report
 from batchlab.lm.model import ToyLM
 from batchlab.lm.perf import decode_step_times, fit_linear
 from batchlab.lm.sampling import greedy, make_rng, sample
@@ -29,9 +29,8 @@ from batchlab.lm.scheduler import (AdmissionPolicy, ContinuousBatcher, FCFSAdmis
 from batchlab.lm.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_SIZE, decode, encode)
 
 __all__ = [
-    "LMConfig", "ToyLM", "KVCache", "KVShape", "LLAMA2_7B", "LLAMA3_8B", "kv_bytes_per_token",
-    "kv_report", "Sequence", "StaticBatchResult", "check_prompt", "generate",
-    "generate_static_batch", "step", "greedy", "sample", "make_rng", "AdmissionPolicy",
+    "LMConfig", "ToyLM", "KVCache", "kv_report", "Sequence", "StaticBatchResult", "check_prompt",
+    "generate", "generate_static_batch", "step", "greedy", "sample", "make_rng", "AdmissionPolicy",
     "ContinuousBatcher", "FCFSAdmission", "SeqInfo", "StepReport", "decode_step_times",
     "fit_linear", "encode", "decode", "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "VOCAB_SIZE",
 ]

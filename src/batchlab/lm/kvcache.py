@@ -1,63 +1,33 @@
-"""Per-sequence KV cache and the bytes-per-token formula.
+"""Per-sequence KV cache of the toy LM, and its bytes per token next to the reference models.
 
-KV bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per element.
+The formula and the reference shapes live in `batchlab.theory.kv`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from batchlab.theory.kv import MODEL_SHAPES, ModelShape, kv_bytes_per_token
 
 #: Cache growth granularity in tokens (a "block"; capacity is always a multiple of it).
 BLOCK_TOKENS = 16
 
 
-def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int,
-                       bytes_per_element: int) -> int:
-    """2 · layers · kv_heads · head_dim · bytes per element."""
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
-                        ("head_dim", head_dim), ("bytes_per_element", bytes_per_element)):
-        if not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return 2 * int(n_layers) * int(n_kv_heads) * int(head_dim) * int(bytes_per_element)
-
-
-@dataclass(frozen=True)
-class KVShape:
-    """What the KV formula needs to know about a model."""
-
-    name: str
-    n_layers: int
-    n_kv_heads: int
-    head_dim: int
-    bytes_per_element: int
-
-    @property
-    def bytes_per_token(self) -> int:
-        """KV bytes one token occupies."""
-        return kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim,
-                                  self.bytes_per_element)
-
-
-#: Reference models (fp16 KV): Llama-2-7B 32 layers × 32 KV heads × 128; Llama-3-8B uses GQA
-#: with 8 KV heads.
-LLAMA2_7B = KVShape("Llama-2-7B (fp16)", 32, 32, 128, 2)
-LLAMA3_8B = KVShape("Llama-3-8B (fp16, GQA)", 32, 8, 128, 2)
-
-
-def kv_report(config) -> list[dict]:
+def kv_report(config: Any) -> list[dict]:
     """Bytes per token of `config` (a `LMConfig`, float32 KV) next to Llama-2-7B and Llama-3-8B.
 
     Each row: name, n_layers, n_kv_heads, head_dim, bytes_per_element, bytes_per_token.
     """
-    ours = KVShape("batchlab toy LM (float32)", config.n_layers, config.n_kv_heads,
-                   config.head_dim, 4)
+    ours = ModelShape("batchlab toy LM", config.n_layers, config.n_heads, config.n_kv_heads,
+                      config.head_dim, 4)
+    rows = [("batchlab toy LM (float32)", ours)] + [(s.label, s) for s in MODEL_SHAPES.values()]
     return [
-        {"name": s.name, "n_layers": s.n_layers, "n_kv_heads": s.n_kv_heads,
+        {"name": name, "n_layers": s.n_layers, "n_kv_heads": s.n_kv_heads,
          "head_dim": s.head_dim, "bytes_per_element": s.bytes_per_element,
          "bytes_per_token": s.bytes_per_token}
-        for s in (ours, LLAMA2_7B, LLAMA3_8B)
+        for name, s in rows
     ]
 
 

@@ -12,12 +12,14 @@ import hashlib
 import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from batchlab.theory import formulas as F
+from batchlab.theory import kv
+from batchlab.theory.roofline import ridge_batch
 
 __all__ = [
     "FORMULAS",
@@ -34,19 +36,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Formula:
-    """A named formula: `func(**params) -> float`, with the parameter names it takes."""
+    """A named formula: `func(**params) -> float`, with the parameter names it takes.
+
+    `rename` maps a question's parameter name to the name `func` uses for it (the bank writes
+    `B`, `batch_size` in `batchlab.theory`); parameters with a default are asked for only when
+    `rename` names them.
+    """
 
     name: str
     func: Callable[..., float]
     doc: str
+    rename: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def param_names(self) -> tuple[str, ...]:
-        """The keyword parameters the formula takes, in signature order."""
-        return tuple(inspect.signature(self.func).parameters)
+        """The keyword parameters a question gives the formula, in signature order."""
+        back = {theirs: ours for ours, theirs in self.rename.items()}
+        return tuple(back.get(n, n) for n, p in inspect.signature(self.func).parameters.items()
+                     if p.default is inspect.Parameter.empty or n in back)
 
     def __call__(self, **params: Any) -> float:
-        return float(self.func(**params))
+        return float(self.func(**{self.rename.get(k, k): v for k, v in params.items()}))
 
 
 FORMULAS: dict[str, Formula] = {}
@@ -59,6 +69,14 @@ def _register(func: Callable[..., float]) -> Callable[..., float]:
     return func
 
 
+def _register_theory(func: Callable[..., float], name: str | None = None, **rename: str) -> None:
+    """Register a `batchlab.theory` function as it is, under `name` (default: its own), with
+    `rename` mapping the question's parameter names to the function's."""
+    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
+    key = name or func.__name__
+    FORMULAS[key] = Formula(key, func, doc, dict(rename))
+
+
 def formula(name: str) -> Formula:
     """The registered formula called `name`; ValueError naming the known ones otherwise."""
     try:
@@ -69,9 +87,9 @@ def formula(name: str) -> Formula:
         ) from None
 
 
-# The formulas below adapt the course's own computations (`batchlab.theory.formulas`, `batchlab.course.cases`,
-# `batchlab.theory.roofline`) to the parameter names and units the question stems use (ms, GiB, TB/s),
-# so a quiz answer is computed exactly the way the chapter computes it.
+# The formulas below are the course's own computations (`batchlab.theory.formulas`, `batchlab.theory.kv`,
+# `batchlab.theory.roofline`), registered as they are or adapted to the units the question stems use
+# (ms, GiB, TB/s), so a quiz answer is computed exactly the way the chapter computes it.
 
 # --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
 
@@ -91,8 +109,6 @@ def utilization(rate: float, service_ms: float) -> float:
 @_register
 def ridge(tflops: float, tbs: float) -> float:
     """Batch at which bf16 decode reaches the roofline ridge (≈ FLOP per byte at the ridge)."""
-    from batchlab.theory.roofline import ridge_batch
-
     return ridge_batch(tbs * 1e12, tflops * 1e12, bytes_per_param=2)
 
 
@@ -105,16 +121,8 @@ def decode_tps(B: int, t_step_ms: float) -> float:
 # --- chapter 02: dynamic batching -----------------------------------------------------------
 
 
-@_register
-def speedup(B: int, t_single: float, t_batch: float) -> float:
-    """S = B·t_single / t_batch."""
-    return F.speedup(B, t_single, t_batch)
-
-
-@_register
-def affine_speedup(a: float, b: float, B: int) -> float:
-    """S for an affine batch time t(B) = a + b·B: S = B·t(1) / t(B)."""
-    return F.affine_speedup(B, a, b)
+_register_theory(F.speedup, B="batch_size")
+_register_theory(F.affine_speedup, B="batch_size")
 
 
 @_register
@@ -126,16 +134,9 @@ def affine_throughput(a: float, b: float, B: int) -> float:
 # --- chapter 03: sequence batching, KV cache ------------------------------------------------
 
 
-@_register
-def eta(L: Sequence[int]) -> float:
-    """Padding efficiency η = ΣL_i / (B·L_max)."""
-    return F.padding_efficiency(L)
-
-
-@_register
-def kv_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> float:
-    """KV cache bytes per token = 2·layers·kv_heads·head_dim·bytes."""
-    return F.kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes)
+_register_theory(F.padding_efficiency, "eta", L="lengths")
+_register_theory(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
+                 dtype_bytes="bytes_per_element")
 
 
 @_register
@@ -147,16 +148,13 @@ def kv_gib(bytes_per_token: int, tokens: int, seqs: int) -> float:
 @_register
 def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
     """How many sequences of `tokens` tokens fit in `free_gib` GiB of KV cache (rounded down)."""
-    return F.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
+    return kv.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
 
 
 # --- chapter 04: tuning, queueing -----------------------------------------------------------
 
 
-@_register
-def t_wait(n_queue: int, t_batch: float, b_size: int) -> float:
-    """Heavy-load wait approximation T_wait = N_queue·T_batch / B_size."""
-    return F.heavy_load_wait(n_queue, t_batch, b_size)
+_register_theory(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
 @_register
@@ -177,16 +175,8 @@ def concurrency_rule(max_batch_size: int, instances: int) -> float:
 # --- chapter 05: evaluation -----------------------------------------------------------------
 
 
-@_register
-def amdahl(f: float, B: int) -> float:
-    """Amdahl speed-up S_p = 1 / ((1−f) + f/B)."""
-    return F.amdahl(f, B)
-
-
-@_register
-def amdahl_ceiling(f: float) -> float:
-    """Amdahl ceiling 1 / (1−f), the limit of S_p as B → ∞."""
-    return F.amdahl_ceiling(f)
+_register_theory(F.amdahl, B="batch_size")
+_register_theory(F.amdahl_ceiling)
 
 
 @_register
@@ -210,18 +200,8 @@ def cost_per_k(c_gpu: float, t_busy_s: float, n_req: int) -> float:
     return 1000.0 * F.cost_per_request(c_gpu, t_busy_s, n_req)
 
 
-@_register
-def little(rate: float, latency_s: float) -> float:
-    """Little's law L = λ·W: requests in flight for λ req/s and mean time in system W s."""
-    return F.littles_law_l(rate, latency_s)
-
-
-@_register
-def instances_needed(rate: float, t_batch_s: float, B: int) -> float:
-    """Instances needed for λ req/s when each runs batches of B taking t_batch s: ceil(λ·t/B)."""
-    from batchlab.course.cases import instances_needed as needed
-
-    return needed(rate, B, t_batch_s)
+_register_theory(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_in_system")
+_register_theory(F.instances_needed, rate="rate_per_s", B="batch")
 
 
 # --- chapter 08: the article's demo ---------------------------------------------------------

@@ -3,12 +3,15 @@
 Every function is a plain computation (no simulation, no plotting), so chapters, quiz questions
 and lab checks compute the same quantity the same way.
 
+KV-cache arithmetic lives in `batchlab.theory.kv`, the decode roofline in `batchlab.theory.roofline`.
+
 Symbols follow the article: B batch size, t_single / t_batch times, L_i sequence lengths,
 f parallel fraction, C_GPU cost per hour, ρ = λ/μ utilisation.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -144,7 +147,9 @@ def pk_wait(arrival_rate: float, mean_service: float, second_moment: float) -> f
 
 
 def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
-    """Little's law: L = λ W."""
+    """Little's law: L = λ W (requests in the system at once)."""
+    if arrival_rate < 0 or mean_time_in_system < 0:
+        raise ValueError("arrival_rate and mean_time_in_system must be >= 0")
     return arrival_rate * mean_time_in_system
 
 
@@ -153,23 +158,9 @@ def batch_capacity(a: float, b: float, batch_size: float, instances: int = 1) ->
     return instances * batch_size / (a + b * batch_size)
 
 
-# ----------------------------------------------------------------------------- KV cache
-
-
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int = 2) -> int:
-    """KV cache bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per element."""
-    return 2 * layers * kv_heads * head_dim * bytes_per_element
-
-
-KV_REFERENCE = {
-    # name: (layers, kv_heads, head_dim, bytes per element) — fp16/bf16 caches
-    "Llama-2-7B": (32, 32, 128, 2),   # 524,288 B = 0.5 MiB per token
-    "Llama-3-8B": (32, 8, 128, 2),    # GQA: 131,072 B = 128 KiB per token
-}
-
-
-def max_concurrent_sequences(free_bytes: float, bytes_per_token: float, tokens_per_sequence: float) -> int:
-    """How many sequences of `tokens_per_sequence` fit in `free_bytes` of KV cache."""
-    if bytes_per_token <= 0 or tokens_per_sequence <= 0:
-        raise ValueError("bytes_per_token and tokens_per_sequence must be positive")
-    return int(free_bytes // (bytes_per_token * tokens_per_sequence))
+def instances_needed(rate_per_s: float, batch: int, t_batch_s: float, busy: float = 1.0) -> int:
+    """Instances that keep up with `rate_per_s` when each runs full batches of `batch` taking
+    `t_batch_s`, kept busy a fraction `busy` of the time: ⌈λ·t_batch / (B·busy)⌉."""
+    if batch < 1 or t_batch_s <= 0 or rate_per_s < 0 or not 0 < busy <= 1:
+        raise ValueError("need batch >= 1, t_batch_s > 0, rate >= 0, busy in (0, 1]")
+    return int(math.ceil(rate_per_s * t_batch_s / (batch * busy) - 1e-9))
