@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
+from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import TritonServer, connect
 
 TESTS = Path(__file__).resolve().parent
@@ -26,12 +31,70 @@ def triton():
 @pytest.fixture()
 def echo_repo(tmp_path: Path) -> Path:
     """A private copy of the one-model test repository (`echo`: Y = 2·X)."""
-    import shutil
-
     repo = tmp_path / "repo"
     repo.mkdir()
     shutil.copytree(TEST_REPOS / "echo", repo / "echo")
     return repo
+
+
+def stage_models(models: Sequence[str], dest: Path, source: str | os.PathLike[str] | None = None) -> Path:
+    """Copy the named model directories into the model repository `dest` and return it.
+
+    Each model comes from `source` if given, else from tests/repos, else from the course's repository.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    sources = [Path(source)] if source is not None else [TEST_REPOS, MODEL_REPOSITORY]
+    for name in models:
+        src = next((s / name for s in sources if (s / name).is_dir()), None)
+        if src is None:
+            raise FileNotFoundError(f"no model {name!r} in {', '.join(map(str, sources))}")
+        shutil.copytree(src, dest / name)
+    return dest
+
+
+@pytest.fixture()
+def start_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., TritonServer]]:
+    """Factory: stage these models, start a server; every server it made is stopped at teardown.
+
+    ``start_triton(models=None, repo=None, *, start=True, **kw)`` returns a `TritonServer`:
+    with `models`, copies of those models (from `repo`, else tests/repos, else the course's
+    repository) in a fresh temporary repository; without, `repo` itself (default: the course's).
+    `kw` goes to `TritonServer`. With ``start=False`` the server is returned unstarted (for tests
+    that expect `start()` to fail) but is still stopped at teardown. Teardown fails the test if a
+    server or one of its stubs is still alive afterwards.
+    """
+    made: list[tuple[TritonServer, list[psutil.Process]]] = []
+
+    def factory(models: Sequence[str] | None = None, repo: str | os.PathLike[str] | None = None, *,
+                start: bool = True, **kw: Any) -> TritonServer:
+        if models is not None:
+            repo = stage_models(models, tmp_path_factory.mktemp("repo"), repo)
+        server = TritonServer(repo, **kw)
+        entry: tuple[TritonServer, list[psutil.Process]] = (server, [])
+        made.append(entry)
+        if start:
+            server.start()
+            entry[1].extend(_process_tree(server.pid))
+        return server
+
+    yield factory
+    for server, _ in made:
+        server.stop()
+    leftover = [p for _, procs in made for p in procs]
+    _, alive = psutil.wait_procs(leftover, timeout=15)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not any(s.running for s, _ in made) and alive == [], f"servers left running: {alive}"
+
+
+def _process_tree(pid: int | None) -> list[psutil.Process]:
+    """A process and all its descendants (empty if it is gone)."""
+    if pid is None:
+        return []
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def pytest_report_header(config):

@@ -129,17 +129,56 @@ def test_text_table_formats_and_aligns():
 
 
 def test_case_plots_draw():
+    """The case figures draw the numbers they are given, with their labels and the article's marks."""
     import matplotlib.pyplot as plt
 
     from batchlab.plotting import cases as P
 
+    def texts(items):
+        return [t.get_text() for t in items]
+
     rows = [{"scenario": "before", "p95_s": 2.0, "gpu_util": 0.22}, {"scenario": "after", "p95_s": 1.0, "gpu_util": 0.6}]
-    for fig in (P.plot_ecommerce(rows, C.ECOMMERCE),
-                P.plot_fairness([{"scheduler": s, "tenant": t, "p99_s": 1.0 + i} for i, (s, t) in
-                                 enumerate([("static", "短单"), ("static", "长单"), ("continuous", "短单"), ("continuous", "长单")])]),
-                P.plot_utilisation_readings(np.linspace(1, 16, 16), 3.5, 295, C.ECOMMERCE)):
-        assert fig.axes
-        plt.close(fig)
+    fig = P.plot_ecommerce(rows, C.ECOMMERCE, labels={"before": "改造前"})
+    a0, a1 = fig.axes
+    assert a0.get_ylabel() == "P95 (s)" and a1.get_ylabel() == "GPU 利用率 (%)"
+    assert [b.get_height() for b in a0.patches] == [2.0, 1.0]
+    assert [b.get_height() for b in a1.patches] == pytest.approx([22.0, 60.0])
+    assert texts(a0.get_xticklabels()) == texts(a1.get_xticklabels()) == ["改造前", "after"]
+    # the article's before/after figures as dashed horizontal lines
+    assert [ln.get_ydata()[0] for ln in a0.lines] == [C.ECOMMERCE["p95_before_s"], C.ECOMMERCE["p95_after_s"]]
+    assert [ln.get_ydata()[0] for ln in a1.lines] == pytest.approx(
+        [100 * C.ECOMMERCE["util_before"], 100 * C.ECOMMERCE["util_after"]])
+    assert all(ln.get_linestyle() == "--" for ln in a0.lines + a1.lines)
+    assert texts(a0.texts) == ["文章：改造前", "文章：改造后"] and texts(a1.texts) == ["文章：22%", "文章：67%"]
+    plt.close(fig)
+
+    cells = [("static", "短单"), ("static", "长单"), ("continuous", "短单"), ("continuous", "长单")]
+    fig = P.plot_fairness([{"scheduler": s, "tenant": t, "p99_s": 1.0 + i} for i, (s, t) in enumerate(cells)],
+                          labels={"static": "补齐批"})
+    (ax,) = fig.axes
+    assert ax.get_title() == "短单与长单同锅：各租户的 p99" and ax.get_ylabel() == "p99 延迟 (s)"
+    assert ax.get_yscale() == "log"
+    assert texts(ax.get_xticklabels()) == ["补齐批", "continuous"]
+    assert texts(ax.get_legend().get_texts()) == ["短单", "长单"]
+    # one bar per (tenant, scheduler), tenant by tenant; each labelled with its value
+    assert [b.get_height() for b in ax.patches] == [1.0, 3.0, 2.0, 4.0]
+    assert [round(b.get_x() + b.get_width() / 2, 6) for b in ax.patches] == [-0.2, 0.8, 0.2, 1.2]
+    assert texts(ax.texts) == ["1", "3", "2", "4"]
+    plt.close(fig)
+
+    b = np.linspace(1, 16, 16)
+    fig = P.plot_utilisation_readings(b, 3.5, 295, C.ECOMMERCE)
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "平均批大小 B" and ax.get_ylabel() == "GPU 利用率 (%)"
+    assert len(ax.lines) == 4  # two readings + the article's two marks
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), b)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), 100 * b / (3.5 + b))
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), 100 * np.minimum(1, b / 295))
+    assert [ln.get_ydata()[0] for ln in ax.lines[2:]] == pytest.approx(
+        [100 * C.ECOMMERCE["util_before"], 100 * C.ECOMMERCE["util_after"]])
+    assert texts(ax.get_legend().get_texts()) == ["读法 A：内核时间占比 B/(r+B)，r=3.50", "读法 B：算力利用率 B/295"]
+    assert ax.get_xlim() == (1.0, 16.0)
+    plt.close(fig)
 
 
 @pytest.mark.server

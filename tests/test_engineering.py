@@ -89,21 +89,92 @@ def test_busy_seconds_and_measured_service():
 
 
 def test_engineering_plots_draw():
+    """The chapter 06 figures draw the numbers they are given, with their labels."""
     import matplotlib.pyplot as plt
+    import numpy as np
 
     from batchlab.course.capacity import cost_from_run
     from batchlab.plotting import engineering as P
     from batchlab.theory.kv import kv_plan_table
 
-    tl = [{"t": 0.2 * i, "rps": 10.0, "queue_ms": 1.0, "mean_batch": 2.0, "pending": i, "exec_per_s": 5.0} for i in range(5)]
+    def texts(items):
+        return [t.get_text() for t in items]
+
+    tl = [{"t": 0.2 * i, "rps": 10.0 + i, "queue_ms": 1.0 + 2 * i, "mean_batch": 2.0 + 0.5 * i, "pending": i,
+           "exec_per_s": 5.0} for i in range(5)]
+    t = [r["t"] for r in tl]
+    fig = P.plot_metrics_timeline(tl)
+    a0, a1, a2, twin = fig.axes
+    assert fig.get_suptitle() == "从 /metrics 抓到的拼锅现场"
+    assert P.plot_metrics_timeline(tl, title="T").get_suptitle() == "T"
+    for ax, key, ylabel in ((a0, "rps", "完成请求/s"), (a1, "queue_ms", "排队 ms/请求"), (a2, "mean_batch", "平均批大小"),
+                            (twin, "pending", "待处理请求数")):
+        (line,) = ax.lines
+        np.testing.assert_allclose(line.get_xdata(), t)
+        np.testing.assert_allclose(line.get_ydata(), [r[key] for r in tl])
+        assert ax.get_ylabel() == ylabel
+    assert twin.lines[0].get_drawstyle() == "steps-post"
+    assert a2.get_xlabel() == "时间 (s)"
+    plt.close("all")
+
     runs = E.starvation_experiment(n=2000)
+    fig = P.plot_starvation(runs, labels={"priority": "只按优先级"})
+    by_policy = {r.policy: r for r in runs}
+    assert [ax.get_title() for ax in fig.axes] == ["只按优先级", "priority_timeout"]
+    assert fig.axes[0].get_ylabel() == "排队等待 (ms)" and all(ax.get_xlabel() == "到达时刻 (s)" for ax in fig.axes)
+    for ax, policy in zip(fig.axes, ("priority", "priority_timeout")):
+        run = by_policy[policy]
+        rec = run.result.records
+        dropped = rec["rejected"] | rec["timed_out"]
+        points = [c.get_offsets() for c in ax.collections]
+        expected = []
+        for lev in (1, 2):
+            ok = (run.priority == lev) & ~dropped
+            expected.append(np.column_stack([rec["arrival"][ok], (rec["start"][ok] - rec["arrival"][ok]) * 1e3]))
+            bad = (run.priority == lev) & dropped
+            if bad.any():
+                expected.append(np.column_stack([rec["arrival"][bad], (rec["finish"][bad] - rec["arrival"][bad]) * 1e3]))
+        assert len(points) == len(expected)
+        for got, want in zip(points, expected):
+            np.testing.assert_allclose(got, want)
+    assert dropped.any()  # the timeout policy drops some low-priority requests: they are drawn as x
+    assert "被拒绝" in texts(fig.axes[-1].get_legend().get_texts())
+    plt.close(fig)
+
     bound = E.delay_bound_experiment([0.1, 0.5], n=2000)
-    plan = kv_plan_table(["Llama-2-7B"], "H100-SXM", [2048, 4096])
+    fig = P.plot_delay_bound(bound)
+    (ax,) = fig.axes
+    assert ax.get_title() == "max_queue_delay 只管拼锅等待，不管排队"
+    assert ax.get_ylabel() == "排队时间 (ms)" and ax.get_xlabel() == "负载（到达率 / 满批容量）"
+    assert len(ax.lines) == 4 and texts(ax.get_legend().get_texts()) == ["p50", "p99", "max", "max_queue_delay"]
+    for line, key in zip(ax.lines, ("queue_p50_ms", "queue_p99_ms", "queue_max_ms")):
+        np.testing.assert_allclose(line.get_xdata(), [0.1, 0.5])
+        np.testing.assert_allclose(line.get_ydata(), [r[key] for r in bound])
+    assert list(ax.lines[3].get_ydata()) == [bound[0]["delay_ms"]] * 2
+    plt.close(fig)
+
+    plan = kv_plan_table(["Llama-2-7B", "Llama-3-8B"], "H100-SXM", [2048, 4096])
+    fig = P.plot_kv_plan(plan)
+    (ax,) = fig.axes
+    assert ax.get_title() == "H100-SXM: KV Cache 决定并发上限"
+    assert ax.get_xlabel() == "每条序列 token 数" and ax.get_ylabel() == "最多并发序列"
+    assert texts(ax.get_legend().get_texts()) == ["Llama-2-7B", "Llama-3-8B"]
+    for line, model in zip(ax.lines, ("Llama-2-7B", "Llama-3-8B")):
+        sub = [r for r in plan if r["model"] == model]
+        assert list(line.get_xdata()) == [2048, 4096]
+        assert list(line.get_ydata()) == [r["max_sequences"] for r in sub]
+    assert texts(ax.texts) == [str(r["max_sequences"]) for r in plan]
+    plt.close(fig)
+
     costs = [cost_from_run("a", 1.0, 10, 1.0, 2.0), cost_from_run("b", 1.0, 20, 1.0, 2.0)]
-    for fig in (P.plot_metrics_timeline(tl), P.plot_starvation(runs), P.plot_delay_bound(bound),
-                P.plot_kv_plan(plan), P.plot_cost(costs)):
-        assert fig.axes
-        plt.close(fig)
+    fig = P.plot_cost(costs)
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "每千请求成本 ($)" and texts(ax.get_xticklabels()) == ["a", "b"]
+    assert texts(ax.get_legend().get_texts()) == ["按繁忙时间（文章公式）", "按租用时长（实际账单）"]
+    heights = [b.get_height() for b in ax.patches]
+    assert heights == pytest.approx([c.per_request_busy * 1e3 for c in costs] + [c.per_request_wall * 1e3 for c in costs])
+    assert heights[1] < heights[0]  # twice the requests in the same time: half the cost each
+    plt.close(fig)
 
 
 @pytest.mark.server

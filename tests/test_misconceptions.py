@@ -90,22 +90,94 @@ def test_day_experiment_policies():
 
 
 def test_misconception_plots_draw():
+    """The chapter 09 figures draw the numbers they are given, with their labels."""
     import matplotlib.pyplot as plt
 
     from batchlab.plotting import misconceptions as P
 
+    def texts(items):
+        return [t.get_text() for t in items]
+
     sweep = M.batch_size_sweep([8, 16], rate=300, n=2000)
+    fig = P.plot_batch_size(sweep)
+    ax, tw = fig.axes
+    sub = [r for r in sweep if r["delay_us"] == sweep[0]["delay_us"]]
+    assert ax.get_xlabel() == "max_batch_size" and ax.get_ylabel() == "容量 (请求/s)"
+    assert tw.get_ylabel() == "满批执行时间 (ms)"
+    assert list(ax.lines[0].get_xdata()) == [8, 16]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [r["capacity_rps"] for r in sub])
+    assert list(ax.lines[1].get_ydata()) == [sub[0]["amdahl_ceiling_rps"]] * 2
+    np.testing.assert_allclose(tw.lines[0].get_ydata(), [r["t_full_ms"] for r in sub])
+    assert texts(ax.get_legend().get_texts()) == ["容量 B/t(B)", "Amdahl 上限 1/b", "满批一次执行 t(B)"]
+    plt.close(fig)
+
     llm = [{"max_active": m, "tokens_per_s": 100.0 * m, "itl_ms": 10.0 + m, "kv_need_gib": m / 4, "kv_peak_gib": m / 5}
            for m in (8, 16)]
-    combo = [{"scheduler": s, "p99_s": 1.0, "capacity_tokens_per_s": 10.0} for s in ("a", "b", "c")]
-    delays = [{"load": 0.1, "delay_us": d, "throughput_rps": 10.0, "gpu_ms_per_req": 1.0} for d in (0, 1000)]
-    toy = [{"n": n, "formula_bytes": n * 10, "used_bytes": n * 10, "allocated_bytes": n * 12} for n in (1, 2)]
-    scaled = [{"n": n, "Llama-2-7B": n * 2.0} for n in (1, 2)]
-    day = M.day_experiment(M.day_rates(100, 600), 100.0, fixed_instances=(1,), seconds_per_hour=1.0)
-    for fig in (P.plot_batch_size(sweep), P.plot_llm_batch(llm, 3.0), P.plot_combination(combo),
-                P.plot_delay_sweep(delays), P.plot_kv_growth(toy, scaled, 3.0), P.plot_day(M.day_rates(100, 600), day, 100.0)):
-        assert fig.axes
-        plt.close(fig)
+    fig = P.plot_llm_batch(llm, 3.0)
+    a0, a1, tw = fig.axes
+    assert a0.get_title() == "吞吐见顶，单 token 延迟线性涨" and a1.get_title() == "KV Cache 随并发线性增长"
+    assert a0.get_xlabel() == a1.get_xlabel() == "最多同时运行的序列" and a1.get_ylabel() == "GiB"
+    assert list(a0.lines[0].get_xdata()) == [8, 16] and list(a0.lines[0].get_ydata()) == [800.0, 1600.0]
+    assert list(tw.lines[0].get_ydata()) == [18.0, 26.0] and tw.get_ylabel() == "两 token 间隔 (ms)"
+    assert [list(ln.get_ydata()) for ln in a1.lines] == [[2.0, 4.0], [1.6, 3.2], [3.0, 3.0]]
+    assert texts(a1.get_legend().get_texts()) == ["满额所需 KV", "实际 KV 峰值", "显存里的 KV 预算"]
+    assert len(P.plot_llm_batch(llm, None).axes[1].lines) == 2  # no budget, no budget line
+    plt.close("all")
+
+    combo = [{"scheduler": s, "p99_s": 1.0 + i, "capacity_tokens_per_s": c}
+             for i, (s, c) in enumerate((("a", 10.0), ("b", 20.0), ("c", None)))]
+    fig = P.plot_combination(combo, labels={"a": "只有动态批"})
+    a0, a1 = fig.axes
+    assert a0.get_ylabel() == "同一负载下 p99 (s)" and a1.get_ylabel() == "容量 (token/s)"
+    assert [b.get_height() for b in a0.patches] == [1.0, 2.0, 3.0]
+    assert [b.get_height() for b in a1.patches] == [10.0, 20.0, 0.0]  # no capacity: drawn as 0
+    assert texts(a0.get_xticklabels()) == ["只有动态批", "b", "c"]
+    plt.close(fig)
+
+    delays = [{"load": load, "delay_us": d, "throughput_rps": 10.0 * load + d / 1e3, "gpu_ms_per_req": 1.0 + d / 1e4}
+              for load in (0.1, 0.5) for d in (0, 1000)]
+    fig = P.plot_delay_sweep(delays)
+    a0, a1 = fig.axes
+    assert a0.get_title() == "吞吐没有塌" and a1.get_title() == "小延迟的真实代价：更多执行"
+    assert a0.get_ylabel() == "吞吐 (请求/s)" and a1.get_ylabel() == "每请求占用实例时间 (ms)"
+    assert len(a0.lines) == len(a1.lines) == 2 and texts(a1.get_legend().get_texts()) == ["负载 0.1", "负载 0.5"]
+    for i, load in enumerate((0.1, 0.5)):
+        assert list(a0.lines[i].get_xdata()) == [0.01, 1.0]  # delay 0 is drawn at 0.01 ms on the log axis
+        assert list(a0.lines[i].get_ydata()) == pytest.approx([10.0 * load, 10.0 * load + 1.0])
+        assert list(a1.lines[i].get_ydata()) == pytest.approx([1.0, 1.1])
+    plt.close(fig)
+
+    toy = [{"n": n, "formula_bytes": n * 2**20, "used_bytes": n * 2**20, "allocated_bytes": n * 2**21} for n in (1, 2)]
+    scaled = [{"n": n, "Llama-2-7B": n * 2.0, "Llama-3-8B": n * 0.5} for n in (1, 2)]
+    fig = P.plot_kv_growth(toy, scaled, 3.0)
+    a0, a1 = fig.axes
+    assert a0.get_title() == "课程玩具模型（实测）" and a1.get_title() == "真实模型（公式）"
+    assert a0.get_ylabel() == "MiB" and a1.get_ylabel() == "GiB" and a0.get_xlabel() == "并发序列数"
+    assert [list(ln.get_ydata()) for ln in a0.lines] == [[1.0, 2.0], [1.0, 2.0], [2.0, 4.0]]  # MiB
+    assert [list(ln.get_ydata()) for ln in a1.lines] == [[2.0, 4.0], [0.5, 1.0], [3.0, 3.0]]
+    assert texts(a1.get_legend().get_texts()) == ["Llama-2-7B", "Llama-3-8B", "KV 预算"]
+    plt.close(fig)
+
+    rates = M.day_rates(100, 600)
+    day = M.day_experiment(rates, 100.0, fixed_instances=(1,), seconds_per_hour=1.0)
+    h = len(rates)  # and a policy that loses two hours (no finite p99): drawn as markers at the top
+    day.append(M.DayResult("lossy", [1] * h, [50.0] * (h - 2) + [math.inf, math.nan], [True] * (h - 2) + [False] * 2))
+    fig = P.plot_day(rates, day, 100.0)
+    a0, a1, a2 = fig.axes
+    assert [b.get_height() for b in a0.patches] == pytest.approx(list(rates))
+    assert a0.get_ylabel() == "请求/s" and a1.get_ylabel() == "实例数" and a2.get_ylabel() == "p99 (ms)"
+    assert a2.get_xlabel() == "小时" and a2.get_yscale() == "log"
+    assert texts(a1.get_legend().get_texts()) == [f"{r.policy}（{r.instance_hours} 实例·时）" for r in day]
+    for i, r in enumerate(day):
+        assert list(a1.lines[i].get_ydata()) == list(r.instances)
+        p = np.asarray(r.p99_ms, dtype=float)
+        np.testing.assert_allclose(a2.lines[i].get_ydata(), np.where(np.isfinite(p), p, np.nan))
+    assert list(a2.lines[len(day)].get_ydata()) == [100.0, 100.0]  # the SLO
+    # hours without a finite p99 are marked at the top edge, one marker each
+    (marks,) = a2.collections
+    assert list(marks.get_offsets()[:, 0]) == [h - 2, h - 1]
+    assert a2.get_ylim()[1] > marks.get_offsets()[0, 1] > max(max(x for x in r.p99_ms if math.isfinite(x)) for r in day)
+    plt.close(fig)
 
 
 @pytest.mark.server

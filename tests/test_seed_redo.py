@@ -58,4 +58,16 @@ def test_demo_plot_helpers():
     assert run2.max() <= 4
     fig = P.plot_slots([("a", t, run, wait), ("b", t2, run2, wait2)], capacity=4)
     assert len(fig.axes) == 2
+    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
+    assert all(ax.get_ylabel() == "请求数" for ax in fig.axes) and fig.axes[-1].get_xlabel() == "时间 (s)"
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["锅里（运行中）", "门口排队", "锅容量"]
+    for ax, (tt, rr, ww) in zip(fig.axes, ((t, run, wait), (t2, run2, wait2))):
+        queue_line, cap_line = ax.lines
+        np.testing.assert_allclose(queue_line.get_xdata(), tt)
+        np.testing.assert_array_equal(queue_line.get_ydata(), ww)
+        assert queue_line.get_drawstyle() == "steps-post"
+        assert list(cap_line.get_ydata()) == [4, 4]
+        (running,) = ax.collections  # fill_between: the running requests, up to their count
+        top = running.get_paths()[0].vertices[:, 1]
+        assert top.max() == rr.max() and top.min() == 0
     plt.close(fig)

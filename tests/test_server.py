@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,9 +17,7 @@ import psutil
 import pytest
 
 from batchlab import server as srv
-from batchlab.server import ExternalServer, ModelLoadError, PortInUseError, TritonServer, connect
-
-from conftest import TEST_REPOS
+from batchlab.server import ExternalServer, ModelLoadError, PortInUseError, connect
 
 pytestmark = pytest.mark.server
 
@@ -62,44 +59,45 @@ def _echo(client_mod, client, x: np.ndarray) -> np.ndarray:
     return client.infer("echo", [inp]).as_numpy("Y")
 
 
-def test_start_infer_stop_leaves_nothing(echo_repo: Path) -> None:
+def test_start_infer_stop_leaves_nothing(start_triton) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    with TritonServer(echo_repo) as server:
-        assert server.running and server.models == ["echo"]
-        procs = _tree(server.pid)
-        names = {p.name() for p in procs}
-        assert "tritonserver" in names and any("stub" in n for n in names), names
-        x = np.arange(8, dtype=np.float32).reshape(2, 4)
-        np.testing.assert_array_equal(_echo(httpclient, server.http_client(), x), 2 * x)
-        np.testing.assert_array_equal(_echo(grpcclient, server.grpc_client(), x), 2 * x)
-        assert server.http_client().is_model_ready("echo")
+    server = start_triton(["echo"])
+    assert server.running and server.models == ["echo"]
+    procs = _tree(server.pid)
+    names = {p.name() for p in procs}
+    assert "tritonserver" in names and any("stub" in n for n in names), names
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(_echo(httpclient, server.http_client(), x), 2 * x)
+    np.testing.assert_array_equal(_echo(grpcclient, server.grpc_client(), x), 2 * x)
+    assert server.http_client().is_model_ready("echo")
+    server.stop()
     assert not server.running
     assert _wait_gone(procs, 5) == []
 
 
-def test_listens_on_loopback_only(echo_repo: Path) -> None:
-    with TritonServer(echo_repo) as server:
-        socks = _listening({p.pid for p in _tree(server.pid)})
-        ports = {port for _, port in socks}
-        assert set(server.ports.values()) <= ports
-        assert socks and all(_is_loopback(ip) for ip, _ in socks), socks
-        # An address of this host that is not loopback must refuse the connection.
-        others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                  if a.family == socket.AF_INET and not a.address.startswith("127.")]
-        for ip in others[:2]:
-            with pytest.raises(OSError):
-                socket.create_connection((ip, server.ports["http"]), timeout=1).close()
+def test_listens_on_loopback_only(start_triton) -> None:
+    server = start_triton(["echo"])
+    socks = _listening({p.pid for p in _tree(server.pid)})
+    ports = {port for _, port in socks}
+    assert set(server.ports.values()) <= ports
+    assert socks and all(_is_loopback(ip) for ip, _ in socks), socks
+    # An address of this host that is not loopback must refuse the connection.
+    others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+              if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    for ip in others[:2]:
+        with pytest.raises(OSError):
+            socket.create_connection((ip, server.ports["http"]), timeout=1).close()
 
 
-def test_port_in_use_is_named(echo_repo: Path) -> None:
+def test_port_in_use_is_named(echo_repo: Path, start_triton) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(PortInUseError, match=f"http port {port} .*already in use"):
-            TritonServer(echo_repo, http_port=port).start()
+            start_triton(repo=echo_repo, http_port=port)
         cli = subprocess.run([PY, "-m", "batchlab.server", "--repo", str(echo_repo), "--check",
                               "--grpc-port", str(port)], capture_output=True, text=True, timeout=60)
         assert cli.returncode == 2
@@ -108,14 +106,15 @@ def test_port_in_use_is_named(echo_repo: Path) -> None:
         assert "Traceback" not in cli.stderr
 
 
-def test_port_taken_after_check_is_diagnosed(echo_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_port_taken_after_check_is_diagnosed(start_triton, monkeypatch: pytest.MonkeyPatch) -> None:
     """A port taken between our check and the server's bind: the server log is read and named."""
     monkeypatch.setattr(srv, "check_port_free", lambda *a, **k: None)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        server = TritonServer(echo_repo, http_port=port, grpc_port=srv.free_port(), metrics_port=srv.free_port())
+        server = start_triton(["echo"], http_port=port, grpc_port=srv.free_port(), metrics_port=srv.free_port(),
+                              start=False)
         with pytest.raises(PortInUseError, match=f"127.0.0.1:{port} is already in use"):
             server.start()
     assert not server.running
@@ -128,9 +127,8 @@ def test_port_taken_after_check_is_diagnosed(echo_repo: Path, monkeypatch: pytes
         ("broken_init", r"model 'broken_init' failed to load: .*RuntimeError: weights file missing"),
     ],
 )
-def test_broken_model_is_named(tmp_path: Path, model: str, expected: str) -> None:
-    shutil.copytree(TEST_REPOS / model, tmp_path / model)
-    server = TritonServer(tmp_path, startup_timeout=60)
+def test_broken_model_is_named(start_triton, model: str, expected: str) -> None:
+    server = start_triton([model], startup_timeout=60, start=False)
     with pytest.raises(ModelLoadError, match=expected) as info:
         server.start()
     assert "last lines of the server log" in str(info.value)
@@ -184,23 +182,33 @@ def test_parent_killed_takes_server_along(echo_repo: Path) -> None:
             parent.kill()
 
 
-def test_connect_uses_triton_url(echo_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with TritonServer(echo_repo) as server:
-        monkeypatch.setenv("TRITON_URL", f"http://{server.http_url}")
-        monkeypatch.setenv("TRITON_GRPC_URL", server.grpc_url)
-        monkeypatch.setenv("TRITON_METRICS_URL", server.metrics_url)
-        with connect() as ext:
-            assert isinstance(ext, ExternalServer)
-            assert ext.models == ["echo"] and ext.grpc_url == server.grpc_url
-            assert ext.grpc_client().is_server_ready()
-        assert server.running  # leaving the external server's context does not stop it
+def test_connect_uses_triton_url(start_triton, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = start_triton(["echo"])
+    monkeypatch.setenv("TRITON_URL", f"http://{server.http_url}")
+    monkeypatch.setenv("TRITON_GRPC_URL", server.grpc_url)
+    monkeypatch.setenv("TRITON_METRICS_URL", server.metrics_url)
+    with connect() as ext:
+        assert isinstance(ext, ExternalServer)
+        assert ext.models == ["echo"] and ext.grpc_url == server.grpc_url
+        assert ext.grpc_client().is_server_ready()
+    assert server.running  # leaving the external server's context does not stop it
     monkeypatch.setenv("TRITON_URL", "no-port-here")
     with pytest.raises(ValueError, match="host:port"):
         connect()
 
 
-def test_bad_repository_is_named(tmp_path: Path) -> None:
+def test_bad_repository_is_named(tmp_path: Path, start_triton) -> None:
     with pytest.raises(srv.ServerError, match="does not exist"):
-        TritonServer(tmp_path / "nope").start()
+        start_triton(repo=tmp_path / "nope")
     with pytest.raises(srv.ServerError, match="holds no model"):
-        TritonServer(tmp_path).start()
+        start_triton(repo=tmp_path)
+
+
+def test_stage_models_copies_from_the_test_and_course_repositories(tmp_path: Path) -> None:
+    from conftest import stage_models
+
+    repo = stage_models(["echo", "embed"], tmp_path / "repo")
+    assert sorted(p.name for p in repo.iterdir()) == ["echo", "embed"]
+    assert (repo / "echo" / "config.pbtxt").is_file() and (repo / "embed" / "config.pbtxt").is_file()
+    with pytest.raises(FileNotFoundError, match="no model 'nope'"):
+        stage_models(["nope"], tmp_path / "other")

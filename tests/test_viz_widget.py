@@ -73,6 +73,29 @@ def test_render_png_and_film_strip_draw_chinese_without_missing_glyphs(tmp_path)
         film_strip(lanes, [])
 
 
+def test_film_strip_shows_each_lanes_frame_at_each_instant() -> None:
+    """One column per instant, one row per lane; each panel shows that lane's frame at that instant."""
+    from batchlab.viz import frame_at
+
+    lanes = run_demo(DemoParams(n_requests=15))
+    h = default_horizon(lanes)
+    times = [h * 0.2, h * 0.6]
+    fig = film_strip(lanes, times)
+    assert len(fig.axes) == len(lanes) * len(times)
+    grid = [fig.axes[i * len(times):(i + 1) * len(times)] for i in range(len(lanes))]  # row-major
+    assert [ax.get_title() for ax in grid[0]] == [f"t = {t:.1f} s" for t in times]
+    for i, lane in enumerate(lanes):
+        for j, t in enumerate(times):
+            fr = frame_at(lane, t)
+            shown = [x.get_text() for x in grid[i][j].texts]
+            assert (lane.name in shown) == (j == 0)  # the lane is named in the first column only
+            assert f"排队 {fr.queue_len}" in shown and f"锅里 {fr.batch_size}/{lane.slots}" in shown
+            assert f"已完成 {fr.done}\n忙碌率 {fr.busy:.0%}\n满锅率 {fr.fill:.0%}" in shown
+    # the frames differ between the instants: the strip is not one picture repeated
+    assert [x.get_text() for x in grid[0][0].texts] != [x.get_text() for x in grid[0][1].texts]
+    plt.close(fig)
+
+
 def test_headless_draws_still_frames(monkeypatch) -> None:
     monkeypatch.setenv("BATCHLAB_HEADLESS", "1")
     assert headless()
