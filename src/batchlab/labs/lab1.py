@@ -6,8 +6,12 @@ import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from batchlab.labs._core import Grader, check
+from batchlab.load.metrics import MetricsSnapshot
 
 MODEL = "embed"
 
@@ -95,10 +99,7 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
-    if grpc:
-        import tritonclient.grpc as mod
-    else:
-        import tritonclient.http as mod
+    mod = grpcclient if grpc else httpclient
     inp = mod.InferInput("TOKENS", list(tokens.shape), "INT32")
     inp.set_data_from_numpy(tokens)
     return client.infer(MODEL, [inp]).as_numpy("EMBEDDING")
@@ -226,8 +227,6 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
     if text is None:
         g.expect(True, "（没有传入服务器的指标文本，跳过这一项）", "")
         return
-    from batchlab.load.metrics import MetricsSnapshot
-
     want = MetricsSnapshot.parse(text).get("nv_inference_count", model=MODEL)
     got = g.call(fn, text, "nv_inference_count", MODEL)
     g.expect(isinstance(got, (int, float)) and got == want, f"服务器的真实指标：nv_inference_count = {want:.0f}",
@@ -240,8 +239,6 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
 @check("lab1.q6", points=3, title="发一个错误的请求，读懂错误")
 def check_bad_request(g: Grader, fn: Callable[..., Any], client: Any = None) -> None:
     """`fn(client)` sends TOKENS of shape [1, 17] and returns the InferenceServerException it caught."""
-    from tritonclient.utils import InferenceServerException
-
     if client is None:
         g.fail("检查需要客户端：check_bad_request(send_bad_request, client=...)")
     try:
