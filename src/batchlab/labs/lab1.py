@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
 
-MODEL = "embed"
+_MODEL = "embed"
 
 
 def _is_array(g: Grader, value: Any, what: str) -> np.ndarray:
@@ -102,7 +102,7 @@ def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
     mod = grpcclient if grpc else httpclient
     inp = mod.InferInput("TOKENS", list(tokens.shape), "INT32")
     inp.set_data_from_numpy(tokens)
-    return client.infer(MODEL, [inp]).as_numpy("EMBEDDING")
+    return client.infer(_MODEL, [inp]).as_numpy("EMBEDDING")
 
 
 def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndarray | None, grpc: bool) -> None:
@@ -144,7 +144,7 @@ def check_infer_grpc(g: Grader, fn: Callable[..., Any], client: Any = None, toke
 
 def _stats_json(inference: int, execution: int, batches: Mapping[int, int]) -> dict[str, Any]:
     return {"model_stats": [{
-        "name": MODEL, "version": "1", "inference_count": inference, "execution_count": execution,
+        "name": _MODEL, "version": "1", "inference_count": inference, "execution_count": execution,
         "inference_stats": {"success": {"count": inference, "ns": 1}},
         "batch_stats": [{"batch_size": b, "compute_infer": {"count": c, "ns": 1000 * c}} for b, c in batches.items()],
     }]}
@@ -227,8 +227,8 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
     if text is None:
         g.expect(True, "（没有传入服务器的指标文本，跳过这一项）", "")
         return
-    want = MetricsSnapshot.parse(text).get("nv_inference_count", model=MODEL)
-    got = g.call(fn, text, "nv_inference_count", MODEL)
+    want = MetricsSnapshot.parse(text).get("nv_inference_count", model=_MODEL)
+    got = g.call(fn, text, "nv_inference_count", _MODEL)
     g.expect(isinstance(got, (int, float)) and got == want, f"服务器的真实指标：nv_inference_count = {want:.0f}",
              f"服务器的指标文本里 nv_inference_count{{model=\"embed\"}} 是 {want:.0f}，你的函数给出 {got!r}")
 
