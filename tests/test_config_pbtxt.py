@@ -140,6 +140,33 @@ def test_edit_config_rejects_unknown_paths_and_enum_values():
         cfg.edit_config(base, {"dynamic_batching.default_queue_policy.timeout_action": "DROP"})
 
 
+def test_edit_config_merges_a_block_of_text_top_level_nested_and_absent():
+    text = 'name: "m"  # a { brace in a comment\nmax_batch_size: 8\ndynamic_batching { }  # old\nparameters { key: "k" value { string_value: "}" } }\n'
+    new = cfg.edit_config(text, "dynamic_batching {\n  max_queue_delay_microseconds: 5\n}")
+    assert new.dynamic_batching.max_queue_delay_microseconds == 5 and new.parameters["k"].string_value == "}"
+    assert new.max_batch_size == 8 and new.name == "m"
+    appended = cfg.edit_config('name: "m"\n', "dynamic_batching { }")
+    assert appended.HasField("dynamic_batching")
+    removed = cfg.edit_config(text, {"dynamic_batching": None})
+    assert not removed.HasField("dynamic_batching")
+    nested = cfg.edit_config(cfg.load_config_text("lm_step"), "oldest { max_candidate_sequences: 4 }",
+                             at="sequence_batching")
+    sb = nested.sequence_batching
+    assert sb.WhichOneof("strategy_choice") == "oldest" and len(sb.control_input) == 4
+    with pytest.raises(ValueError, match="no dynamic_batching"):
+        cfg.edit_config('name: "m"\n', "x { }", at="dynamic_batching")
+
+
+def test_edit_config_block_errors_point_into_the_block():
+    base = cfg.load_config_text("embed")  # a long, commented file: positions must not be its own
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.edit_config(base, "dynamic_batching {\n  max_batch_size: 8\n}")
+    assert (info.value.line, info.value.column) == (2, 3) and "顶层" in info.value.hint
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.edit_config(base, "dynamic_batching {\n  max_queue_delay_microseconds: 5\n")
+    assert info.value.line == 2 and "闭合" in info.value.hint
+
+
 def test_stage_model_and_load_errors(tmp_path: Path):
     out = cfg.stage_model(tmp_path, "noop_copy", 'backend: "python"\nmax_batch_size: 4', "noop")
     assert (out / "noop_copy" / "1" / "model.py").is_file()

@@ -1,4 +1,4 @@
-"""batchlab.course.engineering: metrics timelines, starvation and queue policies, delay bounds, settings."""
+"""batchlab.course.engineering: starvation and queue policies, delay bounds, settings, measured service."""
 
 from __future__ import annotations
 
@@ -6,38 +6,8 @@ import matplotlib
 import pytest
 
 from batchlab.course import engineering as E
-from batchlab.load.metrics import MetricsSnapshot
 
 matplotlib.use("Agg")
-
-
-def _scrape(success: float, count: float, execs: float, queue_us: float, pending: float) -> MetricsSnapshot:
-    text = f"""# HELP nv_inference_request_success ok
-# TYPE nv_inference_request_success counter
-nv_inference_request_success{{model="m",version="1"}} {success}
-# HELP nv_inference_count inferences
-# TYPE nv_inference_count counter
-nv_inference_count{{model="m",version="1"}} {count}
-# HELP nv_inference_exec_count executions
-# TYPE nv_inference_exec_count counter
-nv_inference_exec_count{{model="m",version="1"}} {execs}
-# HELP nv_inference_queue_duration_us queue
-# TYPE nv_inference_queue_duration_us counter
-nv_inference_queue_duration_us{{model="m",version="1"}} {queue_us}
-# HELP nv_inference_pending_request_count pending
-# TYPE nv_inference_pending_request_count gauge
-nv_inference_pending_request_count{{model="m",version="1"}} {pending}
-"""
-    return MetricsSnapshot.parse(text)
-
-
-def test_timeline_rows_difference_counters():
-    snaps = [(0.0, _scrape(0, 0, 0, 0, 0)), (0.5, _scrape(100, 100, 25, 50_000, 7)), (1.0, _scrape(100, 100, 25, 50_000, 0))]
-    rows = E.timeline_rows(snaps, "m")
-    assert rows[0] == {"t": 0.5, "rps": 200.0, "queue_ms": 0.5, "mean_batch": 4.0, "pending": 7.0, "exec_per_s": 50.0}
-    assert rows[1]["rps"] == 0 and rows[1]["queue_ms"] != rows[1]["queue_ms"]  # NaN when idle
-    with pytest.raises(ValueError):
-        E.MetricsTimeline("127.0.0.1:1", interval=0)
 
 
 def test_starvation_policies():
@@ -81,7 +51,7 @@ def test_busy_seconds_and_measured_service():
     st = ModelStats("m", batches={1: {"compute_input": (2, 1_000_000), "compute_infer": (2, 3_000_000),
                                       "compute_output": (2, 1_000_000)},
                                   4: {"compute_infer": (1, 5_000_000)}})
-    assert E.busy_seconds(st) == pytest.approx(0.010)
+    assert st.busy_seconds == pytest.approx(0.010)
     svc = E.measured_service({1: 5.0, 2: 6.0, 4: 8.0})
     assert svc.base_us == pytest.approx(4000.0) and svc.per_item_us == pytest.approx(1000.0)
     with pytest.raises(ValueError):

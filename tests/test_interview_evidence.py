@@ -51,7 +51,7 @@ def test_link_markdown_anchor():
 
 
 def _e1() -> list[str]:
-    from batchlab.course.misconceptions import EMBED_LIKE as S
+    from batchlab.course.presets import EMBED_LIKE as S
     t1, t32 = S.throughput(1), S.throughput(32)
     assert t32 > 2 * t1  # batching multiplies throughput
     return [f"一单一锅 {t1:.0f} 请求/s", f"拼到 32 个 {t32:.0f} 请求/s", f"（×{t32 / t1:.1f}）"]
@@ -101,8 +101,8 @@ def _e5() -> list[str]:
 
 
 def _e6() -> list[str]:
-    from batchlab.course.capacity import kv_bytes_for
-    from batchlab.course.misconceptions import EMBED_LIKE as S
+    from batchlab.theory.kv import kv_bytes_for
+    from batchlab.course.presets import EMBED_LIKE as S
     assert kv_bytes_for("Llama-3-8B") == 2 * 32 * 8 * 128 * 2  # 32 layers, 8 KV heads, dim 128, fp16
     gib = 64 * 4096 * kv_bytes_for("Llama-3-8B") / 2**30
     assert S.time(128) > S.time(32) and S.throughput(128) >= S.throughput(32)
@@ -131,7 +131,7 @@ def _e8() -> list[str]:
 
 def _e9() -> list[str]:
     from batchlab.config_pbtxt import check_config
-    from batchlab.course.cases import LLM_COST
+    from batchlab.course.presets import LLM_COST
     from batchlab.course.misconceptions import combination_comparison
     err = check_config('max_batch_size: 8\ndynamic_batching { }\nsequence_batching { }')[0]
     rows = {r["scheduler"]: r for r in combination_comparison(2.0, LLM_COST, n=800, overload_rate=30.0)}

@@ -246,27 +246,6 @@ def test_bad_solutions_folder_is_one_line_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- labkit
 
 
-def test_replace_block_top_level_nested_and_absent() -> None:
-    from batchlab.labs import labkit
-    from batchlab.config_pbtxt import load_config_text, parse_config
-
-    text = 'name: "m"  # a { brace in a comment\nmax_batch_size: 8\ndynamic_batching { }  # old\nparameters { key: "k" value { string_value: "}" } }\n'
-    new = labkit.replace_block(text, "dynamic_batching", "dynamic_batching {\n  max_queue_delay_microseconds: 5\n}")
-    cfg = parse_config(new)
-    assert cfg.dynamic_batching.max_queue_delay_microseconds == 5 and cfg.parameters["k"].string_value == "}"
-    assert "# old" not in new and "# a { brace" in new
-    appended = labkit.replace_block('name: "m"\n', "dynamic_batching", "dynamic_batching { }")
-    assert parse_config(appended).HasField("dynamic_batching")
-    removed = labkit.replace_block(text, "dynamic_batching", "")
-    assert not parse_config(removed).HasField("dynamic_batching")
-    nested = labkit.replace_block(load_config_text("lm_step"), "sequence_batching.direct",
-                                  "oldest { max_candidate_sequences: 4 }")
-    sb = parse_config(nested).sequence_batching
-    assert sb.WhichOneof("strategy_choice") == "oldest" and len(sb.control_input) == 4
-    with pytest.raises(ValueError, match="no dynamic_batching"):
-        labkit.replace_block('name: "m"\n', "dynamic_batching.x", "x { }")
-
-
 def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
     from batchlab.labs import labkit
 
@@ -284,14 +263,17 @@ def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
 
 
 def test_workspace_files_without_a_server(tmp_path: Path) -> None:
+    from batchlab.config_pbtxt import ConfigError, edit_config, parse_config
     from batchlab.labs import labkit
-    from batchlab.config_pbtxt import ConfigError
 
     ws = labkit.workspace(["embed"], root=tmp_path)
     try:
         ws.add("embed", as_name="embed_copy")
         assert ws.models == ["embed", "embed_copy"]
         assert 'name: "embed_copy"' in ws.read_config("embed_copy")
+        assert "# 模型名" in ws.read_config("embed_copy")  # the course's comments are copied too
+        ws.write_config("embed_copy", edit_config(ws.read_config("embed_copy"), {"max_batch_size": 4}))
+        assert parse_config(ws.read_config("embed_copy")).max_batch_size == 4
         with pytest.raises(ConfigError):
             ws.write_config("embed", "dynamic_batching { max_batch_size: 8 }")
         with pytest.raises(ValueError, match="outside"):
@@ -318,18 +300,18 @@ def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
 
 @pytest.mark.server
 def test_workspace_reload_and_refused_config() -> None:
+    from batchlab.config_pbtxt import edit_config
     from batchlab.labs import labkit
     from batchlab.server import ModelLoadError
 
     with labkit.workspace(["embed"]) as ws:
         server = ws.start()
-        text = labkit.replace_block(ws.read_config("embed"), "dynamic_batching",
-                                    "dynamic_batching { max_queue_delay_microseconds: 1234 }")
+        text = edit_config(ws.read_config("embed"), "dynamic_batching { max_queue_delay_microseconds: 1234 }")
         ws.write_config("embed", text)
         ws.reload("embed")
         cfg = server.http_client().get_model_config("embed")
         assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 1234
-        bad = labkit.replace_block(text, "dynamic_batching", "dynamic_batching { preferred_batch_size: [ 64 ] }")
+        bad = edit_config(text, "dynamic_batching { preferred_batch_size: [ 64 ] }")
         ws.write_config("embed", bad)  # parses, but Triton refuses 64 > max_batch_size
         with pytest.raises(ModelLoadError, match="refused"):
             ws.reload("embed")

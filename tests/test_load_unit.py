@@ -10,6 +10,7 @@ import pytest
 
 from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, RequestRecord, RequestSpec,
                            SequenceSpec, capped_exponential, is_rejection, poisson_arrivals, uniform_arrivals)
+from batchlab.load import MetricsTimeline, timeline_rows
 from batchlab.load.workload import Stage, as_factory, staged_poisson
 
 # A statistics-extension answer as the gRPC client returns it (int64 as strings).
@@ -215,6 +216,39 @@ def test_metrics_parse_by_name_label_and_difference() -> None:
 
 
 # --------------------------------------------------------------------------- plots
+
+
+def _scrape(success: float, count: float, execs: float, queue_us: float, pending: float) -> MetricsSnapshot:
+    text = f"""# HELP nv_inference_request_success ok
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{{model="m",version="1"}} {success}
+# HELP nv_inference_count inferences
+# TYPE nv_inference_count counter
+nv_inference_count{{model="m",version="1"}} {count}
+# HELP nv_inference_exec_count executions
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{{model="m",version="1"}} {execs}
+# HELP nv_inference_queue_duration_us queue
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{{model="m",version="1"}} {queue_us}
+# HELP nv_inference_pending_request_count pending
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{{model="m",version="1"}} {pending}
+"""
+    return MetricsSnapshot.parse(text)
+
+
+def test_timeline_rows_difference_counters() -> None:
+    snaps = [(0.0, _scrape(0, 0, 0, 0, 0)), (0.5, _scrape(100, 100, 25, 50_000, 7)), (1.0, _scrape(100, 100, 25, 50_000, 0))]
+    rows = timeline_rows(snaps, "m")
+    assert rows[0] == {"t": 0.5, "rps": 200.0, "queue_ms": 0.5, "mean_batch": 4.0, "pending": 7.0, "exec_per_s": 50.0}
+    assert rows[1]["rps"] == 0 and rows[1]["queue_ms"] != rows[1]["queue_ms"]  # NaN when idle
+    with pytest.raises(ValueError):
+        MetricsTimeline("127.0.0.1:1", interval=0)
+    tl = MetricsTimeline("127.0.0.1:1", snapshots=snaps)
+    s = tl.series("m", "nv_inference_pending_request_count", "nv_inference_request_success")
+    assert s.tolist() == [[0.0, 0.0, 0.0], [0.5, 7.0, 100.0], [1.0, 0.0, 100.0]]
+    assert tl.rows("m") == rows and MetricsTimeline("x").series("m", "a").shape == (0, 2)
 
 
 def test_plot_helpers_draw() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from batchlab.course import misconceptions as M
-from batchlab.course.cases import LLM_COST
+from batchlab.course.presets import LLM_COST
 
 matplotlib.use("Agg")
 

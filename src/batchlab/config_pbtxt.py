@@ -14,7 +14,9 @@ this module uses the very same schema and parser:
 - `annotate(config)` prints the config with a Chinese note on every field (the chapter 06
   walk-through), `field_rows(config)` gives the same as table rows;
 - `field_paths(name)` tells where in the schema a field name exists;
-- `stage_model(...)` writes a one-model repository with a given config, for live demos.
+- `edit_config(config, changes)` replaces fields: a dict of dotted paths, or a block of config
+  text (a learner's `dynamic_batching { ... }`) parsed with the same schema and merged in;
+- `stage_model(...)` writes a model with a given config into a repository, for live demos and labs.
 
 Sources: server `docs/user_guide/batcher.md` and `model_configuration.md`; common
 `protobuf/model_config.proto`; core `src/model_config_utils.cc` (`ValidateModelConfig`,
@@ -27,7 +29,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from google.protobuf import text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -171,6 +173,7 @@ def field_paths(name: str) -> list[str]:
 
 _POS = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
 _NO_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
+_EXPECTED_CLOSE = re.compile(r'^Expected "([}\]])"$')
 _ONEOF = re.compile(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof')
 
 _MSG_PATH = {"ModelConfig": "", "ModelDynamicBatching": "dynamic_batching",
@@ -198,7 +201,26 @@ def _hint(message: str) -> str:
         a, b = m.groups()
         return (f"`{a}` 与 `{b}` 同属 oneof scheduling_choice：一个模型只能有一种调度器。"
                 "想在序列上拼批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
+    m = _EXPECTED_CLOSE.search(message)
+    if m:
+        return f"有一节没有用 `{m.group(1)}` 闭合：每个 `{{` 要有配对的 `}}`，每个 `[` 要有配对的 `]`"
     return ""
+
+
+def _parse_into(text: str, msg: Any) -> Any:
+    """Parse config text into `msg` (a `ModelConfig` or one of its sub-messages) as Triton does.
+
+    Raises `ConfigError` with the parser's line and column (in `text`) and a hint.
+    """
+    try:
+        text_format.Parse(text, msg)
+    except text_format.ParseError as exc:
+        raw = str(exc)
+        m = _POS.match(raw)
+        line, col, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (0, 0, raw)
+        body = body.strip().rstrip(".")
+        raise ConfigError(body, line, col, _hint(body)) from None
+    return msg
 
 
 def parse_config(text: str) -> Any:
@@ -209,16 +231,7 @@ def parse_config(text: str) -> Any:
     """
     if not isinstance(text, str):
         raise ValueError("config text must be a str")
-    msg = mc.ModelConfig()
-    try:
-        text_format.Parse(text, msg)
-    except text_format.ParseError as exc:
-        raw = str(exc)
-        m = _POS.match(raw)
-        line, col, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (0, 0, raw)
-        body = body.strip().rstrip(".")
-        raise ConfigError(body, line, col, _hint(body)) from None
-    return msg
+    return _parse_into(text, mc.ModelConfig())
 
 
 def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
@@ -461,38 +474,56 @@ def to_text(config: Any) -> str:
     return text_format.MessageToString(_as_config(config))
 
 
-def edit_config(config: Any, changes: dict[str, Any]) -> Any:
-    """A copy of `config` (text or `ModelConfig`) with dotted-path fields set, e.g.
-    ``{"name": "embed_d5ms", "dynamic_batching.max_queue_delay_microseconds": 5000}``.
+def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> Any:
+    """A copy of `config` (text or `ModelConfig`) with some fields replaced; the input is not modified.
 
-    Repeated scalars take a list; a message path takes a dict of its fields (parsed as text);
-    map fields (``priority_queue_policy``) take {key: dict}. Unknown paths raise ValueError.
+    `changes` is either
+
+    - a dict of dotted paths to values, e.g. ``{"name": "embed_d5ms",
+      "dynamic_batching.max_queue_delay_microseconds": 5000}``: repeated scalars take a list; a
+      message path takes a dict of its fields or its text; map fields (``priority_queue_policy``)
+      take {key: dict}; None clears the field. Unknown paths and enum names raise ValueError; or
+    - config text, such as the `dynamic_batching { ... }` block a learner wrote. It is parsed on
+      its own with Triton's schema, as fields of the message at `at` (default: the top level;
+      ``"sequence_batching"`` for an `oldest { ... }` block), so a `ConfigError`'s line and column
+      point into that text. Each field it sets replaces that field of `config` whole (a member of
+      a oneof replaces its sibling: `oldest` replaces `direct`). `at` must name a message the
+      config already has.
+
+    With a dict, `at` is the message the paths start from.
     """
-    src = _as_config(config)
     msg = mc.ModelConfig()
-    msg.CopyFrom(src)
-    for path, value in changes.items():
-        parts = path.split(".")
-        target = msg
-        for part in parts[:-1]:
-            if part not in target.DESCRIPTOR.fields_by_name:
-                raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {part!r}")
-            target = getattr(target, part)
-        last = parts[-1]
-        f = target.DESCRIPTOR.fields_by_name.get(last)
-        if f is None:
-            raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {last!r}")
-        if f.type == FieldDescriptor.TYPE_MESSAGE:
+    msg.CopyFrom(_as_config(config))
+    base = _section(msg, at) if at else msg
+    if isinstance(changes, str):
+        block = _parse_into(changes, type(base)())
+        for f, value in block.ListFields():
+            base.ClearField(f.name)
+            if _repeated(f):  # repeated fields and maps
+                getattr(base, f.name).MergeFrom(value)
+            elif f.type == FieldDescriptor.TYPE_MESSAGE:
+                sub = getattr(base, f.name)
+                sub.CopyFrom(value)
+                sub.SetInParent()
+            else:
+                setattr(base, f.name, value)
+        return msg
+    for path, value in dict(changes).items():
+        target, f = _field(base, path)
+        last = f.name
+        if value is None:
+            target.ClearField(last)
+        elif f.type == FieldDescriptor.TYPE_MESSAGE:
             if f.message_type.GetOptions().map_entry:
                 field_map = getattr(target, last)
                 for k, v in dict(value).items():
                     entry = field_map[k]
                     entry.Clear()
-                    text_format.Parse(_dict_text(v), entry)
+                    _parse_into(_dict_text(v), entry)
             else:
                 sub = getattr(target, last)
                 sub.Clear()
-                text_format.Parse(_dict_text(value), sub)
+                _parse_into(_dict_text(value), sub)
                 sub.SetInParent()
         elif _repeated(f):
             rep = getattr(target, last)
@@ -501,6 +532,33 @@ def edit_config(config: Any, changes: dict[str, Any]) -> Any:
         else:
             setattr(target, last, _enum(f, value))
     return msg
+
+
+def _field(msg: Any, path: str) -> tuple[Any, FieldDescriptor]:
+    """(the message holding the last part of dotted `path`, that field's descriptor)."""
+    parts = path.split(".")
+    target = msg
+    for part in parts[:-1]:
+        if part not in target.DESCRIPTOR.fields_by_name:
+            raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {part!r}")
+        target = getattr(target, part)
+    f = target.DESCRIPTOR.fields_by_name.get(parts[-1])
+    if f is None:
+        raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {parts[-1]!r}")
+    return target, f
+
+
+def _section(msg: Any, path: str) -> Any:
+    """The sub-message at dotted `path`, which `msg` must already have."""
+    target = msg
+    for i, part in enumerate(path.split(".")):
+        f = target.DESCRIPTOR.fields_by_name.get(part)
+        if f is None or f.type != FieldDescriptor.TYPE_MESSAGE or _repeated(f):
+            raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no message field {part!r}")
+        if not target.HasField(part):
+            raise ValueError(f"the config has no {'.'.join(path.split('.')[:i + 1])} section")
+        target = getattr(target, part)
+    return target
 
 
 def _enum(f: FieldDescriptor, v: Any) -> Any:
@@ -530,25 +588,36 @@ def _dict_text(d: Any) -> str:
 # ----------------------------------------------------------------------------- demos
 
 
-def stage_model(dest: str | Path, name: str, config_text: str, source_model: str,
+def stage_model(dest: str | Path, name: str, config_text: str | None, source_model: str,
                 repo: str | Path | None = None) -> Path:
-    """Write `<dest>/<name>/config.pbtxt` (= `config_text`) next to a copy of the version
-    folder `1/` of `source_model` from `repo` (default: the course repository). Returns `dest`.
+    """Write model `name` into the repository `dest`: a copy of the version folder `1/` of
+    `source_model` from `repo` (default: the course repository) and a `config.pbtxt`. Returns `dest`.
 
-    Used to show, on the real server, what Triton does with a config (refuse it, or load it
-    and batch differently). The text is written as given: it may be deliberately wrong.
+    `config_text` is written as given (it may be deliberately wrong, to show what Triton does with
+    it), with a `name: "<name>"` line added when it names no model. None copies the source's own
+    config (comments and all) with its model name changed to `name`.
     """
     base = Path(repo) if repo is not None else MODEL_REPOSITORY
     src = base / source_model / "1"
     if not src.is_dir():
-        raise ValueError(f"model {source_model!r} has no version folder 1/ in {base}")
+        have = sorted(d.parent.name for d in base.glob("*/1") if d.is_dir())
+        raise ValueError(f"no model {source_model!r} with a version folder 1/ in {base} "
+                         f"(has {', '.join(have) or 'none'})")
     if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
         raise ValueError(f"bad model name {name!r}")
+    if config_text is None:
+        own = base / source_model / "config.pbtxt"
+        if not own.is_file():
+            raise ValueError(f"model {source_model!r} in {base} has no config.pbtxt to copy")
+        text = own.read_text(encoding="utf-8")
+        text, n = re.subn(r'^(name\s*:\s*)"[^"]*"', rf'\g<1>"{name}"', text, count=1, flags=re.M)
+        text = text if n else f'name: "{name}"\n' + text
+    else:
+        text = config_text if re.search(r"^\s*name\s*:", config_text, re.M) else f'name: "{name}"\n' + config_text
     target = Path(dest) / name
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(src, target / "1", ignore=shutil.ignore_patterns("__pycache__"))
-    text = config_text if re.search(r"^\s*name\s*:", config_text, re.M) else f'name: "{name}"\n' + config_text
+    shutil.copytree(src, target / "1", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (target / "config.pbtxt").write_text(text, encoding="utf-8")
     return Path(dest)
 

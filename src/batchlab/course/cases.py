@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from batchlab.course.presets import LLM_COST
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -39,7 +40,7 @@ __all__ = [
     "ECOMMERCE", "SAAS", "fill_time_s", "replicas_where_delay_matters",
     "overhead_ratio", "kernel_share", "batch_for_share",
     "compute_utilisation_at_batch", "EcommerceAssumptions", "ecommerce_scenarios",
-    "Tenant", "TENANTS", "LLM_COST", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
+    "Tenant", "TENANTS", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
     "fairness_experiment", "per_group_latency", "text_table", "before_p95_sweep", "real_fairness",
 ]
 
@@ -233,12 +234,6 @@ TENANTS: tuple[Tenant, ...] = (
     Tenant("会议纪要", 0.04, uniform(1500, 3500), uniform(200, 500)),
     Tenant("合同审核", 0.03, uniform(2000, 4000), uniform(50, 200)),
 )
-
-#: One forward pass of a 8B-class model on one H100-class GPU, in µs (an assumption, order of
-#: magnitude from the roofline: 16 GB of bf16 weights read per step at ~2.7 TB/s ≈ 6 ms; prefill
-#: ≈ 16 GFLOP per token at ~500 TFLOP/s ≈ 30 µs; KV reads 128 KiB per context token ≈ 0.05 µs).
-LLM_COST = TokenCost(prefill_per_token=30.0, decode_base=6000.0, decode_per_seq=60.0, context_per_token=0.05)
-
 
 def tenant_requests(tenants: Sequence[Tenant], rate_per_s: float, n: int, seed: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

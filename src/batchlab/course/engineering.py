@@ -1,14 +1,13 @@
 """Chapter 06 (工程实战) experiments: what the metrics endpoint shows, starvation and its fixes,
 what `max_queue_delay` bounds, online versus offline settings, and busy time for the cost formula.
 
-- `MetricsTimeline`: scrapes Triton's Prometheus endpoint every `interval` seconds in a
-  background thread while a load runs, and turns consecutive scrapes into a timeline of queue
-  time per request, mean batch size and pending requests (`batchlab.load.metrics` parses).
+- `live_metrics_run`: Poisson phases on the live server while `batchlab.load.MetricsTimeline`
+  scrapes the metrics endpoint.
 - `starvation_experiment`: two priority levels on the simulated dynamic batcher (`batchlab.sim`)
   under each queue policy.
 - `delay_bound_experiment`: queue time against load for a fixed `max_queue_delay`.
 - `online_offline_grid`: latency at the online load and capacity, for a grid of settings.
-- `busy_seconds`: an instance's busy time from the statistics extension (`batchlab.load.stats`).
+- `measured_service`: the affine t(B) fitted to measured batch times, for the simulator.
 
 Nothing here plots (see `batchlab.plotting.engineering`).
 """
@@ -16,103 +15,25 @@ Nothing here plots (see `batchlab.plotting.engineering`).
 from __future__ import annotations
 
 import math
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from batchlab.course.misconceptions import EMBED_LIKE
+from batchlab.course.presets import EMBED_LIKE
+from batchlab.load import MetricsTimeline, run_open_loop
 from batchlab.sim import workload as W
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
 from batchlab.sim.rule import QueuePolicy
 from batchlab.sim.service import Affine
+from batchlab.theory.formulas import fit_affine
 
 __all__ = [
-    "MetricsTimeline", "timeline_rows", "starvation_experiment", "StarvationRun",
-    "delay_bound_experiment", "online_offline_grid", "busy_seconds", "measured_service", "live_metrics_run",
+    "starvation_experiment", "StarvationRun", "delay_bound_experiment", "online_offline_grid",
+    "measured_service", "live_metrics_run",
 ]
-
-
-# ----------------------------------------------------------------------------- live metrics
-
-
-@dataclass
-class MetricsTimeline:
-    """Scrape `metrics_url` every `interval` s in a thread (use as a context manager).
-
-    `snapshots` holds (time since start, `MetricsSnapshot`) pairs; `rows(model)` turns them into
-    per-interval figures.
-    """
-
-    metrics_url: str
-    interval: float = 0.2
-    snapshots: list[tuple[float, Any]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.interval > 0:
-            raise ValueError("interval must be > 0 seconds")
-
-    def _run(self) -> None:
-        from batchlab.load.metrics import scrape
-
-        t0 = time.perf_counter()
-        while not self._stop.is_set():
-            t = time.perf_counter() - t0
-            try:
-                self.snapshots.append((t, scrape(self.metrics_url, timeout=2.0)))
-            except Exception as exc:  # keep scraping; report at the end
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t0 - t)))
-
-    def start(self) -> "MetricsTimeline":
-        """Start scraping."""
-        if self._thread is not None:
-            raise RuntimeError("this timeline is already running")
-        self._thread = threading.Thread(target=self._run, name="metrics-timeline", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop scraping and wait for the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def __enter__(self) -> "MetricsTimeline":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def rows(self, model: str) -> list[dict[str, float]]:
-        """See `timeline_rows`."""
-        return timeline_rows(self.snapshots, model)
-
-
-def timeline_rows(snapshots: Sequence[tuple[float, Any]], model: str) -> list[dict[str, float]]:
-    """Per interval between consecutive scrapes: t (s, end of interval), requests/s, queue_ms
-    (queue time per successful request), mean_batch (inferences / executions), pending (the
-    gauge at the end), exec_per_s. Intervals without requests have NaN ratios."""
-    rows = []
-    for (t0, a), (t1, b) in zip(snapshots, snapshots[1:]):
-        dt = t1 - t0
-        if dt <= 0:
-            continue
-        g = lambda s, n: s.get(n, model=model)  # noqa: E731
-        ok = g(b, "nv_inference_request_success") - g(a, "nv_inference_request_success")
-        inf = g(b, "nv_inference_count") - g(a, "nv_inference_count")
-        ex = g(b, "nv_inference_exec_count") - g(a, "nv_inference_exec_count")
-        q = g(b, "nv_inference_queue_duration_us") - g(a, "nv_inference_queue_duration_us")
-        rows.append({"t": t1, "rps": ok / dt, "queue_ms": q / 1e3 / ok if ok else math.nan,
-                     "mean_batch": inf / ex if ex else math.nan,
-                     "pending": g(b, "nv_inference_pending_request_count"), "exec_per_s": ex / dt})
-    return rows
 
 
 # ----------------------------------------------------------------------------- starvation
@@ -249,21 +170,9 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
 # ----------------------------------------------------------------------------- server statistics
 
 
-def busy_seconds(stats: Any) -> float:
-    """Seconds the model's instances spent executing batches (compute input + infer + output),
-    summed over batch sizes, from a `batchlab.load.ModelStats` (or its difference)."""
-    total_ns = 0
-    for slot in getattr(stats, "batches", {}).values():
-        for phase in ("compute_input", "compute_infer", "compute_output"):
-            total_ns += slot.get(phase, (0, 0))[1]
-    return total_ns / 1e9
-
-
 def measured_service(batch_ms: Mapping[int, float], min_count_sizes: Sequence[int] | None = None) -> Affine:
     """Least-squares a + b·B fitted to a measured table {batch size: ms per execution}, as an
     `Affine` (µs) for the simulator. `min_count_sizes` restricts the fit to those sizes."""
-    from batchlab.theory.formulas import fit_affine
-
     items = sorted(batch_ms.items())
     if min_count_sizes is not None:
         items = [(b, t) for b, t in items if b in set(min_count_sizes)]
@@ -278,7 +187,6 @@ def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_pe
     """Drive `model` (the course's `embed` interface) open-loop through phases of Poisson traffic at
     each rate in `rates` while scraping the metrics endpoint every `interval` s; keep scraping
     `tail_s` after the last answer. Returns (`timeline_rows`, the `LoadReport`)."""
-    from batchlab.load import run_open_loop
     from batchlab.course.misconceptions import embed_request
 
     if not rates or any(r <= 0 for r in rates):

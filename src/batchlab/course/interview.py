@@ -80,7 +80,7 @@ EVIDENCE: dict[str, Evidence] = {
 
 
 def _q1() -> str:
-    from batchlab.course.misconceptions import EMBED_LIKE as S
+    from batchlab.course.presets import EMBED_LIKE as S
     return (f"同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 {S.throughput(1):.0f} 请求/s，"
             f"拼到 32 个 {S.throughput(32):.0f} 请求/s（×{S.throughput(32) / S.throughput(1):.1f}）")
 
@@ -118,7 +118,7 @@ def _q5() -> str:
 
 
 def _q6() -> str:
-    from batchlab.course.misconceptions import EMBED_LIKE as S
+    from batchlab.course.presets import EMBED_LIKE as S
     from batchlab.theory.kv import kv_bytes_for
     gib = 64 * 4096 * kv_bytes_for("Llama-3-8B") / 2**30
     return (f"满批执行时间 B=32 → 128：{S.time(32) * 1e3:.0f} → {S.time(128) * 1e3:.0f} ms；"
@@ -144,7 +144,7 @@ def _q8() -> str:
 
 
 def _q9() -> str:
-    from batchlab.course.cases import LLM_COST
+    from batchlab.course.presets import LLM_COST
     from batchlab.config_pbtxt import check_config
     from batchlab.course.misconceptions import combination_comparison
     err = check_config('max_batch_size: 8\ndynamic_batching { }\nsequence_batching { }')[0]

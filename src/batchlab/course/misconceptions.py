@@ -20,24 +20,23 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from batchlab.theory import formulas as F
+from batchlab.course.capacity import toy_kv_accounting
+from batchlab.course.presets import EMBED_LIKE
+from batchlab.load import run_closed_loop, run_open_loop
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.lengths import capped_exponential, uniform
 from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
+from batchlab.theory import formulas as F
+from batchlab.theory.kv import kv_bytes_for
 
 __all__ = [
-    "EMBED_LIKE", "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
+    "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
     "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult", "embed_request",
     "measure_delay_pair", "overload_throughput",
 ]
-
-#: A batch-level model with the shape of the course's CPU `embed` model on a 2-core machine (one
-#: run's `batch_stats`: ~5.4 ms at batch 1, ~14 ms at 8, ~26 ms at 16): t(B) = 4000 + 1300·B µs.
-#: Chapter 09 re-measures it on the live server; the simulations use this fixed, seeded form.
-EMBED_LIKE = Affine(4000.0, 1300.0)
 
 #: An LLM workload with long contexts: prompts 500–2500 tokens, outputs ~ 400 (capped at 1500).
 LONG_CHAT = (uniform(500, 2500), capped_exponential(400, 1500))
@@ -182,9 +181,6 @@ def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, step
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Measured KV bytes of the toy LM for each concurrency, and the same concurrencies for real
     models at `tokens_per_seq` tokens each (GiB). Returns (toy rows, scaled rows)."""
-    from batchlab.course.capacity import toy_kv_accounting
-    from batchlab.theory.kv import kv_bytes_for
-
     toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
     scaled = []
     for n in concurrency:
@@ -283,9 +279,6 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
     `concurrency` (the capacity regime) and an open loop at Poisson `rate` (moderate load), each
     `seconds` long. Rows: model, mode, throughput_rps, p50_ms, p99_ms, mean_batch,
     busy_ms_per_req (instance busy time per completed request, from the statistics extension)."""
-    from batchlab.course.engineering import busy_seconds
-    from batchlab.load import run_closed_loop, run_open_loop
-
     spec = embed_request(seed)
     rows = []
     for m in models:
@@ -296,7 +289,7 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
             else:
                 rep = run_open_loop(server, m, spec, rate=rate, duration_s=seconds, seed=seed, progress=False)
             lat = rep.latency_ms()
-            busy = busy_seconds(rep.server) if rep.server is not None else math.nan
+            busy = rep.server.busy_seconds if rep.server is not None else math.nan
             ok = rep.n_ok
             rows.append({"model": m, "mode": f"{mode} c={concurrency}" if mode == "closed" else f"open {rate:g}/s",
                          "throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],

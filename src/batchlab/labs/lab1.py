@@ -6,10 +6,14 @@ import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from batchlab.labs._core import Grader, check
+from batchlab.load.metrics import MetricsSnapshot
 
-MODEL = "embed"
+_MODEL = "embed"
 
 
 def _is_array(g: Grader, value: Any, what: str) -> np.ndarray:
@@ -95,13 +99,10 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
-    if grpc:
-        import tritonclient.grpc as mod
-    else:
-        import tritonclient.http as mod
+    mod = grpcclient if grpc else httpclient
     inp = mod.InferInput("TOKENS", list(tokens.shape), "INT32")
     inp.set_data_from_numpy(tokens)
-    return client.infer(MODEL, [inp]).as_numpy("EMBEDDING")
+    return client.infer(_MODEL, [inp]).as_numpy("EMBEDDING")
 
 
 def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndarray | None, grpc: bool) -> None:
@@ -143,7 +144,7 @@ def check_infer_grpc(g: Grader, fn: Callable[..., Any], client: Any = None, toke
 
 def _stats_json(inference: int, execution: int, batches: Mapping[int, int]) -> dict[str, Any]:
     return {"model_stats": [{
-        "name": MODEL, "version": "1", "inference_count": inference, "execution_count": execution,
+        "name": _MODEL, "version": "1", "inference_count": inference, "execution_count": execution,
         "inference_stats": {"success": {"count": inference, "ns": 1}},
         "batch_stats": [{"batch_size": b, "compute_infer": {"count": c, "ns": 1000 * c}} for b, c in batches.items()],
     }]}
@@ -226,10 +227,8 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
     if text is None:
         g.expect(True, "（没有传入服务器的指标文本，跳过这一项）", "")
         return
-    from batchlab.load.metrics import MetricsSnapshot
-
-    want = MetricsSnapshot.parse(text).get("nv_inference_count", model=MODEL)
-    got = g.call(fn, text, "nv_inference_count", MODEL)
+    want = MetricsSnapshot.parse(text).get("nv_inference_count", model=_MODEL)
+    got = g.call(fn, text, "nv_inference_count", _MODEL)
     g.expect(isinstance(got, (int, float)) and got == want, f"服务器的真实指标：nv_inference_count = {want:.0f}",
              f"服务器的指标文本里 nv_inference_count{{model=\"embed\"}} 是 {want:.0f}，你的函数给出 {got!r}")
 
@@ -240,8 +239,6 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
 @check("lab1.q6", points=3, title="发一个错误的请求，读懂错误")
 def check_bad_request(g: Grader, fn: Callable[..., Any], client: Any = None) -> None:
     """`fn(client)` sends TOKENS of shape [1, 17] and returns the InferenceServerException it caught."""
-    from tritonclient.utils import InferenceServerException
-
     if client is None:
         g.fail("检查需要客户端：check_bad_request(send_bad_request, client=...)")
     try:

@@ -20,8 +20,7 @@ def _base_config() -> str:
 @check("lab2.q1", points=4, title="写 dynamic_batching 块")
 def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_delay_us: int, preferred: tuple[int, ...]) -> str` (a `dynamic_batching { }` block)."""
-    from batchlab.config_pbtxt import ConfigError, parse_config
-    from batchlab.labs.labkit import replace_block
+    from batchlab.config_pbtxt import ConfigError, edit_config
 
     base = _base_config()
     cases = [(0, ()), (2000, (8, 16)), (500, (4,))]
@@ -33,7 +32,7 @@ def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
         if "dynamic_batching" not in text:
             g.fail(f"返回的文本里没有 dynamic_batching：应形如 dynamic_batching {{ ... }}（参数 {delay}, {pref}）")
         try:
-            cfg = parse_config(replace_block(base, "dynamic_batching", text))
+            cfg = edit_config(base, text)
         except ConfigError as exc:
             where = f"第 {exc.line} 行第 {exc.column} 列" if exc.line else "解析时"
             g.fail(f"参数 ({delay}, {pref}) 生成的块 Triton 读不懂（{where}：{exc.message}）。{exc.hint}")

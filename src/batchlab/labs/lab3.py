@@ -7,8 +7,11 @@ import itertools
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
+from batchlab.config_pbtxt import ConfigError, edit_config, load_config_text
 from batchlab.labs._core import Grader, check
+from batchlab.lm import ToyLM, encode, generate
 
 STEP_KEYS = ("token", "length", "batch_size", "live", "t")
 _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from the lab's)
@@ -16,14 +19,10 @@ _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from th
 
 def reference_tokens(prompt: Sequence[int], n: int) -> list[int]:
     """The greedy tokens the course LM generates after `prompt` (batch invariant: any batch, same tokens)."""
-    from batchlab.lm import ToyLM, generate
-
     return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
 def _prompt(text: str) -> np.ndarray:
-    from batchlab.lm import encode
-
     return np.asarray(encode(text), np.int32)
 
 
@@ -38,8 +37,6 @@ def _step_dict(g: Grader, value: Any, what: str) -> Mapping[str, Any]:
 
 def _needs_start(client: Any, model: str, seq_id: int) -> bool:
     """True when the server refuses a non-START request for `seq_id` (the sequence is over)."""
-    from tritonclient.utils import InferenceServerException
-
     try:
         client.infer(model, [], sequence_id=seq_id)
     except InferenceServerException as exc:
@@ -119,9 +116,6 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
 @check("lab3.q3", points=3, title="把 direct 换成 oldest")
 def check_oldest_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_candidates, preferred, delay_us) -> "oldest { ... }"`."""
-    from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
-    from batchlab.labs.labkit import replace_block
-
     base = load_config_text("lm_step")
     cases = [(16, (4,), 2000), (8, (), 0)]
     parsed = []
@@ -132,9 +126,10 @@ def check_oldest_block(g: Grader, fn: Callable[..., Any]) -> None:
         if "sequence_batching" in text:
             g.fail("只返回 oldest { ... } 这一节：它会被放进已有的 sequence_batching { } 里，替换 direct { }")
         try:
-            cfg = parse_config(replace_block(base, "sequence_batching.direct", text))
+            cfg = edit_config(base, text, at="sequence_batching")
         except ConfigError as exc:
-            g.fail(f"参数 ({cand}, {pref}, {delay}) 生成的块 Triton 读不懂（{exc.message}）。{exc.hint}")
+            where = f"第 {exc.line} 行第 {exc.column} 列：" if exc.line else ""
+            g.fail(f"参数 ({cand}, {pref}, {delay}) 生成的块 Triton 读不懂（{where}{exc.message}）。{exc.hint}")
         parsed.append((cand, pref, delay, cfg.sequence_batching))
     g.expect(all(sb.WhichOneof("strategy_choice") == "oldest" for *_, sb in parsed),
              "sequence_batching 的策略变成了 oldest（direct 和 oldest 二选一）", "策略没有变成 oldest")
@@ -153,8 +148,6 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
                     idle_s: float = 1.5) -> None:
     """`fn(client, model, seq_id, idle_s)` starts a sequence, goes silent for idle_s, steps again and
     returns the InferenceServerException it caught."""
-    from tritonclient.utils import InferenceServerException
-
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_abandoned(probe_abandoned, client=grpc)")
     sid = next(_IDS)

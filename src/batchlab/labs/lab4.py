@@ -5,19 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
 from batchlab.labs._core import Grader, check
+from batchlab.lm.scheduler import FCFSAdmission, SeqInfo
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
-    from batchlab.lm.scheduler import SeqInfo
-
     return SeqInfo(seq_id=i, prompt_tokens=prompt, max_tokens=max_tokens, generated=generated)
 
 
 def reference_admit(waiting: Sequence[Any], active: Sequence[Any], max_active: int, kv_token_budget: int) -> list[int]:
     """FCFS under both limits, no overtaking (what `FCFSAdmission.admit` does)."""
-    from batchlab.lm.scheduler import FCFSAdmission
-
     return FCFSAdmission(max_active, kv_token_budget).admit(waiting, active)
 
 
@@ -70,8 +68,6 @@ def _params(cfg: Any) -> dict[str, str]:
 @check("lab4.q3", points=3, title="在配置里改调度上限")
 def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(config_text, max_active, kv_token_budget) -> config_text`."""
-    from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
-
     base = load_config_text("lm_stream")
     before = _params(parse_config(base))
     results = []

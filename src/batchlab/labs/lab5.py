@@ -9,19 +9,21 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import model_config_pb2 as mc
 
+from batchlab.config_pbtxt import ConfigError, edit_config, load_config_text
 from batchlab.labs._core import Grader, check
+from batchlab.labs.lab3 import reference_tokens
+from batchlab.lm import encode
 
 
 def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> Any:
-    from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
-    from batchlab.labs.labkit import replace_block
-
     text = g.call(fn, *args)
     if not isinstance(text, str) or "dynamic_batching" not in text:
         g.fail(f"{what}应返回形如 dynamic_batching {{ ... }} 的文本，收到的是 {text!r}"[:200])
     try:
-        return parse_config(replace_block(load_config_text("embed"), "dynamic_batching", text)).dynamic_batching
+        return edit_config(load_config_text("embed"), text).dynamic_batching
     except ConfigError as exc:
         g.fail(f"参数 {args} 生成的块 Triton 读不懂（第 {exc.line} 行第 {exc.column} 列：{exc.message}）。{exc.hint}")
 
@@ -29,8 +31,6 @@ def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> A
 @check("lab5.q2", points=3, title="给队列设上限与超时")
 def check_guard_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_size, timeout_us) -> dynamic_batching { default_queue_policy { ... } }`."""
-    from tritonclient.grpc import model_config_pb2 as mc
-
     cases = [(16, 100_000), (64, 0)]
     dbs = [(a, _parse_block(g, fn, a, "guard_block")) for a in cases]
     g.expect(all(db.default_queue_policy.max_queue_size == q for (q, _), db in dbs),
@@ -78,8 +78,6 @@ def check_burst(g: Grader, fn: Callable[..., Any]) -> None:
 @check("lab5.q3", points=3, title="优先级：让急单插队")
 def check_priority_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(low_timeout_us) -> dynamic_batching { priority_levels: 2 ... priority_queue_policy {...} }`."""
-    from tritonclient.grpc import model_config_pb2 as mc
-
     db = _parse_block(g, fn, (500_000,), "priority_block")
     db2 = _parse_block(g, fn, (200_000,), "priority_block")
     g.expect(db.priority_levels == 2 and db.default_priority_level == 2,
@@ -98,8 +96,6 @@ def check_priority_block(g: Grader, fn: Callable[..., Any]) -> None:
 
 
 def _stream_inputs(prompt: np.ndarray, n: int) -> list[Any]:
-    import tritonclient.grpc as grpcclient
-
     out = []
     for name, arr, dt in (("PROMPT", np.asarray(prompt, np.int32), "INT32"), ("MAX_TOKENS", np.array([n], np.int32), "INT32"),
                           ("IGNORE_EOS", np.array([True]), "BOOL")):
@@ -111,10 +107,6 @@ def _stream_inputs(prompt: np.ndarray, n: int) -> list[Any]:
 
 def active_now(grpc_url: str, model: str = "lm_stream") -> int:
     """Sequences the `lm_stream` scheduler runs, as reported by a fresh 1-token probe (itself included)."""
-    import tritonclient.grpc as grpcclient
-
-    from batchlab.lm import encode
-
     client = grpcclient.InferenceServerClient(grpc_url)
     q: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
     client.start_stream(callback=lambda result, error: q.put((result, error)))
@@ -131,10 +123,6 @@ def active_now(grpc_url: str, model: str = "lm_stream") -> int:
 
 def seconds_per_token(grpc_url: str, n: int = 24, model: str = "lm_stream") -> float:
     """Seconds per generated token of `model` right now (one uncancelled n-token stream)."""
-    import tritonclient.grpc as grpcclient
-
-    from batchlab.lm import encode
-
     client = grpcclient.InferenceServerClient(grpc_url)
     q: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
     client.start_stream(callback=lambda result, error: q.put((result, error)))
@@ -153,9 +141,6 @@ def seconds_per_token(grpc_url: str, n: int = 24, model: str = "lm_stream") -> f
 @check("lab5.q4", points=3, title="客人中途离席")
 def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_url: str | None = None) -> None:
     """`fn(client, prompt, max_tokens, k)` reads k streamed tokens from lm_stream, hangs up, returns them."""
-    from batchlab.labs.lab3 import reference_tokens
-    from batchlab.lm import encode
-
     if client is None or grpc_url is None:
         g.fail("检查需要客户端和地址：check_hang_up(hang_up, client=grpc, grpc_url=server.grpc_url)")
     per_token = seconds_per_token(grpc_url)

@@ -16,15 +16,18 @@ Everything a lab starts is stopped by `stop()`/`close()` (and at interpreter exi
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import re
 import shutil
 import tempfile
+import textwrap
 import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from batchlab.config_pbtxt import parse_config, stage_model, to_text
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect
 
@@ -58,97 +61,6 @@ def ready(question: int, *values: Any) -> bool:
         print(not_done_message(question))
         return False
     return True
-
-
-# --------------------------------------------------------------------------- config text
-
-
-def _skip_comment_or_string(text: str, i: int) -> int | None:
-    """If a ``#`` comment or a quoted string starts at `i`, the index just after it; else None."""
-    ch, n = text[i], len(text)
-    if ch == "#":
-        j = text.find("\n", i)
-        return n if j < 0 else j
-    if ch in "\"'":
-        j = i + 1
-        while j < n and text[j] != ch:
-            j += 2 if text[j] == "\\" else 1
-        return j + 1
-    return None
-
-
-def _is_word(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
-
-
-def _matching_brace(text: str, j: int, name: str) -> int:
-    """Index just after the ``}`` closing the ``{`` at `j`."""
-    depth, k, n = 0, j, len(text)
-    while k < n:
-        skip = _skip_comment_or_string(text, k)
-        if skip is not None:
-            k = skip
-            continue
-        if text[k] == "{":
-            depth += 1
-        elif text[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return k + 1
-        k += 1
-    raise ValueError(f"the {name} section is not closed with '}}'")
-
-
-def _top_level_block(text: str, name: str) -> tuple[int, int] | None:
-    """(start, end) of the top-level ``name { ... }`` section of config text, or None.
-
-    Comments (``#`` to the end of the line) and quoted strings are skipped; braces are matched.
-    """
-    depth, i, n = 0, 0, len(text)
-    while i < n:
-        skip = _skip_comment_or_string(text, i)
-        if skip is not None:
-            i = skip
-            continue
-        ch = text[i]
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        elif depth == 0 and text.startswith(name, i) and (i == 0 or not _is_word(text[i - 1])):
-            j = i + len(name)
-            while j < n and text[j] in " \t\r\n:":
-                j += 1
-            if j < n and text[j] == "{" and not _is_word(text[i + len(name)]):
-                return i, _matching_brace(text, j, name)
-        i += 1
-    return None
-
-
-def replace_block(text: str, name: str, block: str) -> str:
-    """Config text with its ``name { ... }`` section replaced by `block` (appended if absent).
-
-    `name` is a top-level field (``"dynamic_batching"``) or a dotted path into one
-    (``"sequence_batching.direct"`` replaces the ``direct { }`` inside ``sequence_batching``).
-    An empty `block` removes the section. Other lines and comments are kept as they are.
-    """
-    if not isinstance(block, str):
-        raise ValueError(f"block must be config text (a str), got {type(block).__name__}")
-    outer, _, inner = name.partition(".")
-    span = _top_level_block(text, outer)
-    if inner:
-        if span is None:
-            raise ValueError(f"the config has no {outer} section")
-        start, end = span
-        brace = text.index("{", start)
-        body = replace_block(text[brace + 1:end - 1], inner, block)
-        return text[:brace + 1] + body + text[end - 1:]
-    if span is None:
-        return text.rstrip("\n") + ("\n" + block.strip("\n") + "\n" if block.strip() else "\n")
-    start, end = span
-    line_end = text.find("\n", end)
-    rest = text[end:] if line_end < 0 else text[line_end:]  # drop a trailing comment of the old block
-    return text[:start] + block.strip("\n") + rest
 
 
 # --------------------------------------------------------------------------- servers
@@ -254,22 +166,9 @@ class Workspace:
 
     def add(self, model: str, as_name: str | None = None) -> Path:
         """Copy course model `model` into the workspace (as `as_name`, renaming it in its config)."""
-        src = self.source / model
-        if not (src / "config.pbtxt").is_file():
-            have = sorted(p.parent.name for p in self.source.glob("*/config.pbtxt"))
-            raise ValueError(f"no model {model!r} in {self.source} (has {', '.join(have)})")
         name = as_name or model
-        dst = self._model_dir(name)
-        if dst.exists():
-            shutil.rmtree(dst)
-        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        if as_name:
-            text = (dst / "config.pbtxt").read_text(encoding="utf-8")
-            text, n = re.subn(r'^(\s*name\s*:\s*)"[^"]*"', rf'\1"{name}"', text, count=1, flags=re.M)
-            if n == 0:
-                text = f'name: "{name}"\n' + text
-            (dst / "config.pbtxt").write_text(text, encoding="utf-8")
-        return dst
+        stage_model(self.repo, name, None, model, repo=self.source)
+        return self._model_dir(name)
 
     @property
     def models(self) -> list[str]:
@@ -287,17 +186,20 @@ class Workspace:
         """The current config.pbtxt text of `model`."""
         return self.config_path(model).read_text(encoding="utf-8")
 
-    def write_config(self, model: str, text: str, validate: bool = True) -> Path:
-        """Replace `model`'s config.pbtxt; with `validate`, refuse text Triton could not parse.
-
-        The error names the line and column and says (in Chinese) where a misplaced field belongs.
+    def write_config(self, model: str, config: Any, validate: bool = True) -> Path:
+        """Replace `model`'s config.pbtxt by `config`: text, or a `ModelConfig` (such as
+        `batchlab.config_pbtxt.edit_config` returns), written as text. With `validate`, refuse
+        text Triton could not parse: the error names the line and column and says (in Chinese)
+        where a misplaced field belongs.
         """
-        if not isinstance(text, str):
-            raise ValueError(f"config text must be a str, got {type(text).__name__}")
-        if validate:
-            from batchlab.config_pbtxt import parse_config
-
-            parse_config(text)
+        if isinstance(config, str):
+            text = config
+            if validate:
+                parse_config(text)
+        elif hasattr(config, "DESCRIPTOR") and config.DESCRIPTOR.full_name == "inference.ModelConfig":
+            text = to_text(config)
+        else:
+            raise ValueError(f"config must be config text (a str) or a ModelConfig, got {type(config).__name__}")
         path = self.config_path(model)
         path.write_text(text, encoding="utf-8")
         return path
@@ -352,9 +254,6 @@ class Workspace:
         policy replaced (the limits still come from the config's `parameters`). Reload the model
         afterwards.
         """
-        import inspect
-        import textwrap
-
         if not callable(admit) or getattr(admit, "__name__", "") == "<lambda>":
             raise ValueError("admit must be a function defined with def (its source is copied into the model)")
         try:

@@ -11,7 +11,7 @@ and the Prometheus endpoint read before and after; and a `LoadReport` that puts 
 """
 
 from batchlab.load.closed_loop import closed_loop, run_closed_loop
-from batchlab.load.metrics import MetricsSnapshot, scrape
+from batchlab.load.metrics import MetricsSnapshot, MetricsTimeline, scrape, timeline_rows
 from batchlab.load.open_loop import open_loop, run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
 from batchlab.load.report import LoadReport, pool_reports
@@ -32,5 +32,6 @@ __all__ = [
     "capped_exponential",
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports",
-    "ModelStats", "read_stats", "fetch_stats", "MetricsSnapshot", "scrape", "Endpoints",
+    "ModelStats", "read_stats", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
+    "Endpoints",
 ]

@@ -6,14 +6,22 @@
 (`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, ...), plus the gauge
 `nv_inference_pending_request_count`. `nv_inference_count / nv_inference_exec_count` is the mean
 batch size.
+
+`MetricsTimeline` scrapes the endpoint every `interval` seconds in a background thread while a
+load runs; `timeline_rows` turns consecutive scrapes into queue time per request, mean batch size
+and pending requests per interval.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 LabelSet = tuple[tuple[str, str], ...]
@@ -113,3 +121,86 @@ def families(text: str, prefix: str = "nv_") -> Iterable[tuple[str, str, str]]:
     for fam in text_string_to_metric_families(text):
         if fam.name.startswith(prefix):
             yield fam.name, fam.type, fam.documentation
+
+
+# --------------------------------------------------------------------------- a timeline of scrapes
+
+
+@dataclass
+class MetricsTimeline:
+    """Scrape `metrics_url` every `interval` s in a thread (use as a context manager).
+
+    `snapshots` holds (time since start, `MetricsSnapshot`) pairs; `rows(model)` turns them into
+    per-interval figures.
+    """
+
+    metrics_url: str
+    interval: float = 0.2
+    snapshots: list[tuple[float, MetricsSnapshot]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise ValueError("interval must be > 0 seconds")
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            t = time.perf_counter() - t0
+            try:
+                self.snapshots.append((t, scrape(self.metrics_url, timeout=2.0)))
+            except Exception as exc:  # keep scraping; report at the end
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t0 - t)))
+
+    def start(self) -> "MetricsTimeline":
+        """Start scraping."""
+        if self._thread is not None:
+            raise RuntimeError("this timeline is already running")
+        self._thread = threading.Thread(target=self._run, name="metrics-timeline", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop scraping and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def __enter__(self) -> "MetricsTimeline":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def rows(self, model: str) -> list[dict[str, float]]:
+        """See `timeline_rows`."""
+        return timeline_rows(self.snapshots, model)
+
+    def series(self, model: str, *names: str) -> np.ndarray:
+        """One row per scrape: the time (s since start), then each metric in `names` for `model`
+        as scraped (counters cumulative, gauges as they were); shape (scrapes, 1 + len(names))."""
+        return np.array([[t, *(s.get(n, model=model) for n in names)] for t, s in self.snapshots],
+                        dtype=float).reshape(len(self.snapshots), 1 + len(names))
+
+
+def timeline_rows(snapshots: Sequence[tuple[float, MetricsSnapshot]], model: str) -> list[dict[str, float]]:
+    """Per interval between consecutive scrapes: t (s, end of interval), requests/s, queue_ms
+    (queue time per successful request), mean_batch (inferences / executions), pending (the
+    gauge at the end), exec_per_s. Intervals without requests have NaN ratios."""
+    rows = []
+    for (t0, a), (t1, b) in zip(snapshots, snapshots[1:]):
+        dt = t1 - t0
+        if dt <= 0:
+            continue
+        g = lambda s, n: s.get(n, model=model)  # noqa: E731
+        ok = g(b, "nv_inference_request_success") - g(a, "nv_inference_request_success")
+        inf = g(b, "nv_inference_count") - g(a, "nv_inference_count")
+        ex = g(b, "nv_inference_exec_count") - g(a, "nv_inference_exec_count")
+        q = g(b, "nv_inference_queue_duration_us") - g(a, "nv_inference_queue_duration_us")
+        rows.append({"t": t1, "rps": ok / dt, "queue_ms": q / 1e3 / ok if ok else math.nan,
+                     "mean_batch": inf / ex if ex else math.nan,
+                     "pending": g(b, "nv_inference_pending_request_count"), "exec_per_s": ex / dt})
+    return rows

@@ -14,18 +14,21 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 import numpy as np
 
 from batchlab.load.metrics import MetricsSnapshot, scrape
-from batchlab.load.records import RequestRecord
+from batchlab.load.records import Records, RequestRecord
+from batchlab.load.report import LoadReport
 from batchlab.load.stats import ModelStats
-
-if TYPE_CHECKING:
-    from batchlab.load.report import LoadReport
+from batchlab.load.streams import StreamTransport
+from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
 
 T = TypeVar("T")
+
+PROTOCOLS = ("grpc", "http", "grpc-stream")
+"""The ways a load run reaches the model (`make_transport`)."""
 
 PROGRESS_AFTER_S = 3.0
 """With ``progress=None`` a bar appears once a run has lasted this long."""
@@ -128,7 +131,7 @@ class Progress:
         if self.bar is None:
             if self.mode is None and time.monotonic() - self.t0 < PROGRESS_AFTER_S:
                 return
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # only once a bar is due: tqdm.auto probes for Jupyter widgets
 
             self.bar = tqdm(total=self.total, desc=self.desc, unit="req", file=sys.stderr,
                             leave=False, dynamic_ncols=True, initial=done)
@@ -218,6 +221,18 @@ def bound_check(n_requests: int | None, duration_s: float | None) -> None:
 # --------------------------------------------------------------------------- one measured run
 
 
+def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
+                   **kwargs: Any) -> Transport:
+    """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
+    if protocol == "grpc":
+        return GrpcTransport(server.grpc_url, model, request_timeout_s)
+    if protocol == "http":
+        return HttpTransport(server.http_url, model, request_timeout_s, **kwargs)
+    if protocol in ("grpc-stream", "stream"):
+        return StreamTransport(server.grpc_url, model, request_timeout_s, **kwargs)
+    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+
+
 Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 """A phase: given an open transport, a list to append records to, and its start time (perf_counter)."""
 
@@ -226,16 +241,12 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
                   mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
                   offered_rate: float | None = None, config: dict[str, Any] | None = None,
-                  transport_options: dict[str, Any] | None = None) -> "LoadReport":
+                  transport_options: dict[str, Any] | None = None) -> LoadReport:
     """Warm up, snapshot the server, run the measured phase, snapshot again, build the report.
 
     The warm-up phase is drained before the first snapshot, so the server's figures cover the
     measured requests only (given no other traffic to the model).
     """
-    from batchlab.load.records import Records
-    from batchlab.load.report import LoadReport
-    from batchlab.load.transport import make_transport
-
     check_server(server)
     await _in_thread(check_model_ready, server.http_url, model)
     transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))

@@ -122,6 +122,14 @@ class ModelStats:
         c, ns = self.phases.get(phase, (0, 0))
         return ns / c / 1e6 if c else float("nan")
 
+    @property
+    def busy_seconds(self) -> float:
+        """Seconds the model's instances spent executing batches (compute input + infer + output),
+        summed over batch sizes (of a difference of two reads: during a run)."""
+        total_ns = sum(slot.get(phase, (0, 0))[1] for slot in self.batches.values()
+                       for phase in ("compute_input", "compute_infer", "compute_output"))
+        return total_ns / 1e9
+
     def batch_histogram(self) -> dict[int, int]:
         """Executed batch size -> number of batches of that size (from `batch_stats`)."""
         return {s: slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]

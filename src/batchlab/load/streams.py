@@ -59,9 +59,10 @@ class StreamTransport(Transport):
 
     async def open(self) -> "StreamTransport":
         """Open the channel and start `n_streams` bidirectional streams with their readers."""
+        # grpc and tritonclient load on first use: importing batchlab.load stays light
         import grpc
-        from tritonclient.grpc import service_pb2_grpc
-        from tritonclient.grpc._utils import _get_inference_request
+        from tritonclient.grpc import service_pb2_grpc  # lazy, as above
+        from tritonclient.grpc._utils import _get_inference_request  # lazy, as above
 
         self._build = _get_inference_request
         self._channel = grpc.aio.insecure_channel(
@@ -115,7 +116,7 @@ class StreamTransport(Transport):
         self._pending.clear()
 
     async def _read(self, call: Any) -> None:
-        from tritonclient.grpc import InferResult
+        from tritonclient.grpc import InferResult  # lazy: see open()
 
         try:
             async for resp in call:
@@ -175,7 +176,7 @@ class StreamTransport(Transport):
             p.done.set_result(None)
 
     async def _request(self, spec: RequestSpec, rec: RequestRecord) -> None:
-        from tritonclient.grpc import InferInput, InferRequestedOutput
+        from tritonclient.grpc import InferInput, InferRequestedOutput  # lazy: see open()
 
         if self._broken:
             rec.sent = rec.last = now()

@@ -14,14 +14,13 @@ import asyncio
 import itertools
 import os
 import time
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
 
 from batchlab.load.records import RequestRecord
 from batchlab.load.workload import RequestSpec, SequenceSpec
-
-PROTOCOLS = ("grpc", "http", "grpc-stream")
 
 _DTYPES = {
     np.dtype(np.bool_): "BOOL", np.dtype(np.int8): "INT8", np.dtype(np.int16): "INT16",
@@ -46,7 +45,7 @@ def triton_dtype(arr: np.ndarray) -> str:
 
 def format_error(exc: BaseException) -> str:
     """One line naming what went wrong: Triton's ``[status] message``, or the exception type."""
-    from tritonclient.utils import InferenceServerException
+    from tritonclient.utils import InferenceServerException  # tritonclient loads lazily: importing batchlab.load stays light
 
     if isinstance(exc, InferenceServerException):
         status = exc.status()
@@ -171,8 +170,6 @@ class Transport:
 
 
 def _replace(spec: RequestSpec, **kw: Any) -> RequestSpec:
-    from dataclasses import replace
-
     return replace(spec, **kw)
 
 
@@ -195,8 +192,9 @@ class GrpcTransport(Transport):
 
     async def open(self) -> "GrpcTransport":
         """Create the asyncio gRPC client (one channel)."""
+        # tritonclient (grpc, aio) loads on first use: importing batchlab.load stays light
         import tritonclient.grpc as grpcclient
-        import tritonclient.grpc.aio as aioclient
+        import tritonclient.grpc.aio as aioclient  # lazy, as above
 
         self._mod = grpcclient
         self.client = aioclient.InferenceServerClient(self.url)
@@ -246,8 +244,9 @@ class HttpTransport(Transport):
 
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
+        # tritonclient (http, aiohttp) loads on first use: importing batchlab.load stays light
         import tritonclient.http as httpclient
-        import tritonclient.http.aio as aioclient
+        import tritonclient.http.aio as aioclient  # lazy, as above
 
         self._mod = httpclient
         self.client = aioclient.InferenceServerClient(self.url, conn_limit=self.conn_limit,
@@ -282,18 +281,3 @@ class HttpTransport(Transport):
         if not decode:
             return None
         return {o["name"]: res.as_numpy(o["name"]) for o in resp.get("outputs", [])}
-
-
-def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
-                   **kwargs: Any) -> Transport:
-    """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
-    if protocol == "grpc":
-        return GrpcTransport(server.grpc_url, model, request_timeout_s)
-    if protocol == "http":
-        return HttpTransport(server.http_url, model, request_timeout_s, **kwargs)
-    if protocol in ("grpc-stream", "stream"):
-        from batchlab.load.streams import StreamTransport
-
-        return StreamTransport(server.grpc_url, model, request_timeout_s, **kwargs)
-    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
-

@@ -12,7 +12,7 @@ __all__ = ["plot_metrics_timeline", "plot_starvation", "plot_delay_bound", "plot
 
 
 def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None):
-    """Three stacked panels from `batchlab.course.engineering.timeline_rows`: requests/s, queue time per
+    """Three stacked panels from `batchlab.load.timeline_rows`: requests/s, queue time per
     request (ms), mean batch size, with pending requests on a twin axis of the last panel."""
     import matplotlib.pyplot as plt
 
