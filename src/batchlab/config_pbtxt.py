@@ -465,7 +465,8 @@ def edit_config(config: Any, changes: dict[str, Any]) -> Any:
     """A copy of `config` (text or `ModelConfig`) with dotted-path fields set, e.g.
     ``{"name": "embed_d5ms", "dynamic_batching.max_queue_delay_microseconds": 5000}``.
 
-    Repeated scalars take a list; a message path takes a dict of its fields (parsed as text);
+    Repeated scalars take a list; a message path takes a dict of its fields (parsed as text); a
+    number indexes a repeated message (``instance_group.0.count``; one past the end adds one);
     map fields (``priority_queue_policy``) take {key: dict}. Unknown paths raise ValueError.
     """
     src = _as_config(config)
@@ -475,6 +476,11 @@ def edit_config(config: Any, changes: dict[str, Any]) -> Any:
         parts = path.split(".")
         target = msg
         for part in parts[:-1]:
+            if part.isdigit():  # an index into a repeated message; one past the end adds an entry
+                if int(part) > len(target):
+                    raise ValueError(f"{path!r}: index {part} is past the end ({len(target)} entries)")
+                target = target[int(part)] if int(part) < len(target) else target.add()
+                continue
             if part not in target.DESCRIPTOR.fields_by_name:
                 raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {part!r}")
             target = getattr(target, part)

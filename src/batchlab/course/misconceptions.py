@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from batchlab.load import RequestSpec
+from batchlab.models.requests import random_embed_inputs
 from batchlab.theory import formulas as F
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
@@ -30,7 +32,7 @@ from batchlab.sim.static_generation import simulate_static_generation
 
 __all__ = [
     "EMBED_LIKE", "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
-    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult", "embed_request",
+    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult",
     "measure_delay_pair", "overload_throughput",
 ]
 
@@ -268,14 +270,6 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
 # ----------------------------------------------------------------------------- 3, on the real server
 
 
-def embed_request(seed: int = 0) -> Any:
-    """One request for the course's `embed` model: 16 token ids (shape [1, 16], int32)."""
-    from batchlab.load import RequestSpec
-
-    rng = np.random.default_rng(seed)
-    return RequestSpec({"TOKENS": rng.integers(4, 200, size=(1, 16)).astype(np.int32)})
-
-
 def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,
                        seconds: float = 2.0, seed: int = 0) -> list[dict[str, Any]]:
     """For each model (same model, different `max_queue_delay_microseconds`): a closed loop at
@@ -285,7 +279,7 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
     from batchlab.course.engineering import busy_seconds
     from batchlab.load import run_closed_loop, run_open_loop
 
-    spec = embed_request(seed)
+    spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     rows = []
     for m in models:
         for mode in ("closed", "open"):
