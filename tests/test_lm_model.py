@@ -246,7 +246,8 @@ def test_fit_linear_recovers_a_line():
 
 
 def test_request_input_builders_have_the_models_shapes():
-    from batchlab.models.requests import embed_inputs, generate_inputs, step_inputs, triton_dtype
+    from batchlab.load.transport import triton_dtype
+    from batchlab.models.requests import embed_inputs, generate_inputs, step_inputs
 
     tok = embed_inputs("一口锅")["TOKENS"]
     assert tok.shape == (1, 16) and tok[0, :4].tolist() == encode("一口锅").tolist()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from batchlab.lm import encode
-from batchlab.probe import (BatcherSettings, Pattern, ProbeError, batcher_config, burst, calibrate_generate,
+from batchlab.probe import (Pattern, ProbeError, batcher_config, burst, calibrate_generate, calibrate_service,
                             measure_batch_times, reloadable, run_patterns)
-from batchlab.sim import Affine
+from batchlab.sim import Affine, BatchRule
 
 pytestmark = pytest.mark.server
 
@@ -34,15 +36,27 @@ def test_batch_times_are_single_executions_of_each_size(triton) -> None:
         measure_batch_times(triton, "embed_nobatch", lambda b: {"TOKENS": row}, sizes=(2,), rounds=1)
 
 
+def test_calibration_on_the_real_server(triton) -> None:
+    cal = calibrate_service(triton, "embed", (1, 4), rows_per_size=8, min_requests=3, warmup_requests=1)
+    assert set(cal.compute_ms) == {1, 4}
+    assert all(v > 0 and math.isfinite(v) for v in cal.compute_ms.values())
+    assert cal.service_ms[4] >= cal.compute_ms[4]
+    svc = cal.service()
+    assert svc.time(4) == pytest.approx(cal.service_ms[4] / 1e3)
+    s = cal.speedup()
+    assert s[1] == pytest.approx(1.0)
+    assert cal.service(scale=2.0).time(4) == pytest.approx(2 * svc.time(4))
+
+
 def test_shared_server_refuses_reloads_and_reloadable_gives_a_private_one(triton) -> None:
     if getattr(triton, "model_control", None) == "explicit":
         pytest.skip("the session server allows reloads")
     with pytest.raises(ProbeError, match="refused"):
-        with batcher_config(triton, "embed", BatcherSettings(8)):
+        with batcher_config(triton, "embed", BatchRule(8)):
             pass
     patterns = [
-        Pattern("A", burst(5), BatcherSettings(8, max_queue_delay_us=150_000)),
-        Pattern("D", burst(7), BatcherSettings(8, (4, 8), 150_000)),
+        Pattern("A", burst(5), BatchRule(8, max_queue_delay_us=150_000)),
+        Pattern("D", burst(7), BatchRule(8, (4, 8), 150_000)),
     ]
     with reloadable(triton, ["embed"]) as server:
         assert server is not triton

@@ -9,48 +9,45 @@ import numpy as np
 import pytest
 
 from batchlab.load.stats import ModelStats
-from batchlab.probe import (BatcherSettings, BatchTimes, GenerateCalibration, Pattern, batches_from_sizes, burst,
-                            chapter_patterns, generate_inputs, simulate_pattern, spaced, split_report,
+from batchlab.models.requests import generate_inputs
+from batchlab.probe import (BatchTimes, Calibration, GenerateCalibration, Pattern, batches_from_sizes, burst,
+                            chapter_patterns, load_factor, service_from_stats, simulate_pattern, spaced, split_report,
                             split_simulated)
-from batchlab.sim import Affine, TokenCost, simulate_static_generation
+from batchlab.sim import Affine, BatchRule, TokenCost, simulate_static_generation
 
 ECHO_CONFIG = {"name": "embed", "max_batch_size": 32, "input": [{"name": "TOKENS"}],
                "dynamic_batching": {"preferred_batch_size": ["32"]}, "backend": "python"}
 
 
-def test_settings_apply_to_a_config_and_print_as_pbtxt() -> None:
-    s = BatcherSettings(max_batch_size=8, preferred_batch_sizes=(8, 4, 4), max_queue_delay_us=150_000)
-    assert s.preferred_batch_sizes == (4, 8)
+def test_settings_apply_to_a_config() -> None:
+    s = BatchRule(max_batch_size=8, preferred=(8, 4, 4), max_queue_delay_us=150_000)
+    assert s.preferred == (4, 8)
     cfg = s.apply(ECHO_CONFIG)
     assert cfg["max_batch_size"] == 8 and "max_batch_size" not in cfg["dynamic_batching"]
     assert cfg["dynamic_batching"] == {"preferred_batch_size": [4, 8], "max_queue_delay_microseconds": 150000}
     assert ECHO_CONFIG["max_batch_size"] == 32  # the input is not modified
     json.dumps(cfg)
-    text = s.pbtxt()
-    assert text.startswith("max_batch_size: 8\ndynamic_batching {")
-    assert "preferred_batch_size: [ 4, 8 ]" in text and "max_queue_delay_microseconds: 150000" in text
-    plain = BatcherSettings(max_batch_size=8)
-    assert plain.pbtxt() == "max_batch_size: 8\ndynamic_batching { }"
+    plain = BatchRule(max_batch_size=8)
     assert plain.apply(ECHO_CONFIG)["dynamic_batching"] == {}
 
 
 @pytest.mark.parametrize("kw, msg", [
     ({"max_batch_size": 0}, "max_batch_size"),
-    ({"max_batch_size": 4, "preferred_batch_sizes": (8,)}, "preferred"),
+    ({"max_batch_size": 4, "preferred": (8,)}, "preferred"),
     ({"max_batch_size": 4, "max_queue_delay_us": -1}, "max_queue_delay_us"),
 ])
 def test_settings_reject_bad_values(kw, msg) -> None:
     with pytest.raises(ValueError, match=msg):
-        BatcherSettings(**kw)
+        BatchRule(**kw)
 
 
 def test_pattern_helpers() -> None:
     assert burst(3, 0.5) == (0.5, 0.5, 0.5)
     assert spaced(3, 0.04) == pytest.approx((0.0, 0.04, 0.08))
     with pytest.raises(ValueError, match="non-decreasing"):
-        Pattern("bad", (0.2, 0.1), BatcherSettings(4))
+        Pattern("bad", (0.2, 0.1), BatchRule(4))
     with pytest.raises(ValueError):
-        Pattern("empty", (), BatcherSettings(4))
+        Pattern("empty", (), BatchRule(4))
     assert batches_from_sizes([4, 4, 4, 4, 3, 3, 3]) == [4, 3]
     assert batches_from_sizes([1, 2, 2]) == [1, 2]
     assert batches_from_sizes([8, 8, 3, 3]) is None
@@ -73,14 +70,39 @@ def test_chapter_patterns_follow_the_rule_in_the_simulator() -> None:
 
 
 def test_generate_inputs_shapes() -> None:
-    make = generate_inputs([1, 5, 6], 4)
-    x = make(3)
+    x = generate_inputs([1, 5, 6], 4, ignore_eos=True, rows=3)
     assert x["PROMPT"].shape == (3, 3) and x["PROMPT"].dtype == np.int32
     assert x["MAX_TOKENS"].tolist() == [[4]] * 3 and x["IGNORE_EOS"].all()
     with pytest.raises(ValueError):
         generate_inputs([], 4)
     with pytest.raises(ValueError):
         generate_inputs([1], 0)
+
+
+def test_load_factor_from_statistics() -> None:
+    cal = Calibration("m", [1, 4], {1: 2.0, 4: 5.0}, {1: 2.0, 4: 5.0}, {1: 2.5, 4: 5.5}, 0.5)
+    st = ModelStats("m")
+    ms = 1_000_000
+    # 10 batches of 1 at 3 ms (x1.5), 30 batches of 2 at 4.5 ms (calibration interpolates 3 ms: x1.5),
+    # 2 batches of 4 (too few to count)
+    st.batches = {1: {p: (10, 10 * 3 * ms) for p in ("compute_infer",)},
+                  2: {p: (30, 30 * int(4.5 * ms)) for p in ("compute_infer",)},
+                  4: {p: (2, 2 * 100 * ms) for p in ("compute_infer",)}}
+    assert load_factor(cal, st) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="often enough"):
+        load_factor(cal, st, min_batches=100)
+    svc = service_from_stats(st)
+    assert svc.time(1) == pytest.approx(3e-3) and svc.time(2) == pytest.approx(4.5e-3)
+    assert service_from_stats(st, min_batches=1).time(4) == pytest.approx(0.1)
+
+
+def test_calibration_keeps_each_sizes_fastest_round() -> None:
+    times = BatchTimes("m", [1, 4], compute_ms={1: np.array([3.0, 2.0]), 4: np.array([6.0, 7.0])},
+                       infer_ms={1: np.array([2.5, 1.5]), 4: np.array([5.0, 6.5])},
+                       latency_ms={1: np.array([4.0, 3.5]), 4: np.array([9.0, 8.0])})
+    cal = Calibration.from_times(times)
+    assert cal.service_ms == {1: 2.0, 4: 6.0} and cal.compute_ms == {1: 1.5, 4: 5.0}
+    assert cal.client_ms == {1: 3.5, 4: 8.0} and cal.overhead_ms == pytest.approx(1.5)
 
 
 def _times(sizes, values) -> BatchTimes:

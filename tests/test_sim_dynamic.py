@@ -27,7 +27,7 @@ def test_rule_table():
     assert r.decide(3, 0.0, 0.0) == (3, 0.0)  # delay 0: whatever is pending
     assert r.decide(8, 0.0, 0.0) == (8, 0.0)
     r = BatchRule(8, (), 1000)
-    assert r.preferred == (8,)  # empty preferred means [max_batch_size]
+    assert r.preferred == () and r.effective_preferred == (8,)  # empty preferred means [max_batch_size]
     assert r.decide(3, 0.0, 0.0005) == (0, pytest.approx(0.001))  # wait for the oldest's deadline
     assert r.decide(3, 0.0, 0.001) == (3, 0.001)  # waited the delay: send what is pending
     assert r.decide(8, 0.0, 0.0) == (8, 0.0)

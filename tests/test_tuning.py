@@ -1,8 +1,6 @@
-"""Grid search under an SLO with the simulator (batchlab.course.tuning)."""
+"""Grid search under an SLO with the simulator (batchlab.course.tuning), on `batchlab.sim.BatchRule`."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -10,8 +8,8 @@ import pytest
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.theory.queueing import batch_queue
 from batchlab.sim.service import Affine
+from batchlab.sim.rule import BatchRule
 from batchlab.course.tuning import (
-    BatcherConfig,
     as_matrix,
     capacity_under_slo,
     config_grid,
@@ -26,14 +24,14 @@ SVC = Affine(base_us=3000, per_item_us=500)
 
 def test_config_validation_is_one_clear_error():
     with pytest.raises(ValueError, match="max_batch_size"):
-        BatcherConfig(0)
+        BatchRule(0)
     with pytest.raises(ValueError, match="preferred"):
-        BatcherConfig(8, preferred=(16,))
+        BatchRule(8, preferred=(16,))
     with pytest.raises(ValueError, match="max_queue_delay_us"):
-        BatcherConfig(8, max_queue_delay_us=-1)
+        BatchRule(8, max_queue_delay_us=-1)
     with pytest.raises(ValueError, match="instances"):
-        BatcherConfig(8, instances=0)
-    assert BatcherConfig(8, preferred=(8, 4, 4)).preferred == (4, 8)
+        BatchRule(8, instances=0)
+    assert BatchRule(8, preferred=(8, 4, 4)).preferred == (4, 8)
 
 
 def test_grid_skips_impossible_preferred_sizes():
@@ -44,7 +42,7 @@ def test_grid_skips_impossible_preferred_sizes():
 
 def test_to_pbtxt_is_what_triton_reads():
     base = load_config_text("embed")
-    cfg = BatcherConfig(16, 2500, (8, 16), 2)
+    cfg = BatchRule(16, (8, 16), 2500, 2)
     msg = parse_config(cfg.to_pbtxt(base, name="embed_tuned"))
     assert msg.name == "embed_tuned"
     assert msg.max_batch_size == 16
@@ -56,15 +54,15 @@ def test_to_pbtxt_is_what_triton_reads():
 
 def test_sweep_agrees_with_the_exact_chain():
     rate = 600.0
-    row = sweep([BatcherConfig(8)], SVC, rate, n_requests=30_000, seed=3)[0]
+    row = sweep([BatchRule(8)], SVC, rate, n_requests=30_000, seed=3)[0]
     exact = batch_queue(rate, SVC, 8)
     assert row["mean_ms"] == pytest.approx(exact.latency_s * 1e3, rel=0.05)
     assert row["batch_size_mean"] == pytest.approx(exact.batch_mean, rel=0.03)
 
 
 def test_common_random_numbers_make_runs_reproducible():
-    a = evaluate(BatcherConfig(8, 1000), SVC, 300.0, n_requests=2000, seed=5)
-    b = evaluate(BatcherConfig(8, 1000), SVC, 300.0, n_requests=2000, seed=5)
+    a = evaluate(BatchRule(8, max_queue_delay_us=1000), SVC, 300.0, n_requests=2000, seed=5)
+    b = evaluate(BatchRule(8, max_queue_delay_us=1000), SVC, 300.0, n_requests=2000, seed=5)
     assert a["p99_ms"] == b["p99_ms"]
     u = unit_arrivals(1000, seed=1)
     assert np.all(np.diff(u) > 0) and u.size == 1000
@@ -81,7 +79,7 @@ def test_as_matrix_layout():
 
 
 def test_capacity_under_slo_brackets_the_slo():
-    cfg = BatcherConfig(8)
+    cfg = BatchRule(8)
     res = capacity_under_slo(cfg, SVC, slo_ms=40, percentile=95, n_requests=3000)
     assert 0 < res.rate_rps < cfg.full_batch_capacity(SVC)
     assert res.row["p95_ms"] <= 40 and res.row["stable"]
@@ -92,7 +90,7 @@ def test_capacity_under_slo_brackets_the_slo():
 
 
 def test_impossible_slo_gives_zero():
-    res = capacity_under_slo(BatcherConfig(4), SVC, slo_ms=1.0, n_requests=500, points=4, refine=2)
+    res = capacity_under_slo(BatchRule(4), SVC, slo_ms=1.0, n_requests=500, points=4, refine=2)
     assert res.rate_rps == 0.0 and res.row is None and not res.holds_below
 
 
@@ -109,40 +107,8 @@ def test_search_prefers_batching_and_the_simplest_of_ties():
 
 def test_bad_slo_arguments():
     with pytest.raises(ValueError, match="percentile"):
-        capacity_under_slo(BatcherConfig(4), SVC, slo_ms=10, percentile=90)
+        capacity_under_slo(BatchRule(4), SVC, slo_ms=10, percentile=90)
     with pytest.raises(ValueError, match="slo_ms"):
-        capacity_under_slo(BatcherConfig(4), SVC, slo_ms=-1)
+        capacity_under_slo(BatchRule(4), SVC, slo_ms=-1)
     with pytest.raises(ValueError, match="rate"):
-        evaluate(BatcherConfig(4), SVC, rate=0)
-
-
-@pytest.mark.server
-def test_calibration_on_the_real_server(triton):
-    from batchlab.course.tuning import calibrate_service
-
-    cal = calibrate_service(triton, "embed", (1, 4), rows_per_size=8, min_requests=3, warmup_requests=1)
-    assert set(cal.compute_ms) == {1, 4}
-    assert all(v > 0 and math.isfinite(v) for v in cal.compute_ms.values())
-    assert cal.service_ms[4] >= cal.compute_ms[4]
-    svc = cal.service()
-    assert svc.time(4) == pytest.approx(cal.service_ms[4] / 1e3)
-    s = cal.speedup()
-    assert s[1] == pytest.approx(1.0)
-    assert cal.service(scale=2.0).time(4) == pytest.approx(2 * svc.time(4))
-
-
-def test_load_factor_from_statistics():
-    from batchlab.load.stats import ModelStats
-    from batchlab.course.tuning import Calibration, load_factor
-
-    cal = Calibration("m", [1, 4], {1: 2.0, 4: 5.0}, {1: 2.0, 4: 5.0}, {1: 2.5, 4: 5.5}, 0.5)
-    st = ModelStats("m")
-    ms = 1_000_000
-    # 10 batches of 1 at 3 ms (x1.5), 30 batches of 2 at 4.5 ms (calibration interpolates 3 ms: x1.5),
-    # 2 batches of 4 (too few to count)
-    st.batches = {1: {p: (10, 10 * 3 * ms) for p in ("compute_infer",)},
-                  2: {p: (30, 30 * int(4.5 * ms)) for p in ("compute_infer",)},
-                  4: {p: (2, 2 * 100 * ms) for p in ("compute_infer",)}}
-    assert load_factor(cal, st) == pytest.approx(1.5)
-    with pytest.raises(ValueError, match="often enough"):
-        load_factor(cal, st, min_batches=100)
+        evaluate(BatchRule(4), SVC, rate=0)

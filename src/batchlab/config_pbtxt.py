@@ -490,7 +490,8 @@ def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> 
       a oneof replaces its sibling: `oldest` replaces `direct`). `at` must name a message the
       config already has.
 
-    With a dict, `at` is the message the paths start from.
+    With a dict, `at` is the message the paths start from; a number in a path indexes a repeated
+    message (``instance_group.0.count``; one past the end adds an entry).
     """
     msg = mc.ModelConfig()
     msg.CopyFrom(_as_config(config))
@@ -539,6 +540,11 @@ def _field(msg: Any, path: str) -> tuple[Any, FieldDescriptor]:
     parts = path.split(".")
     target = msg
     for part in parts[:-1]:
+        if part.isdigit():  # an index into a repeated message; one past the end adds an entry
+            if int(part) > len(target):
+                raise ValueError(f"{path!r}: index {part} is past the end ({len(target)} entries)")
+            target = target[int(part)] if int(part) < len(target) else target.add()
+            continue
         if part not in target.DESCRIPTOR.fields_by_name:
             raise ValueError(f"{path!r}: {target.DESCRIPTOR.name} has no field {part!r}")
         target = getattr(target, part)

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from batchlab.bench import client, continuous, dynamic, fidelity
 from batchlab.bench.common import BenchError, emit
 
 BENCHES = ("dynamic", "continuous", "fidelity", "client")
@@ -66,23 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if v is not None and not v > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
         if args.bench == "dynamic":
-            from batchlab.bench.dynamic import run
-
-            result = run(concurrency=args.concurrency, rounds=args.rounds, round_s=args.round_s,
+            result = dynamic.run(concurrency=args.concurrency, rounds=args.rounds, round_s=args.round_s,
                          extra=not args.no_extra)
         elif args.bench == "continuous":
-            from batchlab.bench.continuous import run
-
-            result = run(n_requests=args.requests, concurrency=args.concurrency, mean_tokens=args.mean_tokens,
+            result = continuous.run(n_requests=args.requests, concurrency=args.concurrency, mean_tokens=args.mean_tokens,
                          cap=args.cap, seed=args.seed)
         elif args.bench == "fidelity":
-            from batchlab.bench.fidelity import run
-
-            result = run(level_s=args.level_s, seed=args.seed)
+            result = fidelity.run(level_s=args.level_s, seed=args.seed)
         else:
-            from batchlab.bench.client import LAB_MAX_RATE_RPS, run
-
-            result = run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or LAB_MAX_RATE_RPS)
+            result = client.run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or client.LAB_MAX_RATE_RPS)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import platform
 import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -13,6 +14,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from batchlab.load import RequestSpec
+from batchlab.models.requests import random_embed_inputs
+from batchlab.server import ExternalServer, ServerError, TritonServer
 
 
 class BenchError(Exception):
@@ -27,8 +30,6 @@ def log(msg: str) -> None:
 @contextlib.contextmanager
 def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
     """The server to measure: TRITON_URL's if set, else an embedded one loading only `models`."""
-    from batchlab.server import ExternalServer, ServerError, TritonServer
-
     try:
         ext = ExternalServer.from_env()
         if ext is not None:
@@ -54,10 +55,7 @@ def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
 
 def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
     """`n` fixed-length prompts of real (non-pad, non-special) token ids for `embed`, (n, length) int32."""
-    from batchlab.lm import VOCAB_SIZE
-
-    rng = np.random.default_rng(seed)
-    return rng.integers(3, VOCAB_SIZE, size=(n, length), dtype=np.int64).astype(np.int32)
+    return random_embed_inputs(n, length, seed, low=3)["TOKENS"]
 
 
 def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Callable[[int], RequestSpec]:
@@ -108,8 +106,6 @@ def r3(x: float) -> float:
 
 def machine(watch: "CpuWatch | None" = None) -> dict[str, Any]:
     """What the figures were measured on (and, with a `CpuWatch`, what else was running)."""
-    import platform
-
     out = {"cpus": os.cpu_count(), "load_avg_1m": r3(os.getloadavg()[0]), "python": platform.python_version(),
            "platform": platform.machine()}
     if watch is not None:

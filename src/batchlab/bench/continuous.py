@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3
+from batchlab.lm import BOS_ID, VOCAB_SIZE
 from batchlab.load import RequestSpec, SequenceSpec, capped_exponential, run_closed_loop
 
 MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
@@ -35,8 +36,6 @@ MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
 
 def workload(n: int, mean_tokens: float, cap: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """`n` prompts (8-24 real tokens after <bos>) and their output lengths (capped exponential)."""
-    from batchlab.lm import BOS_ID, VOCAB_SIZE
-
     rng = np.random.default_rng(seed)
     prompts = []
     for _ in range(n):
@@ -131,7 +130,7 @@ def _protocol(model: str) -> str:
     return "grpc-stream" if model in ("lm_iterative", "lm_stream") else "grpc"
 
 
-def step_cost(model: str, rep: Any, col: Collector) -> dict[str, Any]:
+def decode_step_cost(model: str, rep: Any, col: Collector) -> dict[str, Any]:
     """How long one decode step took, over how many sequences: the mechanism behind the speedup.
 
     `generate`: execution time (statistics extension) over the executions' decode steps (BATCH_STEPS
@@ -203,7 +202,7 @@ def run(n_requests: int = 240, concurrency: int = 8, mean_tokens: float = 24.0, 
                 entry["inter_token_ms"] = {"p50": r3(tp["p50"]), "p99": r3(tp["p99"])}
             if rep.server is not None and model != "lm_stream":
                 entry["server_mean_batch_size"] = r3(rep.server.mean_batch_size)
-            entry["decode_step"] = step_cost(model, rep, col)
+            entry["decode_step"] = decode_step_cost(model, rep, col)
             results[model] = entry
             tokens_of[model] = col.tokens
             log(f"{model}: {entry['tokens_per_s']} tokens/s, TTFT p50 {entry['ttft_ms']['p50']} ms, "

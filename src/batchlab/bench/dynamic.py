@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from batchlab.bench.calibrate import service_model, speedup_ceiling
 from batchlab.bench.common import CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3
 from batchlab.load import run_closed_loop
 from batchlab.load.report import pool_reports
+from batchlab.probe.batch_time import service_model, speedup_ceiling
 
 CONFIGS = (
     ("none", "embed_nobatch", "no dynamic_batching: one request per execution"),

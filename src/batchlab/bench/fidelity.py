@@ -4,7 +4,7 @@
    level because the 2 cores are shared and the machine's speed drifts: calibration runs (their
    own rates and seeds, never the measured schedule) make the server execute batches of many
    sizes; the statistics extension's `batch_stats` give t(b), the busy time of one execution of
-   b requests (smoothed, see `batchlab.bench.calibrate`). The same runs give the per-request
+   b requests (smoothed, see `batchlab.probe.batch_time.service_model`). The same runs give the per-request
    overhead the simulator does not model (client latency minus the server's queue + compute
    time).
 2. For three load levels (light, medium, near saturation, as fractions of the calibrated
@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from batchlab.bench.calibrate import service_model
-from batchlab.bench.common import (BenchError, CpuWatch, Timer, bench_server, embed_prompts,
-                                   embed_source, log, machine, r3)
+from batchlab.bench.common import CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3
 from batchlab.load import poisson_arrivals, run_closed_loop, run_open_loop
+from batchlab.probe.batch_time import service_model
+from batchlab.sim.dynamic import simulate_dynamic
+from batchlab.sim.service import Table
 
-MODEL = "embed"
+EMBED_MODEL = "embed"
 MAX_BATCH = 32
 LEVELS = (("light", 0.25), ("medium", 0.55), ("near_saturation", 0.75))
 """Fractions of the full-batch capacity 32 / t(32). With no queue delay the instance starts a batch
@@ -63,12 +64,10 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int) -> dict[str, 
     The overhead is the median over the open-loop runs of client latency minus queue and compute
     (the median, because one run disturbed by another process on the shared cores is common).
     """
-    from batchlab.sim.service import Table
-
-    rough = run_closed_loop(server, MODEL, src, concurrency=48, duration_s=calib_s, warmup_s=0.3, progress=False)
+    rough = run_closed_loop(server, EMBED_MODEL, src, concurrency=48, duration_s=calib_s, warmup_s=0.3, progress=False)
     reps = [rough]
     for j, frac in enumerate(CALIB_FRACTIONS):
-        reps.append(run_open_loop(server, MODEL, src, rate=frac * rough.throughput_rps, duration_s=calib_s,
+        reps.append(run_open_loop(server, EMBED_MODEL, src, rate=frac * rough.throughput_rps, duration_s=calib_s,
                                   warmup_s=0.3, seed=seed + 1000 + j, progress=False))
     pooled = reps[0].server
     for r in reps[1:]:
@@ -91,14 +90,9 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int) -> dict[str, 
 
 def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str, Any]:
     """Calibrate, predict, measure; return the benchmark's JSON object."""
-    try:
-        from batchlab.sim.dynamic import simulate_dynamic
-        from batchlab.sim.service import Table
-    except ImportError as exc:
-        raise BenchError(f"the simulator is not available: {exc}") from None
     clock = Timer()
     src = embed_source(embed_prompts(512, seed=2))
-    with bench_server([MODEL]) as server, CpuWatch(server) as watch:
+    with bench_server([EMBED_MODEL]) as server, CpuWatch(server) as watch:
         log(f"server ready in {clock():.0f} s")
         levels, calibrations = {}, {}
         for k, (name, frac) in enumerate(LEVELS):
@@ -117,7 +111,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str,
                     "p50_ms": sim["latency_ms"]["p50"] + overhead_ms,
                     "p99_ms": sim["latency_ms"]["p99"] + overhead_ms,
                     "mean_batch_size": sim["batch_size_mean"]}
-            rep = run_open_loop(server, MODEL, src, arrivals=arrivals, warmup_s=1.0, seed=seed + 100 + k,
+            rep = run_open_loop(server, EMBED_MODEL, src, arrivals=arrivals, warmup_s=1.0, seed=seed + 100 + k,
                                 progress=None, label=name)
             lat = rep.latency_ms()
             meas = {"throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
@@ -160,7 +154,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str,
             "(the 2 cores are shared), the part it leaves is the queueing model's")
     return {
         "benchmark": "fidelity",
-        "model": MODEL, "max_batch_size": MAX_BATCH, "max_queue_delay_us": 0, "instances": 1,
+        "model": EMBED_MODEL, "max_batch_size": MAX_BATCH, "max_queue_delay_us": 0, "instances": 1,
         "calibration": {
             "runs": (f"before each level: a closed loop at concurrency 48 (rough capacity X), then open loops at "
                      f"{', '.join(f'{f:g}' for f in CALIB_FRACTIONS)} x X, {calib_s:g} s each, own seeds"),

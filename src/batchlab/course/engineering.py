@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from batchlab.course.presets import EMBED_LIKE
-from batchlab.load import MetricsTimeline, run_open_loop
+from batchlab.load import MetricsTimeline, RequestSpec, run_open_loop
+from batchlab.models.requests import random_embed_inputs
 from batchlab.sim import workload as W
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
@@ -187,12 +188,11 @@ def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_pe
     """Drive `model` (the course's `embed` interface) open-loop through phases of Poisson traffic at
     each rate in `rates` while scraping the metrics endpoint every `interval` s; keep scraping
     `tail_s` after the last answer. Returns (`timeline_rows`, the `LoadReport`)."""
-    from batchlab.course.misconceptions import embed_request
 
     if not rates or any(r <= 0 for r in rates):
         raise ValueError("rates must be a non-empty list of positive requests/s")
     arrivals = W.rate_curve(list(rates), seconds_per_phase * len(rates), seed=seed)
-    spec = embed_request(seed)
+    spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     with MetricsTimeline(server.metrics_url, interval=interval) as tl:
         time.sleep(2 * interval)
         rep = run_open_loop(server, model, spec, arrivals=arrivals, progress=False, request_timeout_s=30.0)

@@ -22,7 +22,8 @@ import numpy as np
 
 from batchlab.course.capacity import toy_kv_accounting
 from batchlab.course.presets import EMBED_LIKE
-from batchlab.load import run_closed_loop, run_open_loop
+from batchlab.load import RequestSpec, run_closed_loop, run_open_loop
+from batchlab.models.requests import random_embed_inputs
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -34,7 +35,7 @@ from batchlab.theory.kv import kv_bytes_for
 
 __all__ = [
     "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
-    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult", "embed_request",
+    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult",
     "measure_delay_pair", "overload_throughput",
 ]
 
@@ -265,21 +266,13 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
 # ----------------------------------------------------------------------------- 3, on the real server
 
 
-def embed_request(seed: int = 0) -> Any:
-    """One request for the course's `embed` model: 16 token ids (shape [1, 16], int32)."""
-    from batchlab.load import RequestSpec
-
-    rng = np.random.default_rng(seed)
-    return RequestSpec({"TOKENS": rng.integers(4, 200, size=(1, 16)).astype(np.int32)})
-
-
 def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,
                        seconds: float = 2.0, seed: int = 0) -> list[dict[str, Any]]:
     """For each model (same model, different `max_queue_delay_microseconds`): a closed loop at
     `concurrency` (the capacity regime) and an open loop at Poisson `rate` (moderate load), each
     `seconds` long. Rows: model, mode, throughput_rps, p50_ms, p99_ms, mean_batch,
     busy_ms_per_req (instance busy time per completed request, from the statistics extension)."""
-    spec = embed_request(seed)
+    spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     rows = []
     for m in models:
         for mode in ("closed", "open"):

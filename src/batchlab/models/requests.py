@@ -2,7 +2,8 @@
 
 Batched models (`embed*`, `generate`, `lm_step*`, `lm_iterative`) take a leading batch dimension
 of 1 per request; `lm_stream` (max_batch_size 0) takes none. A prompt may be text (encoded
-with a leading <bos>) or token ids. Feed the arrays to tritonclient's `InferInput`s, e.g.::
+with a leading <bos>) or token ids. Feed the arrays to tritonclient's `InferInput`s (datatype
+name: `batchlab.load.transport.triton_dtype`), e.g.::
 
     for name, arr in generate_inputs("一口锅", 16).items():
         x = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
@@ -15,12 +16,7 @@ from typing import Sequence as Seq
 
 import numpy as np
 
-from batchlab.lm.vocab import PAD_ID, encode
-
-_TRITON_DTYPES = {np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64",
-                  np.dtype(np.float32): "FP32", np.dtype(np.bool_): "BOOL",
-                  np.dtype(np.uint64): "UINT64"}
-
+from batchlab.lm.vocab import PAD_ID, VOCAB_SIZE, encode
 
 def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
     """Token ids (int32) of a prompt given as text or ids."""
@@ -31,14 +27,6 @@ def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
         raise ValueError(f"a prompt is text or a 1-D sequence of token ids, got shape "
                          f"{ids.shape} dtype {ids.dtype}")
     return ids.astype(np.int32)
-
-
-def triton_dtype(array: np.ndarray) -> str:
-    """The Triton datatype name of an input array built here."""
-    try:
-        return _TRITON_DTYPES[np.asarray(array).dtype]
-    except KeyError:
-        raise ValueError(f"no Triton datatype for numpy dtype {np.asarray(array).dtype}") from None
 
 
 def embed_inputs(prompt: str | Seq[int] | np.ndarray, length: int = 16) -> dict[str, np.ndarray]:
@@ -54,21 +42,47 @@ def embed_inputs(prompt: str | Seq[int] | np.ndarray, length: int = 16) -> dict[
     return {"TOKENS": row}
 
 
+def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int = 4,
+                        high: int = VOCAB_SIZE) -> dict[str, np.ndarray]:
+    """{"TOKENS": int32 [rows, length]}: token ids drawn uniformly from ``[low, high)`` by
+    ``numpy.random.default_rng(seed)``, one request of ``rows`` rows for the `embed` models.
+
+    The default range is every character of the vocabulary (no <pad>, <bos>, <eos>, <unk>).
+    """
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+        raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    if not 0 <= low < high <= VOCAB_SIZE:
+        raise ValueError(f"token ids must lie in 0 <= low < high <= {VOCAB_SIZE}, got [{low}, {high})")
+    tokens = np.random.default_rng(seed).integers(low, high, size=(int(rows), int(length)))
+    return {"TOKENS": tokens.astype(np.int32)}
+
+
 def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
                     temperature: float | None = None, seed: int | None = None,
-                    ignore_eos: bool | None = None, batched: bool = True
+                    ignore_eos: bool | None = None, batched: bool = True, rows: int = 1
                     ) -> dict[str, np.ndarray]:
     """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`).
 
     Optional inputs are included only when given (send the same set in every request: the
-    dynamic batcher may not batch requests whose optional inputs differ).
+    dynamic batcher may not batch requests whose optional inputs differ). ``rows`` > 1 gives one
+    batched request of that many copies of the prompt (one execution of batch size ``rows``).
+    ValueError for an empty prompt, ``max_tokens`` < 1 or ``rows`` < 1 (or > 1 unbatched).
     """
     ids = prompt_ids(prompt)
+    if ids.size == 0:
+        raise ValueError("a generate prompt holds at least one token")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1 or (rows > 1 and not batched):
+        raise ValueError(f"rows must be a positive integer (1 when unbatched), got {rows!r}")
+    n = int(rows)
 
     def col(value, dtype):
-        return np.array([[value]] if batched else [value], dtype=dtype)
+        return np.full((n, 1), value, dtype=dtype) if batched else np.array([value], dtype=dtype)
 
-    out = {"PROMPT": ids[None] if batched else ids, "MAX_TOKENS": col(int(max_tokens), np.int32)}
+    out = {"PROMPT": np.tile(ids[None], (n, 1)) if batched else ids, "MAX_TOKENS": col(int(max_tokens), np.int32)}
     if temperature is not None:
         out["TEMPERATURE"] = col(float(temperature), np.float32)
     if seed is not None:

@@ -10,6 +10,11 @@ fastest round per size (or the median) is robust to the odd slow round.
 
 The client's own latency of each request is kept too: it adds gRPC, (de)serialisation and the
 Python backend's request handling to the same execution.
+
+`calibrate_service` runs the same measurement with several requests per size and round and keeps
+each size's fastest round: the simulator service `Table` of chapters 04 and 05 (`Calibration`).
+`batch_table` reads t(B) from the statistics of any run (a loaded one included), which
+`service_from_stats`, `load_factor` and the benchmarks (`service_model`) build on.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 
+from batchlab.load.stats import BATCH_PHASES, ModelStats, read_stats
+from batchlab.load.transport import triton_dtype
+from batchlab.models.requests import random_embed_inputs
+from batchlab.sim.service import Table
 from batchlab.theory.formulas import fit_affine
 
 InputsFn = Callable[[int], Mapping[str, np.ndarray]]
@@ -95,9 +105,7 @@ class BatchTimes:
                 for b, m, c, i, l in zip(self.sizes, mn, mc, mi, ml)]
 
 
-def _stats(client: Any, model: str):
-    from batchlab.load.stats import read_stats
-
+def _stats(client: Any, model: str) -> ModelStats:
     return read_stats(client, model)
 
 
@@ -119,8 +127,6 @@ def _settled(client: Any, model: str, base: Any, expect: int, timeout: float = 3
 
 
 def _infer_inputs(module: Any, inputs: Mapping[str, np.ndarray]) -> list[Any]:
-    from batchlab.load.transport import triton_dtype
-
     out = []
     for name, arr in inputs.items():
         inp = module.InferInput(name, list(arr.shape), triton_dtype(arr))
@@ -130,20 +136,25 @@ def _infer_inputs(module: Any, inputs: Mapping[str, np.ndarray]) -> list[Any]:
 
 
 def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
-                        rounds: int = 7, warmup_rounds: int = 1, timeout_s: float = 30.0) -> BatchTimes:
-    """Time one execution of each batch size in ``sizes``, ``rounds`` times, interleaved.
+                        rounds: int = 7, warmup_rounds: int = 1, timeout_s: float = 30.0,
+                        requests_per_round: int | Callable[[int], int] = 1) -> BatchTimes:
+    """Time the executions of each batch size in ``sizes``, ``rounds`` times, interleaved.
 
-    ``inputs_for(B)`` gives a request with B rows. Needs the model to yourself while it runs (other
-    traffic to the same model would mix into the statistics); raises ValueError on bad arguments
-    and RuntimeError when a round's statistics do not show exactly one execution per size.
+    ``inputs_for(B)`` gives a request with B rows. Each round sends, size after size,
+    ``requests_per_round`` requests (a number, or a function of B) one at a time; an entry of
+    `BatchTimes` is one round of one size: the mean of its executions (client latency: their
+    median), with one request per round simply that execution. Needs the model to yourself while
+    it runs (other traffic to the same model would mix into the statistics); raises ValueError on
+    bad arguments and RuntimeError when a round's statistics do not show one execution per request.
     """
-    import tritonclient.grpc as grpcclient
-
     sz = [int(b) for b in sizes]
     if not sz or min(sz) < 1 or len(set(sz)) != len(sz):
         raise ValueError(f"sizes must be distinct positive integers, got {list(sizes)}")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    per = {b: int(requests_per_round(b) if callable(requests_per_round) else requests_per_round) for b in sz}
+    if min(per.values()) < 1:
+        raise ValueError(f"requests_per_round must be >= 1 for every size, got {per}")
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         reqs = {b: _infer_inputs(grpcclient, inputs_for(b)) for b in sz}
@@ -164,23 +175,198 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
         lat = {b: [] for b in sz}
         before = _settled(client, model, base, sent)
         for _ in range(rounds):
+            round_lat = {b: [] for b in sz}
             for b in sz:
-                t0 = time.perf_counter()
-                client.infer(model, reqs[b], client_timeout=timeout_s)
-                lat[b].append((time.perf_counter() - t0) * 1e3)
-            sent += len(sz)
+                for _ in range(per[b]):
+                    t0 = time.perf_counter()
+                    client.infer(model, reqs[b], client_timeout=timeout_s)
+                    round_lat[b].append((time.perf_counter() - t0) * 1e3)
+                sent += per[b]
             after = _settled(client, model, base, sent)
             d = after - before
             before = after
             for b in sz:
                 slot = d.batches.get(b)
-                if not slot or slot["compute_infer"][0] != 1:
+                n = per[b]
+                if not slot or slot["compute_infer"][0] != n:
                     raise RuntimeError(
                         f"round statistics of {model!r} show {slot['compute_infer'][0] if slot else 0} executions "
-                        f"of batch size {b}, expected 1: is other traffic reaching the model?")
-                inf[b].append(slot["compute_infer"][1] / 1e6)
-                comp[b].append(sum(slot[p][1] for p in ("compute_input", "compute_infer", "compute_output")) / 1e6)
+                        f"of batch size {b}, expected {n}: is other traffic reaching the model?")
+                inf[b].append(slot["compute_infer"][1] / n / 1e6)
+                comp[b].append(sum(slot[p][1] for p in BATCH_PHASES) / n / 1e6)
+                lat[b].append(float(np.median(round_lat[b])))
     finally:
         client.close()
     arr = lambda d: {b: np.asarray(v, dtype=float) for b, v in d.items()}  # noqa: E731
     return BatchTimes(model, sz, arr(comp), arr(inf), arr(lat), extra={"rounds": rounds})
+
+
+# --------------------------------------------------------------------------- the simulator's service table
+
+
+@dataclass
+class Calibration:
+    """t(B) measured on the real server: the simulator service and what it leaves out.
+
+    ``compute_ms``: batch size → mean compute_infer time of one execution (statistics
+    extension); ``service_ms``: compute_input + infer + output; ``client_ms``: client p50 latency
+    at that batch size; ``overhead_ms``: client p50 minus the server's service time at the
+    smallest batch size (gRPC, the Python backend's request handling), a constant the simulator
+    adds to each latency.
+    """
+
+    model: str
+    batch_sizes: list[int]
+    compute_ms: dict[int, float]
+    service_ms: dict[int, float]
+    client_ms: dict[int, float]
+    overhead_ms: float
+
+    @classmethod
+    def from_times(cls, times: BatchTimes) -> "Calibration":
+        """Each size's fastest round by service time (its compute_infer with it); the fastest
+        round's client latency."""
+        compute, service, client = {}, {}, {}
+        for b in times.sizes:
+            i = int(np.argmin(times.compute_ms[b]))
+            service[b] = float(times.compute_ms[b][i])
+            compute[b] = float(times.infer_ms[b][i])
+            client[b] = float(np.min(times.latency_ms[b]))
+        b0 = times.sizes[0]
+        return cls(times.model, list(times.sizes), compute, service, client, max(0.0, client[b0] - service[b0]))
+
+    def service(self, phase: str = "service", scale: float = 1.0) -> Table:
+        """A `batchlab.sim.service.Table` of the measured times (``phase``: 'service' or
+        'compute'), every time multiplied by ``scale`` (see `load_factor`)."""
+        _check_phase(phase)
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a number > 0, got {scale!r}")
+        src = self.service_ms if phase == "service" else self.compute_ms
+        sizes = sorted(src)
+        return Table(tuple(sizes), tuple(src[b] * scale for b in sizes), unit="ms")
+
+    def speedup(self, phase: str = "compute") -> dict[int, float]:
+        """S(B) = B · t(1) / t(B) from the measured times."""
+        src = self.compute_ms if phase == "compute" else self.service_ms
+        if 1 not in src:
+            raise ValueError("the calibration has no batch size 1 to compare with")
+        return {b: b * src[1] / t for b, t in sorted(src.items())}
+
+
+def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                      rows_per_size: int = 96, min_requests: int = 6, warmup_requests: int = 2,
+                      rounds: int = 3, inputs_for: InputsFn | None = None) -> Calibration:
+    """Measure one execution's time at each batch size on the real server (`measure_batch_times`).
+
+    Requests of B rows are sent one at a time (concurrency 1), so each execution holds exactly
+    one request and B rows; about ``rows_per_size`` rows (at least ``min_requests`` requests)
+    per size, split over ``rounds`` interleaved rounds (every size once per round), after
+    ``warmup_requests`` of each size. Each size keeps its fastest round ("best of N", as
+    benchmarks do): a burst of CPU contention from another process then spoils one round, not
+    the table. ``inputs_for(B)`` builds the request (default: random `embed` token rows,
+    `batchlab.models.requests.random_embed_inputs` seeded with B).
+    """
+    sizes = sorted({int(b) for b in batch_sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"batch_sizes must be positive integers, got {list(batch_sizes)!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    build = inputs_for or (lambda b: random_embed_inputs(b, seed=b))
+    times = measure_batch_times(server, model, build, sizes, rounds=rounds, warmup_rounds=warmup_requests,
+                                requests_per_round=lambda b: max(-(-min_requests // rounds),
+                                                                 -(-rows_per_size // (b * rounds))))
+    return Calibration.from_times(times)
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in ("service", "compute"):
+        raise ValueError(f"phase must be 'service' or 'compute', got {phase!r}")
+
+
+def batch_table(stats: ModelStats, min_count: int = 3, phase: str = "service"
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sizes, mean ms per execution, executions) for the sizes executed at least ``min_count``
+    times in a run's statistics (a `batchlab.load.ModelStats`).
+
+    ``phase``: 'service' (compute_input + infer + output: the time the instance was busy with
+    one batch, the simulator's t(b)) or 'compute' (compute_infer only). Raises ValueError when
+    no size was executed that often.
+    """
+    _check_phase(phase)
+    sizes, ms, counts = [], [], []
+    for b, slot in sorted(stats.batches.items()):
+        c = slot.get("compute_infer", (0, 0))[0]
+        if c >= min_count:
+            parts = BATCH_PHASES if phase == "service" else ("compute_infer",)
+            sizes.append(b)
+            ms.append(sum(slot.get(p, (0, 0))[1] for p in parts) / c / 1e6)
+            counts.append(c)
+    if not sizes:
+        raise ValueError(f"no batch size was executed often enough ({min_count} times or more): "
+                         "nothing to calibrate from")
+    return np.array(sizes), np.array(ms), np.array(counts, dtype=float)
+
+
+def service_from_stats(stats: ModelStats, phase: str = "service", min_batches: int = 3) -> Table:
+    """A simulator `Table` from the batch times a real run had (`batch_table`)."""
+    sizes, ms, _ = batch_table(stats, min_batches, phase)
+    return Table(tuple(int(b) for b in sizes), tuple(float(t) for t in ms), unit="ms")
+
+
+def load_factor(cal: Calibration, stats: ModelStats, phase: str = "service", min_batches: int = 5) -> float:
+    """How much slower executions ran under load than in the calibration: a single factor.
+
+    ``stats`` is the `ModelStats` of a loaded run (``LoadReport.server``). For every batch size
+    executed at least ``min_batches`` times, the run's mean time is divided by the calibrated
+    time at that size (interpolated between calibrated sizes); the factors are averaged weighted
+    by the number of executions. On a machine where the load generator shares the CPU with the
+    server, this is typically 1.1–1.5.
+    """
+    table = cal.service(phase)
+    sizes, ms, counts = batch_table(stats, min_batches, phase)
+    r = np.asarray([t / (table.time(int(b)) * 1e3) for b, t in zip(sizes, ms)], dtype=float)
+    return float((counts * r).sum() / counts.sum())
+
+
+def isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least-squares non-decreasing fit of `y` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [value, weight, length]
+    for yi, wi in zip(y.tolist(), w.tolist()):
+        blocks.append([yi, wi, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([[v] * n for v, _, n in blocks])
+
+
+def weighted_affine(sizes: np.ndarray, ms: np.ndarray, counts: np.ndarray) -> tuple[float, float]:
+    """Least squares t(b) = base + per_item · b (ms) weighted by √counts; both clipped at >= 0."""
+    if len(sizes) == 1:
+        return float(ms[0]), 0.0
+    w = np.sqrt(counts)
+    A = np.vstack([np.ones_like(sizes, dtype=float), sizes.astype(float)]).T * w[:, None]
+    base, per = np.linalg.lstsq(A, ms * w, rcond=None)[0]
+    return max(float(base), 0.0), max(float(per), 0.0)
+
+
+def service_model(stats: ModelStats, min_count: int = 3) -> dict[str, Any]:
+    """t(b) of a run's statistics (`batch_table`): smoothed (`isotonic`: the batch time never falls
+    as b grows), an affine summary (`weighted_affine`) and the raw points."""
+    sizes, ms, counts = batch_table(stats, min_count)
+    smooth = isotonic(ms, counts)
+    base, per = weighted_affine(sizes, ms, counts)
+    return {"sizes": sizes, "raw_ms": ms, "counts": counts, "smooth_ms": smooth,
+            "affine_ms": (base, per)}
+
+
+def speedup_ceiling(model: dict[str, Any], t1_ms: float, max_b: int = 16) -> dict[str, float] | None:
+    """Best b · t(1) / t(b) over b <= max_b on the smoothed table: what batching can give at most."""
+    sizes, smooth = model["sizes"], model["smooth_ms"]
+    keep = sizes <= max_b
+    if not keep.any() or t1_ms <= 0:
+        return None
+    gain = sizes[keep] * t1_ms / smooth[keep]
+    k = int(np.argmax(gain))
+    return {"speedup": float(gain[k]), "at_batch": int(sizes[keep][k]), "t1_ms": float(t1_ms),
+            "t_b_ms": float(smooth[keep][k])}

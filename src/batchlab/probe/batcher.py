@@ -32,53 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from batchlab.load import RequestSpec, run_open_loop
+from batchlab.probe.batch_time import _executions, _infer_inputs, _settled, _stats
+from batchlab.server import TritonServer
+from batchlab.sim.dynamic import simulate_rule
+from batchlab.sim.rule import BatchRule
 
 
 class ProbeError(RuntimeError):
     """The server could not be probed (model control refused, a request failed, …)."""
-
-
-@dataclass(frozen=True)
-class BatcherSettings:
-    """The three batch-forming fields of a model configuration."""
-
-    max_batch_size: int
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_us: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_batch_size, (int, np.integer)) or self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be a positive integer, got {self.max_batch_size!r}")
-        pref = tuple(int(p) for p in self.preferred_batch_sizes)
-        if any(p < 1 or p > self.max_batch_size for p in pref):
-            raise ValueError(f"preferred batch sizes {pref} must lie in [1, max_batch_size={self.max_batch_size}]")
-        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(pref))))
-        if not isinstance(self.max_queue_delay_us, (int, np.integer)) or self.max_queue_delay_us < 0:
-            raise ValueError(f"max_queue_delay_us must be a non-negative integer, got {self.max_queue_delay_us!r}")
-
-    def pbtxt(self) -> str:
-        """The settings as config.pbtxt lines (note where max_batch_size lives)."""
-        inner = []
-        if self.preferred_batch_sizes:
-            inner.append(f"  preferred_batch_size: [ {', '.join(map(str, self.preferred_batch_sizes))} ]")
-        if self.max_queue_delay_us:
-            inner.append(f"  max_queue_delay_microseconds: {self.max_queue_delay_us}")
-        body = ("{\n" + "\n".join(inner) + "\n}") if inner else "{ }"
-        return f"max_batch_size: {self.max_batch_size}\ndynamic_batching {body}"
-
-    def apply(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """A copy of a model configuration (JSON form) with these batcher settings."""
-        cfg = json.loads(json.dumps(dict(config)))
-        cfg["max_batch_size"] = int(self.max_batch_size)
-        db = dict(cfg.get("dynamic_batching") or {})
-        db.pop("preferred_batch_size", None)
-        db.pop("max_queue_delay_microseconds", None)
-        if self.preferred_batch_sizes:
-            db["preferred_batch_size"] = [int(p) for p in self.preferred_batch_sizes]
-        if self.max_queue_delay_us:
-            db["max_queue_delay_microseconds"] = int(self.max_queue_delay_us)
-        cfg["dynamic_batching"] = db
-        return cfg
 
 
 @dataclass(frozen=True)
@@ -87,7 +52,7 @@ class Pattern:
 
     name: str
     arrivals_s: tuple[float, ...]
-    settings: BatcherSettings
+    settings: BatchRule
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -156,12 +121,8 @@ def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float]
 
     ``arrivals_s`` replaces the designed send times (e.g. with the times a real run actually sent).
     """
-    from batchlab.sim import simulate_dynamic
-
     a = np.asarray(pattern.arrivals_s if arrivals_s is None else arrivals_s, dtype=float)
-    s = pattern.settings
-    res = simulate_dynamic(a, service, max_batch_size=s.max_batch_size, max_queue_delay_us=s.max_queue_delay_us,
-                           preferred_batch_sizes=s.preferred_batch_sizes, warmup=0.0)
+    res = simulate_rule(a, service, pattern.settings, warmup=0.0)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
     sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
@@ -176,9 +137,7 @@ def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float]
 # --------------------------------------------------------------------------- the real server
 
 
-def _grpc(server: Any):
-    import tritonclient.grpc as grpcclient
-
+def _grpc(server: Any) -> Any:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
@@ -198,21 +157,17 @@ def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
     if allows_reload(server):
         yield server
         return
-    from batchlab.server import TritonServer
-
     with TritonServer(models=list(models), startup_timeout=180) as private:
         yield private
 
 
 @contextlib.contextmanager
-def batcher_config(server: Any, model: str, settings: BatcherSettings) -> Iterator[dict[str, Any]]:
+def batcher_config(server: Any, model: str, settings: BatchRule) -> Iterator[dict[str, Any]]:
     """Reload ``model`` with ``settings``; yield the configuration the server then reports.
 
     On exit the model is reloaded with the configuration it had. Raises ProbeError when the server
     refuses model control (start it with explicit control, or use `reloadable`).
     """
-    from tritonclient.utils import InferenceServerException
-
     client = _grpc(server)
     try:
         base = client.get_model_config(model, as_json=True)["config"]
@@ -244,11 +199,6 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
     the run waits ``settle_s`` (default: the batcher delay + 50 ms) so the pattern starts on an
     idle instance with an empty queue.
     """
-    from batchlab.load import RequestSpec, run_open_loop
-    from batchlab.probe.batch_time import _executions, _infer_inputs, _settled, _stats
-
-    import tritonclient.grpc as grpcclient
-
     first = next(iter(inputs.values()))
     if first.shape[0] != 1:
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
@@ -306,7 +256,7 @@ def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: M
     the simulator's service model (e.g. `batchlab.sim.Affine` fitted to measured t(B)).
     """
     out: dict[int, dict[str, Any]] = {}
-    groups: dict[BatcherSettings, list[int]] = {}
+    groups: dict[BatchRule, list[int]] = {}
     for i, p in enumerate(patterns):
         groups.setdefault(p.settings, []).append(i)
     for settings, idx in groups.items():
@@ -327,9 +277,9 @@ def chapter_patterns() -> list[Pattern]:
     Delays are hundreds of milliseconds and gaps tens of milliseconds, so that a busy 2-core
     machine (a few ms of timer jitter) cannot change the outcome.
     """
-    d8 = BatcherSettings(max_batch_size=8, max_queue_delay_us=150_000)
-    pref = BatcherSettings(max_batch_size=8, preferred_batch_sizes=(4, 8), max_queue_delay_us=150_000)
-    nodelay = BatcherSettings(max_batch_size=8)
+    d8 = BatchRule(max_batch_size=8, max_queue_delay_us=150_000)
+    pref = BatchRule(max_batch_size=8, preferred=(4, 8), max_queue_delay_us=150_000)
+    nodelay = BatchRule(max_batch_size=8)
     return [
         Pattern("A 5 条同时到", burst(5), d8, "不满 max_batch_size：等最老的请求等满 150 ms，5 条一锅"),
         Pattern("B 11 条同时到", burst(11), d8, "凑满 8 条立即下锅，剩下 3 条等满窗口再走"),

@@ -31,25 +31,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from batchlab.models.requests import generate_inputs
+from batchlab.probe.batch_time import BatchTimes, measure_batch_times
+from batchlab.sim.service import TokenCost
 from batchlab.theory.formulas import fit_affine
-from batchlab.probe.batch_time import BatchTimes, InputsFn, measure_batch_times
-
-
-def generate_inputs(prompt: Sequence[int], max_tokens: int) -> InputsFn:
-    """B -> inputs of one `generate` request carrying B copies of ``prompt`` (IGNORE_EOS set,
-    so every row makes exactly ``max_tokens`` tokens)."""
-    p = np.asarray(prompt, dtype=np.int32)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError("prompt must be a non-empty 1-D sequence of token ids")
-    if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-
-    def make(b: int) -> dict[str, np.ndarray]:
-        return {"PROMPT": np.tile(p[None], (b, 1)),
-                "MAX_TOKENS": np.full((b, 1), int(max_tokens), np.int32),
-                "IGNORE_EOS": np.ones((b, 1), dtype=bool)}
-
-    return make
 
 
 @dataclass
@@ -95,8 +80,6 @@ class GenerateCalibration:
         decode_base + decode_per_seq·B is the step fit; the prefill of B prompts of P tokens is
         decode_base + prefill_per_token·B·P, its slope fitted through the measured t_p(B).
         """
-        from batchlab.sim import TokenCost
-
         a, b = self.step_fit()
         a, b = max(a, 1e-3), max(b, 0.0)
         x = np.asarray(self.sizes, float) * self.prompt_len
@@ -111,13 +94,19 @@ class GenerateCalibration:
                 for b, p, f, s in zip(self.sizes, self.prefill_ms, self.full_ms, self.step_ms)]
 
 
+def _rows_of(prompt: Sequence[int], max_tokens: int) -> Any:
+    """B -> one `generate` request of B copies of ``prompt`` (IGNORE_EOS: exactly ``max_tokens`` each)."""
+    generate_inputs(prompt, max_tokens, ignore_eos=True)  # check the arguments once, up front
+    return lambda b: generate_inputs(prompt, max_tokens, ignore_eos=True, rows=b)
+
+
 def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] = (1, 4, 16),
                        n_tokens: int = 16, rounds: int = 3, model: str = "generate") -> GenerateCalibration:
     """Measure t_p(B) and t(B, N) of ``model`` with single executions (see module docstring)."""
     if n_tokens < 2:
         raise ValueError("n_tokens must be >= 2 to see a decode step")
-    pre = measure_batch_times(server, model, generate_inputs(prompt, 1), sizes, rounds=rounds)
-    full = measure_batch_times(server, model, generate_inputs(prompt, n_tokens), sizes, rounds=rounds)
+    pre = measure_batch_times(server, model, _rows_of(prompt, 1), sizes, rounds=rounds)
+    full = measure_batch_times(server, model, _rows_of(prompt, n_tokens), sizes, rounds=rounds)
     return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), pre, full)
 
 

@@ -5,7 +5,8 @@ Modules, one concept each:
 * `workload` — arrival times (Poisson, constant, MMPP / on-off, rate curve, trace) and token
   lengths (`lengths`: uniform, capped exponential, empirical, fixed);
 * `service` — execution-time models: `Affine`, `Table`, `TokenCost`;
-* `rule` — Triton's dynamic-batcher decision (`BatchRule`) and queue policy (`QueuePolicy`);
+* `rule` — a dynamic-batcher setting and Triton's decision it gives (`BatchRule`), and the queue
+  policy (`QueuePolicy`);
 * `engine` — the event heap;
 * schedulers: `nobatch`, `dynamic`, `static_generation`, `sequence`, `continuous`;
 * `results` / `summary` — per-request and per-execution records, and their summary;
@@ -16,7 +17,7 @@ Command line: ``python -m batchlab.sim dynamic --rate R --max-batch-size B ...``
 """
 
 from .continuous import simulate_continuous
-from .dynamic import simulate_dynamic
+from .dynamic import simulate_dynamic, simulate_rule
 from .nobatch import simulate_nobatch
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
 from .rule import BatchRule, QueuePolicy
@@ -25,7 +26,7 @@ from .service import Affine, Table, TokenCost
 from .static_generation import simulate_static_generation
 
 __all__ = [
-    "simulate_dynamic", "simulate_nobatch", "simulate_static_generation", "simulate_sequence",
+    "simulate_dynamic", "simulate_rule", "simulate_nobatch", "simulate_static_generation", "simulate_sequence",
     "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Table", "TokenCost",
     "BatchRule", "QueuePolicy",
 ]

@@ -25,7 +25,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections import deque
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -93,12 +93,20 @@ def simulate_dynamic(
         rec["priority"] = prio
     cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
     config = dict(
-        max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.preferred),
+        max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
         max_queue_delay_us=rule.max_queue_delay_us, instances=k, max_queue_size=default.max_queue_size,
         default_timeout_us=default.timeout_us, timeout_action=default.timeout_action,
         priority_levels=levels, service=repr(service),
     )
     return SimResult(rec, bat, "dynamic", config, instances=k, capacity_rps=cap, warmup=warmup)
+
+
+def simulate_rule(arrivals: np.ndarray, service: BatchService, rule: BatchRule, warmup: float = 0.1,
+                  **kwargs: Any) -> SimResult:
+    """`simulate_dynamic` with the batcher fields and instance count of ``rule``; ``kwargs`` are
+    its other arguments (queue policy, priorities, engine)."""
+    return simulate_dynamic(arrivals, service, rule.max_batch_size, max_queue_delay_us=rule.max_queue_delay_us,
+                            preferred_batch_sizes=rule.preferred, instances=rule.instances, warmup=warmup, **kwargs)
 
 
 def _priorities(priorities, levels: int, n: int) -> np.ndarray | None:

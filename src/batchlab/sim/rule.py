@@ -26,41 +26,56 @@ where this model sends the largest preferred size pending when the instance free
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from batchlab._validate import choice, integer, non_negative
+from batchlab.config_pbtxt import edit_config, to_text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class BatchRule:
-    """``max_batch_size``, ``preferred_batch_size`` and ``max_queue_delay_microseconds`` as one rule."""
+    """One dynamic-batcher setting of a model, and the batching rule it gives.
+
+    ``max_batch_size`` is the model-level field; ``preferred`` (the sizes as written, sorted,
+    possibly empty) and ``max_queue_delay_us`` belong to ``dynamic_batching``; ``instances`` is
+    ``instance_group.count``. The simulator, the probes of the real server and the tuning
+    chapter all describe a batcher with this one type. ``effective_preferred`` is what Triton
+    uses (empty means ``[max_batch_size]``); ``best`` (largest effective preferred size <= n,
+    or 0, for every n) is precomputed for the simulator's hot path.
+    """
 
     max_batch_size: int
     preferred: tuple[int, ...] = ()
     max_queue_delay_us: float = 0.0
-    best: tuple[int, ...] = field(init=False, repr=False)
-    min_preferred: int = field(init=False, repr=False)
-    max_preferred: int = field(init=False, repr=False)
-    delay_s: float = field(init=False, repr=False)
+    instances: int = 1
+    effective_preferred: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    best: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    min_preferred: int = field(init=False, repr=False, compare=False)
+    max_preferred: int = field(init=False, repr=False, compare=False)
+    delay_s: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         m = integer("max_batch_size", self.max_batch_size, lo=1)
-        pref = normalise_preferred(self.preferred, m)
+        pref = _preferred_sizes(self.preferred, m)
         d = non_negative("max_queue_delay_us", self.max_queue_delay_us)
+        k = integer("instances", self.instances, lo=1)
+        eff = pref or (m,)
         best = [0] * (m + 1)
         cur = 0
-        for k in range(m + 1):
-            if k in pref:
-                cur = k
-            best[k] = cur
-        object.__setattr__(self, "max_batch_size", m)
-        object.__setattr__(self, "preferred", pref)
-        object.__setattr__(self, "max_queue_delay_us", d)
-        object.__setattr__(self, "best", tuple(best))
-        object.__setattr__(self, "min_preferred", pref[0])
-        object.__setattr__(self, "max_preferred", pref[-1])
-        object.__setattr__(self, "delay_s", d * 1e-6)
+        for n in range(m + 1):
+            if n in eff:
+                cur = n
+            best[n] = cur
+        for name, value in (("max_batch_size", m), ("max_queue_delay_us", d), ("preferred", pref),
+                            ("instances", k), ("effective_preferred", eff), ("best", tuple(best)),
+                            ("min_preferred", eff[0]), ("max_preferred", eff[-1]), ("delay_s", d * 1e-6)):
+            object.__setattr__(self, name, value)
+
+    # -- the rule ------------------------------------------------------------------------------
 
     def decide(self, n: int, oldest_arrival: float, now: float) -> tuple[int, float]:
         """Batch size to send now (``(size, now)``), or ``(0, deadline)`` to wait until a deadline.
@@ -84,19 +99,69 @@ class BatchRule:
         """The batch size sent when the queue is long: max preferred with delay 0, else max_batch_size."""
         return self.max_preferred if self.delay_s == 0.0 else self.max_batch_size
 
+    def full_batch_capacity(self, service: Any) -> float:
+        """Requests/s the instances serve when the queue is long (batches of the size then sent)."""
+        b = self.overload_batch()
+        return self.instances * b / float(service.time(b))
 
-def normalise_preferred(preferred: Sequence[int] | None, max_batch_size: int) -> tuple[int, ...]:
-    """Sorted unique preferred sizes, each in ``[1, max_batch_size]``; empty means ``(max_batch_size,)``."""
+    # -- as text and data ------------------------------------------------------------------------
+
+    @property
+    def label(self) -> str:
+        """Short text such as ``B=16 d=2000us pref=[8,16] x2``."""
+        s = f"B={self.max_batch_size} d={self.max_queue_delay_us:g}us"
+        if self.preferred:
+            s += " pref=[" + ",".join(map(str, self.preferred)) + "]"
+        if self.instances > 1:
+            s += f" x{self.instances}"
+        return s
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict."""
+        return {"max_batch_size": self.max_batch_size, "max_queue_delay_us": self.max_queue_delay_us,
+                "preferred": list(self.preferred), "instances": self.instances}
+
+    def to_pbtxt(self, base_text: str, name: str | None = None) -> str:
+        """``base_text`` (a model's config.pbtxt) with this config's fields written in.
+
+        Edited and printed with Triton's own schema (`batchlab.config_pbtxt`), so the result is
+        exactly what the server reads; comments of the base text are not kept.
+        """
+        changes: dict[str, Any] = {} if name is None else {"name": name}
+        changes["max_batch_size"] = self.max_batch_size
+        changes["dynamic_batching.max_queue_delay_microseconds"] = int(round(self.max_queue_delay_us))
+        changes["dynamic_batching.preferred_batch_size"] = list(self.preferred)
+        changes["instance_group.0.count"] = self.instances
+        return to_text(edit_config(base_text, changes))
+
+    def apply(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a model configuration in JSON form (the server's ``get_model_config``) with
+        this config's batcher fields, for a ``load_model(config=...)`` override."""
+        cfg = json.loads(json.dumps(dict(config)))
+        cfg["max_batch_size"] = int(self.max_batch_size)
+        db = dict(cfg.get("dynamic_batching") or {})
+        db.pop("preferred_batch_size", None)
+        db.pop("max_queue_delay_microseconds", None)
+        if self.preferred:
+            db["preferred_batch_size"] = [int(p) for p in self.preferred]
+        if self.max_queue_delay_us:
+            db["max_queue_delay_microseconds"] = int(round(self.max_queue_delay_us))
+        cfg["dynamic_batching"] = db
+        return cfg
+
+
+def _preferred_sizes(preferred: Sequence[int] | int | None, max_batch_size: int) -> tuple[int, ...]:
+    """Sorted unique preferred sizes, each in ``[1, max_batch_size]`` (may be empty)."""
     if preferred is None:
         preferred = ()
-    if isinstance(preferred, (int,)) and not isinstance(preferred, bool):
+    if isinstance(preferred, (int, np.integer)) and not isinstance(preferred, bool):
         preferred = (preferred,)
     sizes = sorted({integer("preferred_batch_sizes entry", p, lo=1) for p in preferred})
     if sizes and sizes[-1] > max_batch_size:
         raise ValueError(
             f"preferred_batch_sizes entry {sizes[-1]} exceeds max_batch_size {max_batch_size}"
         )
-    return tuple(sizes) if sizes else (max_batch_size,)
+    return tuple(sizes)
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,7 @@ def simulate_sequence(
     config = dict(strategy=strat, max_batch_size=m, instances=k, think_time_s=think_s, think=think_kind,
                   slots_per_instance=cands, max_queue_delay_us=float(max_queue_delay_us),
                   minimum_slot_utilization=msu, max_sequence_idle_us=float(max_sequence_idle_us),
-                  preferred_batch_sizes=list(rule.preferred) if rule else [], service=repr(service))
+                  preferred_batch_sizes=list(rule.effective_preferred) if rule else [], service=repr(service))
     # whole-run counts; each force-ended sequence also shows as one rejected request
     return SimResult(rec, bat, f"sequence_{strat}", config, instances=k, capacity_rps=None, warmup=warmup,
                      extra={"eta": "slots", "summary_extra": {

@@ -80,7 +80,7 @@ def simulate_static_generation(
             rec["finish"][served] = prefill_end[bid] + np.asarray([
                 cost.padded_decode_time(int(size[j]), int(mp[j]), int(s)) for j, s in zip(bid, steps)])
     cap = None
-    config = dict(max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.preferred),
+    config = dict(max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
                   max_queue_delay_us=rule.max_queue_delay_us, instances=k, early_return=early_return,
                   cost=repr(cost))
     return SimResult(rec, bat, "static_generation", config, instances=k, capacity_rps=cap, warmup=warmup,
