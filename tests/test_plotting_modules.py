@@ -1,0 +1,601 @@
+"""batchlab.plotting: the figures of chapters 00–05 draw exactly the numbers they are given.
+
+One test per public function of plotting.tuning, padding, evaluation, speedup, timeline and
+bottleneck: each is called with small, distinct, seeded inputs like the notebooks pass, and the
+test reads back what a learner sees (labels, titles, lines, bars, texts, legends, scales, limits).
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
+from matplotlib.colors import LogNorm, to_hex, to_rgba  # noqa: E402
+
+from batchlab.plotting import bottleneck as BN  # noqa: E402
+from batchlab.plotting import evaluation as EV  # noqa: E402
+from batchlab.plotting import padding as PP  # noqa: E402
+from batchlab.plotting import speedup as SP  # noqa: E402
+from batchlab.plotting import timeline as TL  # noqa: E402
+from batchlab.plotting import tuning as TP  # noqa: E402
+from batchlab.plotting import cjk_available  # noqa: E402
+from batchlab.sim import Affine, simulate_dynamic  # noqa: E402
+from batchlab.sim.workload import poisson  # noqa: E402
+from batchlab.theory import formulas as F  # noqa: E402
+from batchlab.theory import padding as P  # noqa: E402
+
+RED, C0 = "#d9534f", to_hex("C0")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    assert cjk_available(), "a CJK font is installed: the labels below are the Chinese ones"
+    yield
+    plt.close("all")
+
+
+def texts(items) -> list[str]:
+    return [t.get_text() for t in items]
+
+
+def legend(ax) -> list[str]:
+    return texts(ax.get_legend().get_texts())
+
+
+def assert_inside(ax, x, y) -> None:
+    """The finite points (x, y) lie inside the axes limits (either direction)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    assert np.all((x0 <= x[ok]) & (x[ok] <= x1)), (x[ok], (x0, x1))
+    assert np.all((y0 <= y[ok]) & (y[ok] <= y1)), (y[ok], (y0, y1))
+
+
+def assert_lines_inside(ax) -> None:
+    for ln in ax.lines:
+        assert_inside(ax, ln.get_xdata(), ln.get_ydata())
+
+
+# ----------------------------------------------------------------------------- tuning (chapter 04)
+
+
+def test_plot_wait_vs_load_draws_curves_then_points():
+    rng = np.random.default_rng(40)
+    rates = np.array([20.0, 60.0, 100.0, 140.0])
+    md1, chain, bound = (np.sort(rng.uniform(1, 50, 4)) for _ in range(3))
+    sim = chain * rng.uniform(0.9, 1.1, 4)
+    curves = {"不拼批 M/D/1": md1, "max_batch_size=16（批服务链，精确）": chain, "不限批大小（闭式上界）": bound}
+    ax = TP.plot_wait_vs_load(rates, curves, {"模拟 max_batch_size=16": sim})
+    assert ax.get_xlabel() == "负载 ρ = λ / 容量" and ax.get_ylabel() == "平均排队时间（ms）"
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"
+    assert len(ax.lines) == 4
+    for ln, y in zip(ax.lines, [md1, chain, bound, sim]):
+        np.testing.assert_allclose(ln.get_xdata(), rates)
+        np.testing.assert_allclose(ln.get_ydata(), y)
+    assert [ln.get_linestyle() for ln in ax.lines] == ["-", "--", "-.", "None"]
+    assert ax.lines[3].get_marker() == "o"
+    assert [to_hex(ln.get_color()) for ln in ax.lines] == [to_hex(f"C{i}") for i in range(4)]
+    assert legend(ax) == [*curves, "模拟 max_batch_size=16"]
+    assert_lines_inside(ax)
+
+    # the chapter's call: its own labels, linear axis, no simulated points
+    ax = TP.plot_wait_vs_load(rates, {"a": md1}, xlabel="到达率 λ（req/s）", ylabel="平均延迟（ms）", logy=False)
+    assert ax.get_xlabel() == "到达率 λ（req/s）" and ax.get_ylabel() == "平均延迟（ms）"
+    assert ax.get_yscale() == "linear" and len(ax.lines) == 1 and legend(ax) == ["a"]
+
+
+def test_plot_heatmap_writes_each_cell_where_it_belongs():
+    xs, ys = [0.0, 500.0, 1000.0, 2000.0], [1, 4, 16]          # max_queue_delay_us (float), max_batch_size
+    z = np.arange(1.0, 13.0).reshape(3, 4) * 7.5                 # z[y, x], all distinct
+    z[2, 3] = np.nan
+    ax = TP.plot_heatmap(xs, ys, z, "轻载 60 req/s：p99 (ms)", fmt="{:.1f}", mark=(1000.0, 4))
+    assert ax.get_title() == "轻载 60 req/s：p99 (ms)"
+    assert ax.get_xlabel() == "max_queue_delay（ms）" and ax.get_ylabel() == "max_batch_size"
+    assert texts(ax.get_xticklabels()) == ["0", "0.5", "1", "2"]   # µs shown in ms
+    assert texts(ax.get_yticklabels()) == ["1", "4", "16"]
+    (im,) = ax.images
+    data = im.get_array()
+    np.testing.assert_allclose(data.filled(np.nan), z)
+    assert data.mask[2, 3] and data.mask.sum() == 1
+    assert not isinstance(im.norm, LogNorm)
+    # one label per finite cell, at column j / row i, holding z[i, j]
+    assert len(ax.texts) == 11
+    for t in ax.texts:
+        j, i = t.get_position()
+        assert t.get_text() == f"{z[int(i), int(j)]:.1f}"
+    # the mark outlines the cell (x = 1000 µs, y = 4)
+    (rect,) = ax.patches
+    assert rect.get_xy() == (1.5, 0.5) and rect.get_width() == rect.get_height() == 1
+    assert to_hex(rect.get_edgecolor()) == "#ff0000" and not rect.get_fill()
+    assert len(ax.figure.axes) == 2                                # heatmap + colorbar
+
+    # the heavy-load call: log colours and a cap: cells above vmax read ">cap"
+    z2 = np.array([[5.0, 50.0], [500.0, 5000.0]])
+    ax = TP.plot_heatmap([0.0, 1000.0], [8, 32], z2, "重载", log=True, vmax=1000, fmt="{:.0f}")
+    (im,) = ax.images
+    assert isinstance(im.norm, LogNorm) and (im.norm.vmin, im.norm.vmax) == (5.0, 1000.0)
+    assert texts(ax.texts) == ["5", "50", "500", ">1000"]
+    assert [to_hex(t.get_color()) for t in ax.texts] == ["#ffffff", "#ffffff", "#000000", "#000000"]
+    assert not ax.patches
+
+
+def test_plot_slo_capacity_bars_best_in_red():
+    labels = ["B=8 d=1000us", "B=16 d=0us", "B=4 d=0us", "B=1 d=0us"]
+    rates = [410.0, 380.0, 250.0, 95.0]
+    ax = TP.plot_slo_capacity(labels, rates)
+    assert ax.get_xlabel() == "满足 SLO 的最高到达率（req/s）"
+    assert [b.get_width() for b in ax.patches] == rates
+    assert [b.get_y() + b.get_height() / 2 for b in ax.patches] == pytest.approx([0, 1, 2, 3])
+    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [RED, C0, C0, C0]
+    assert texts(ax.get_yticklabels()) == labels and ax.yaxis_inverted()
+    assert texts(ax.texts) == [" 410", " 380", " 250", " 95"]
+    assert [t.xy for t in ax.texts] == [(r, i) for i, r in enumerate(rates)]
+    assert ax.get_legend() is None and not ax.lines
+    assert max(rates) <= ax.get_xlim()[1]
+
+    ax = TP.plot_slo_capacity(labels, rates, best=2, measured={1: 300.0, 3: 80.0})
+    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [C0, C0, RED, C0]
+    assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.lines] == [([300.0], [1]), ([80.0], [3])]
+    assert all(ln.get_marker() == "D" for ln in ax.lines)
+    assert legend(ax) == ["实测"]
+    assert_lines_inside(ax)
+
+
+# ----------------------------------------------------------------------------- padding (chapter 03)
+
+
+def test_plot_padded_batch_real_tokens_and_padding():
+    lengths = [5, 12, 8, 3]
+    ax = PP.plot_padded_batch(lengths)
+    eta = F.padding_efficiency(lengths)
+    assert ax.get_title() == f"一锅 4 份：η = {eta:.3f}" == "一锅 4 份：η = 0.583"
+    assert ax.get_xlabel() == "解码步（token）"
+    real, pad = ax.patches[:4], ax.patches[4:]
+    assert len(ax.patches) == 8
+    assert [b.get_width() for b in real] == lengths and all(b.get_x() == 0 for b in real)
+    assert [b.get_x() for b in pad] == lengths and [b.get_width() for b in pad] == [7, 0, 4, 9]
+    assert all(b.get_hatch() == "///" for b in pad) and all(b.get_hatch() is None for b in real)
+    assert texts(ax.get_yticklabels()) == ["#1  L=5", "#2  L=12", "#3  L=8", "#4  L=3"]
+    assert ax.yaxis_inverted() and legend(ax) == ["真实 token", "补齐（padding）"]
+    assert ax.get_xlim()[1] >= 12
+    assert PP.plot_padded_batch([4, 4], title="T").get_title() == "T"
+
+
+def test_plot_eta_curve_exact_mc_ratio_and_limit():
+    dist = P.uniform_pmf(1, 60)
+    sizes = [1, 2, 4, 8, 16]
+    exact = P.eta_curve(dist, sizes)
+    mcs = [P.monte_carlo_eta(dist, b, n_batches=400, seed=3 + b) for b in sizes]
+    mc, se = np.array([m.mean for m in mcs]), np.array([m.stderr for m in mcs])
+    ratio = np.array([P.ratio_of_expectations(dist, b) for b in sizes])
+    limit = P.eta_limit(dist)
+    ax = PP.plot_eta_curve(sizes, exact, mc, se, ratio, limit)
+    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "有效率 η"
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    assert texts(ax.get_xticklabels()) == ["1", "2", "4", "8", "16"]
+    assert ax.get_ylim() == (0, 1.05)
+    by_label = {ln.get_label(): ln for ln in ax.lines}
+    for label, y in (("E[η] 精确值", exact), ("E[L]/E[L_max]（期望之比）", ratio)):
+        np.testing.assert_allclose(by_label[label].get_xdata(), sizes)
+        np.testing.assert_allclose(by_label[label].get_ydata(), y)
+    np.testing.assert_allclose(by_label[f"B→∞ 极限 {limit:.3f}"].get_ydata(), [limit, limit])
+    (eb,) = ax.containers
+    data_line, _, (bars,) = eb
+    np.testing.assert_allclose(data_line.get_ydata(), mc)
+    seg = np.array(bars.get_segments())                               # ±2 standard errors
+    np.testing.assert_allclose(seg[:, 0, 1], mc - 2 * se)
+    np.testing.assert_allclose(seg[:, 1, 1], mc + 2 * se)
+    assert sorted(legend(ax)) == sorted(["E[η] 精确值", "E[L]/E[L_max]（期望之比）", "蒙特卡洛（±2 标准误）",
+                                         f"B→∞ 极限 {limit:.3f}"])
+    for y in (exact, ratio, mc):
+        assert_inside(ax, sizes, y)
+
+    ax = PP.plot_eta_curve(sizes, exact)
+    assert len(ax.lines) == 1 and not ax.containers and legend(ax) == ["E[η] 精确值"]
+
+
+def test_plot_eta_histogram_is_a_density_with_its_mean():
+    etas = np.random.default_rng(5).beta(4, 2, 500)
+    ax = PP.plot_eta_histogram(etas, float(etas.mean()), bins=20)
+    assert ax.get_xlabel() == "单锅有效率 η" and ax.get_ylabel() == "概率密度"
+    heights, edges = np.histogram(etas, bins=20, density=True)
+    assert len(ax.patches) == 20
+    np.testing.assert_allclose([b.get_height() for b in ax.patches], heights)
+    np.testing.assert_allclose([b.get_x() for b in ax.patches], edges[:-1])
+    (mean_line,) = ax.lines
+    np.testing.assert_allclose(mean_line.get_xdata(), [etas.mean()] * 2)
+    assert legend(ax) == [f"E[η] = {etas.mean():.3f}"]
+    assert ax.get_xlim()[0] <= etas.min() and etas.max() <= ax.get_xlim()[1]
+
+
+def test_plot_scheme_bars_groups_skip_nan_and_label_values():
+    series = {"推导": [120.0, 480.0], "模拟": [110.0, np.nan], "实测 tokens/s": [101.0, 455.0]}
+    ax = PP.plot_scheme_bars(["补齐", "连续批处理"], series, "tokens/s")
+    assert ax.get_ylabel() == "tokens/s" and texts(ax.get_xticklabels()) == ["补齐", "连续批处理"]
+    assert [b.get_height() for b in ax.patches] == [120.0, 480.0, 110.0, 101.0, 455.0]
+    w = 0.8 / 3
+    centres = [b.get_x() + b.get_width() / 2 for b in ax.patches]
+    assert centres == pytest.approx([-w, 1 - w, 0.0, w, 1 + w])
+    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [to_hex(c) for c in ("C0", "C0", "C1", "C2", "C2")]
+    assert texts(ax.texts) == ["120", "480", "110", "101", "455"]
+    assert legend(ax) == list(series)
+    assert ax.get_ylim()[1] >= 480
+    ax = PP.plot_scheme_bars(["a"], {"s": [0.25]}, "η", fmt="{:.2f}")
+    assert texts(ax.texts) == ["0.25"] and ax.patches[0].get_width() == pytest.approx(0.8)
+
+
+def test_plot_kv_per_token_log_bars_in_kib_and_mib():
+    names, v = ["Llama-2-7B", "Llama-3-8B", "tiny"], [524288.0, 131072.0, 4096.0]
+    ax = PP.plot_kv_per_token(names, v)
+    assert ax.get_xlabel() == "每 token 的 KV 字节数（对数轴）" and ax.get_xscale() == "log"
+    assert [b.get_width() for b in ax.patches] == v
+    assert texts(ax.get_yticklabels()) == names and ax.yaxis_inverted()
+    assert texts(ax.texts) == [" 524,288 B = 512 KiB = 0.5 MiB", " 131,072 B = 128 KiB", " 4,096 B = 4 KiB"]
+    assert ax.get_xlim() == pytest.approx((2048.0, 524288.0 * 15))
+
+
+def test_plot_concurrency_vs_context_log_log():
+    ctx = [512, 1024, 2048, 4096, 8192]
+    series = {"Llama-2-7B": [120, 60, 30, 15, 7], "Llama-3-8B": [480, 240, 120, 60, 30]}
+    ax = PP.plot_concurrency_vs_context(ctx, series)
+    assert ax.get_xlabel() == "每条序列的 token 数（提示 + 输出）" and ax.get_ylabel() == "可并发的序列数"
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2 and ax.get_yscale() == "log"
+    assert len(ax.lines) == 2 and legend(ax) == list(series)
+    for ln, y in zip(ax.lines, series.values()):
+        np.testing.assert_allclose(ln.get_xdata(), ctx)
+        np.testing.assert_allclose(ln.get_ydata(), y)
+    assert_lines_inside(ax)
+
+
+def test_plot_occupancy_steps_and_capacity():
+    t = np.cumsum(np.random.default_rng(7).exponential(0.1, 12))
+    active = {"补齐": [8, 8, 8, 3, 1, 8, 8, 6, 2, 1, 0, 0], "连续": [8, 8, 8, 8, 7, 8, 8, 8, 8, 6, 4, 1]}
+    ax = PP.plot_occupancy(t, active, capacity=8)
+    assert ax.get_xlabel() == "时间（s）" and ax.get_ylabel() == "锅里在煮的序列数"
+    assert len(ax.lines) == 3 and legend(ax) == ["补齐", "连续", "锅容量 8"]
+    for ln, y in zip(ax.lines, active.values()):
+        assert ln.get_drawstyle() == "steps-post"
+        np.testing.assert_allclose(ln.get_xdata(), t)
+        np.testing.assert_allclose(ln.get_ydata(), y)
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), [8, 8])
+    assert_inside(ax, t, active["连续"])
+    assert len(PP.plot_occupancy(t, active).lines) == 2
+
+
+# ----------------------------------------------------------------------------- evaluation (chapter 05)
+
+
+def test_plot_percentiles_measured_then_simulated_on_one_axes():
+    rng = np.random.default_rng(50)
+    thr = np.sort(rng.uniform(50, 400, 5))
+    pcts = {f"p{q}": np.sort(rng.uniform(5, 20, 5)) * q / 50 for q in (50, 95, 99)}
+    ax = EV.plot_percentiles(thr, pcts, label_suffix=" 实测")
+    sim_thr = thr * 1.02
+    sim = {k: v * 0.9 for k, v in pcts.items()}
+    assert EV.plot_percentiles(sim_thr, sim, ax=ax, style="x--", label_suffix=" 模拟") is ax
+    assert ax.get_xlabel() == "吞吐（req/s）" and ax.get_ylabel() == "延迟（ms）" and ax.get_yscale() == "log"
+    assert legend(ax) == ["p50 实测", "p95 实测", "p99 实测", "p50 模拟", "p95 模拟", "p99 模拟"]
+    for ln, (x, y) in zip(ax.lines, [(thr, v) for v in pcts.values()] + [(sim_thr, v) for v in sim.values()]):
+        np.testing.assert_allclose(ln.get_xdata(), x)
+        np.testing.assert_allclose(ln.get_ydata(), y)
+    assert [ln.get_marker() for ln in ax.lines] == ["o"] * 3 + ["x"] * 3
+    assert [ln.get_linestyle() for ln in ax.lines] == ["-"] * 3 + ["--"] * 3
+    assert_lines_inside(ax)
+
+    ax = EV.plot_percentiles([0.1, 0.5, 0.9], {"模拟 p99": [1, 2, 9]}, xlabel="负载 ρ = λ / 满批容量", logy=False)
+    assert ax.get_xlabel() == "负载 ρ = λ / 满批容量" and ax.get_yscale() == "linear"
+
+
+def test_plot_latency_vs_length_one_scatter_per_scheme():
+    rng = np.random.default_rng(51)
+    lengths = {"补齐": rng.integers(1, 100, 40), "连续批处理": rng.integers(1, 100, 30)}
+    latency = {"补齐": rng.uniform(100, 900, 40), "连续批处理": 8.0 * lengths["连续批处理"]}
+    ax = EV.plot_latency_vs_length(lengths, latency)
+    assert ax.get_xlabel() == "请求自己的输出长度（token）" and ax.get_ylabel() == "端到端延迟（ms）"
+    assert len(ax.collections) == 2 and legend(ax) == ["补齐", "连续批处理"]
+    for coll, name in zip(ax.collections, latency):
+        np.testing.assert_allclose(coll.get_offsets(), np.column_stack([lengths[name], latency[name]]))
+    for coll, c in zip(ax.collections, ("C0", "C1")):
+        np.testing.assert_allclose(coll.get_facecolor()[0][:3], to_rgba(c)[:3])
+    for name in latency:
+        assert_inside(ax, lengths[name], latency[name])
+
+
+def test_plot_tail_ratio_against_load():
+    rho = [0.1, 0.3, 0.5, 0.7, 0.9]
+    ratios = {"dynamic": [1.5, 1.7, 2.2, 3.1, 5.0], "nobatch": [2.0, 2.6, 3.5, 5.2, 9.8]}
+    ax = EV.plot_tail_ratio(rho, ratios)
+    assert ax.get_xlabel() == "负载 ρ" and ax.get_ylabel() == "p99 / p50" and ax.get_yscale() == "linear"
+    assert legend(ax) == list(ratios)
+    for ln, y in zip(ax.lines, ratios.values()):
+        np.testing.assert_allclose(ln.get_xdata(), rho)
+        np.testing.assert_allclose(ln.get_ydata(), y)
+    assert_lines_inside(ax)
+    assert EV.plot_tail_ratio(rho, ratios, xlabel="λ").get_xlabel() == "λ"
+
+
+def test_plot_amdahl_fit_affine_ceiling_ideal():
+    sizes = np.array([1, 2, 4, 8, 16, 32, 64])
+    a_ms, b_ms = 2.0, 0.25
+    f = F.amdahl_f_from_affine(a_ms, b_ms)
+    measured = F.affine_speedup(sizes, a_ms, b_ms) * np.random.default_rng(52).uniform(0.95, 1.05, sizes.size)
+    ax = EV.plot_amdahl(sizes, measured, f, affine=(a_ms, b_ms), b_max=512)
+    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "加速比 S"
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    ceiling = F.amdahl_ceiling(f)
+    assert legend(ax) == ["实测 S(B)", f"Amdahl 拟合 f = {f:.3f}", "仿射 t(B)=a+bB 推出的 S(B)",
+                          f"上限 1/(1−f) = {ceiling:.2f}", "理想 S = B"]
+    pts, fit, aff, top, ideal = ax.lines
+    np.testing.assert_allclose(pts.get_xdata(), sizes)
+    np.testing.assert_allclose(pts.get_ydata(), measured)
+    grid = fit.get_xdata()
+    np.testing.assert_allclose(grid, np.geomspace(1, 512, 200))
+    np.testing.assert_allclose(fit.get_ydata(), [F.amdahl(f, g) for g in grid])
+    np.testing.assert_allclose(aff.get_ydata(), F.affine_speedup(grid, a_ms, b_ms))
+    np.testing.assert_allclose(top.get_ydata(), [ceiling, ceiling])
+    np.testing.assert_allclose(ideal.get_ydata(), grid)
+    assert ax.get_ylim() == pytest.approx((0.8, max(ceiling * 1.4, measured.max() * 1.3)))
+    assert_inside(ax, sizes, measured)
+    assert_inside(ax, grid, fit.get_ydata())
+
+    ax = EV.plot_amdahl(sizes, measured, f)                      # no affine curve, grid to 4·max B
+    assert len(ax.lines) == 4 and ax.lines[1].get_xdata()[-1] == pytest.approx(4 * 64)
+
+
+def test_plot_batch_time_points_and_fit():
+    sizes = np.array([1, 2, 4, 8, 16])
+    a_ms, b_ms = 3.1, 0.42
+    t_ms = F.affine_batch_time(sizes, a_ms, b_ms) + np.random.default_rng(53).normal(0, 0.05, 5)
+    ax = EV.plot_batch_time(sizes, t_ms, a_ms, b_ms)
+    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "一次执行耗时（ms）"
+    assert legend(ax) == ["实测 t(B)", "拟合 t = 3.10 + 0.420·B ms"]
+    pts, fit = ax.lines
+    np.testing.assert_allclose(pts.get_xdata(), sizes)
+    np.testing.assert_allclose(pts.get_ydata(), t_ms)
+    np.testing.assert_allclose(fit.get_xdata(), np.linspace(0, 16, 50))
+    np.testing.assert_allclose(fit.get_ydata(), F.affine_batch_time(fit.get_xdata(), a_ms, b_ms))
+    assert_lines_inside(ax)
+
+
+# ----------------------------------------------------------------------------- speedup (chapter 02)
+
+
+def test_plot_batch_times_points_range_fit_and_one_by_one():
+    sizes = [1, 2, 4, 8, 16]
+    a_ms, b_ms = 1.8, 0.3
+    rng = np.random.default_rng(20)
+    t_ms = F.affine_batch_time(np.array(sizes), a_ms, b_ms) * rng.uniform(0.97, 1.03, 5)
+    lo, hi = t_ms * 0.9, t_ms * 1.2
+    _, ax = plt.subplots()
+    SP.plot_batch_times(ax, sizes, t_ms, a_ms, b_ms, lo=lo, hi=hi, label="实测 t(B)（最快一轮）")
+    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "一次执行耗时 (ms)"
+    assert legend(ax) == ["实测 t(B)（最快一轮）", "拟合 t(B) = 1.80 + 0.30·B ms", "逐个处理 B·t(1)"]
+    pts, fit, serial = ax.lines
+    np.testing.assert_allclose(pts.get_xdata(), sizes)
+    np.testing.assert_allclose(pts.get_ydata(), t_ms)
+    xs = np.linspace(0, 16 * 1.05, 100)
+    np.testing.assert_allclose(fit.get_xdata(), xs)
+    np.testing.assert_allclose(fit.get_ydata(), F.affine_batch_time(xs, a_ms, b_ms))
+    np.testing.assert_allclose(serial.get_ydata(), (a_ms + b_ms) * xs)
+    (rng_bars,) = ax.collections
+    seg = np.array(rng_bars.get_segments())
+    np.testing.assert_allclose(seg[:, :, 0], np.column_stack([sizes, sizes]))
+    np.testing.assert_allclose(seg[:, :, 1], np.column_stack([lo, hi]))
+    assert ax.get_xlim() == pytest.approx((0, 16.8)) and ax.get_ylim()[0] == 0
+    assert_inside(ax, sizes, hi)
+    assert_inside(ax, sizes, t_ms)
+
+    _, ax = plt.subplots()
+    SP.plot_batch_times(ax, sizes, t_ms, a_ms, b_ms)
+    assert not ax.collections and legend(ax)[0] == "实测 t(B)（中位数）"
+    with pytest.raises(ValueError):
+        SP.plot_batch_times(ax, sizes, t_ms[:3], a_ms, b_ms)
+
+
+def test_plot_speedup_derived_ceiling_ideal_and_points():
+    sizes = [1, 2, 4, 8, 16, 32]
+    a_ms, b_ms = 2.4, 0.6
+    rng = np.random.default_rng(21)
+    derived = F.affine_speedup(np.array(sizes), a_ms, b_ms)
+    measured, simulated = derived * rng.uniform(0.9, 1.0, 6), derived * rng.uniform(0.98, 1.02, 6)
+    _, ax = plt.subplots()
+    SP.plot_speedup(ax, sizes, a_ms, b_ms, measured=measured, simulated=simulated)
+    ceiling = (a_ms + b_ms) / b_ms
+    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "加速比 S"
+    assert legend(ax) == ["推导 S(B) = B(a+b)/(a+bB)", f"上限 (a+b)/b = {ceiling:.2f}",
+                          "理想 S = B（批处理完全免费）", "实测 B·t(1)/t(B)", "仿真"]
+    curve, top, ideal, meas, sim = ax.lines
+    xs = np.linspace(1, 32, 200)
+    np.testing.assert_allclose(curve.get_xdata(), xs)
+    np.testing.assert_allclose(curve.get_ydata(), F.affine_speedup(xs, a_ms, b_ms))
+    np.testing.assert_allclose(top.get_ydata(), [ceiling, ceiling])
+    np.testing.assert_allclose(ideal.get_ydata(), xs)
+    np.testing.assert_allclose(meas.get_ydata(), measured)
+    np.testing.assert_allclose(sim.get_ydata(), simulated)
+    assert [meas.get_marker(), sim.get_marker()] == ["o", "x"]
+    assert ax.get_xlim() == (1, 32) and ax.get_ylim() == pytest.approx((0, ceiling * 1.3 * 1.05))
+    for ln in (curve, meas, sim):
+        assert_inside(ax, ln.get_xdata(), ln.get_ydata())
+
+    _, ax = plt.subplots()                                       # b = 0: no ceiling, linear speedup
+    SP.plot_speedup(ax, sizes, 1.0, 0.0, max_b=64)
+    assert len(ax.lines) == 2 and ax.get_xlim() == (1, 64)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), np.linspace(1, 64, 200))
+
+
+@pytest.mark.parametrize("t_single, b_batch, t_batch, max_b", [(10.0, 3, 18.0, 12), (8.0, 2, 11.0, 6)])
+def test_plot_hotpot_example_minutes_per_dish(t_single, b_batch, t_batch, max_b):
+    _, ax = plt.subplots()
+    SP.plot_hotpot_example(ax, t_single, b_batch, t_batch, max_b)
+    b = (t_batch - t_single) / (b_batch - 1)
+    a = t_single - b
+    xs = np.arange(1, max_b + 1)
+    assert ax.get_xlabel() == "一锅几份 B" and ax.get_ylabel() == "分钟 / 份"
+    assert len(ax.patches) == max_b
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], (a + b * xs) / xs)
+    assert ax.patches[0].get_height() == pytest.approx(t_single)
+    assert ax.patches[b_batch - 1].get_height() == pytest.approx(t_batch / b_batch)
+    (floor,) = ax.lines
+    np.testing.assert_allclose(floor.get_ydata(), [b, b])
+    assert legend(ax) == [f"下限 b = {b:g} 分钟", "每份平均用时 t(B)/B（分钟）"]  # lines before bars
+    assert list(ax.get_xticks()) == list(xs)
+    assert ax.get_ylim()[1] >= t_single
+
+
+# ----------------------------------------------------------------------------- timeline (chapters 00, 02)
+
+
+def _small_sim():
+    arrivals = poisson(400.0, 14, seed=11)
+    return simulate_dynamic(arrivals, Affine(base_us=3000, per_item_us=1000), 4, max_queue_delay_us=2000)
+
+
+def test_plot_timeline_rows_in_arrival_order():
+    res = _small_sim()
+    rec, bat = res.records, res.batches
+    perm = np.random.default_rng(12).permutation(len(res))        # requests given out of order
+    a, s, f, bid = (np.asarray(rec[k])[perm] for k in ("arrival", "start", "finish", "batch_id"))
+    s[3] = f[3] = np.nan                                          # one request that never ran
+    _, ax = plt.subplots()
+    TL.plot_timeline(ax, a, s, f, bid, bat["start"], bat["end"], delay_s=0.002, title="前几锅")
+    n = len(res)
+    order = np.argsort(a, kind="stable")
+    assert ax.get_title() == "前几锅"
+    assert ax.get_xlabel() == "时间 (ms)" and ax.get_ylabel() == "请求（按到达顺序）"
+    assert texts(ax.get_yticklabels()) == [f"#{i}" for i in order] and ax.yaxis_inverted()
+    assert len(ax.lines) == 3 * n - 1 + 1                          # wait, arrival tick, run bar; one skipped; window
+    assert len(ax.patches) == bat.size                             # one shaded column per execution
+    for k, p in enumerate(ax.patches):
+        xs = p.get_xy()[:, 0] if hasattr(p.get_xy(), "shape") else [p.get_x(), p.get_x() + p.get_width()]
+        assert (min(xs), max(xs)) == pytest.approx((bat["start"][k] * 1e3, bat["end"][k] * 1e3))
+    runs = [ln for ln in ax.lines if ln.get_linewidth() == 6]
+    assert len(runs) == n - 1
+    expected_runs = [(row, i) for row, i in enumerate(order) if i != 3]
+    for ln, (row, i) in zip(runs, expected_runs):
+        np.testing.assert_allclose(ln.get_xdata(), [s[i] * 1e3, f[i] * 1e3])
+        np.testing.assert_allclose(ln.get_ydata(), [row, row])
+        assert to_hex(ln.get_color()) == to_hex(matplotlib.colormaps["tab10"](bid[i] % 10))
+    waits = [ln for ln in ax.lines if to_hex(ln.get_color()) == to_hex("0.55")]
+    assert len(waits) == n
+    for ln, (row, i) in zip(waits, enumerate(order)):
+        np.testing.assert_allclose(ln.get_xdata(), [a[i] * 1e3, s[i] * 1e3])
+        assert list(ln.get_ydata()) == [row, row]
+    window = ax.lines[-1]
+    np.testing.assert_allclose(window.get_xdata(), [a.min() * 1e3 + 2.0] * 2)
+    assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
+    for ln in runs + waits:
+        assert_inside(ax, ln.get_xdata(), ln.get_ydata())
+
+    _, ax = plt.subplots()                                        # seconds, no batches, no window
+    TL.plot_timeline(ax, a, s, f, bid, unit="s")
+    assert ax.get_xlabel() == "时间 (s)" and ax.get_legend() is None and not ax.patches
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [a[order[0]], s[order[0]]])
+    with pytest.raises(ValueError):
+        TL.plot_timeline(ax, a, s, f, bid, unit="us")
+    with pytest.raises(ValueError):
+        TL.plot_timeline(ax, a, s[:-1], f, bid)
+
+
+def test_plot_sim_timeline_reads_the_result_and_its_delay():
+    res = _small_sim()
+    fig, (ax, ref) = plt.subplots(1, 2)
+    TL.plot_sim_timeline(ax, res, title="burst")
+    r, b = res.records, res.batches
+    TL.plot_timeline(ref, r["arrival"], r["start"], r["finish"], r["batch_id"], b["start"], b["end"],
+                     delay_s=0.002, title="burst")
+    assert ax.get_title() == "burst" and len(ax.lines) == len(ref.lines) == 3 * len(res) + 1
+    for got, want in zip(ax.lines, ref.lines):
+        np.testing.assert_allclose(got.get_xdata(), want.get_xdata())
+        np.testing.assert_allclose(got.get_ydata(), want.get_ydata())
+    # the window comes from config["max_queue_delay_us"] = 2000 µs
+    np.testing.assert_allclose(ax.lines[-1].get_xdata(), [r["arrival"].min() * 1e3 + 2.0] * 2)
+    assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
+    assert len(ax.patches) == b.size
+    fig, ax = plt.subplots()
+    TL.plot_sim_timeline(ax, res, delay_s=0.0, unit="s")
+    assert ax.get_legend() is None and len(ax.lines) == 3 * len(res) and ax.get_xlabel() == "时间 (s)"
+
+
+# ----------------------------------------------------------------------------- bottleneck (chapter 01)
+
+
+def test_stacked_latency_parts_stack_in_order():
+    labels = ["低负载\n实测", "低负载\n模拟", "高负载\n实测"]
+    rows = [{"queue": 1.5, "prefill": 4.0, "decode": 20.0, "overhead": 2.5},
+            {"queue": 1.0, "prefill": 3.5, "decode": 19.0},             # simulated: no overhead part
+            {"queue": 30.0, "prefill": 4.5, "decode": 22.0, "overhead": -0.5}]
+    totals = [28.5, np.nan, 57.0]
+    _, ax = plt.subplots()
+    BN.stacked_latency(ax, labels, rows, totals=totals, hatches=[None, "//", None])
+    assert ax.get_ylabel() == "每请求平均耗时 (ms)" and texts(ax.get_xticklabels()) == labels
+    parts = ("queue", "prefill", "decode", "overhead")
+    assert len(ax.patches) == 4 * 3
+    bottom = np.zeros(3)
+    for k, part in enumerate(parts):
+        bars = ax.patches[3 * k: 3 * k + 3]
+        h = np.array([max(r.get(part, 0.0), 0.0) for r in rows])
+        np.testing.assert_allclose([p.get_height() for p in bars], h)
+        np.testing.assert_allclose([p.get_y() for p in bars], bottom)
+        np.testing.assert_allclose([p.get_x() + p.get_width() / 2 for p in bars], [0, 1, 2])
+        assert {to_hex(p.get_facecolor()) for p in bars} == {BN.PART_STYLE[part][0]}
+        assert [p.get_hatch() for p in bars] == [None, "//", None]
+        bottom += h
+    assert bottom == pytest.approx([28.0, 23.5, 56.5])
+    (tot,) = ax.lines
+    np.testing.assert_allclose(tot.get_xdata(), [0, 1, 2])
+    np.testing.assert_allclose(tot.get_ydata(), totals)
+    assert sorted(legend(ax)) == sorted(["排队 T_queue", "预填充 T_prefill", "解码 T_decode", "开销 T_overhead",
+                                         "客户端实测 T_total"])
+    assert ax.get_ylim()[1] >= 57.0
+
+    _, ax = plt.subplots()
+    BN.stacked_latency(ax, labels[:2], rows[:2], parts=("decode",))
+    assert [p.get_height() for p in ax.patches] == [20.0, 19.0] and legend(ax) == ["解码 T_decode"]
+    with pytest.raises(ValueError):
+        BN.stacked_latency(ax, labels, rows, parts=("queue", "network"))
+    with pytest.raises(ValueError):
+        BN.stacked_latency(ax, labels[:2], rows)
+
+
+def test_token_staircase_one_step_per_token():
+    t = 40.0 + np.cumsum(np.random.default_rng(13).exponential(8.0, 25))   # TTFT then ~8 ms per token
+    _, ax = plt.subplots()
+    BN.token_staircase(ax, t)
+    assert ax.get_xlabel() == "自发出请求起的时间 (ms)" and ax.get_ylabel() == "已收到的 token 数"
+    stair, dots = ax.lines
+    assert stair.get_drawstyle() == "steps-post" and stair.get_label() == "收到的 token 数"
+    np.testing.assert_allclose(stair.get_xdata(), np.concatenate([[0.0], t]))
+    np.testing.assert_allclose(stair.get_ydata(), np.arange(26))
+    np.testing.assert_allclose(dots.get_xdata(), t)
+    np.testing.assert_allclose(dots.get_ydata(), np.arange(1, 26))
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
+    assert_lines_inside(ax)
+    _, ax = plt.subplots()
+    BN.token_staircase(ax, [5.0, 9.0], label="lm_stream", color="C2")
+    assert ax.lines[0].get_label() == "lm_stream" and to_hex(ax.lines[0].get_color()) == to_hex("C2")
+    with pytest.raises(ValueError):
+        BN.token_staircase(ax, [])
+
+
+def test_step_cost_bars_and_per_sequence_line():
+    sizes = [1, 2, 4, 8, 16]
+    step_ms = 5.0 + 0.4 * np.array(sizes) + np.random.default_rng(14).uniform(0, 0.2, 5)
+    fig, ax = plt.subplots()
+    BN.step_cost(ax, sizes, step_ms)
+    ax_l, twin = fig.axes
+    assert ax_l is ax
+    assert ax.get_ylabel() == "一次解码步耗时 (ms)" and twin.get_ylabel() == "每条序列每个 token (ms)"
+    assert texts(ax.get_xticklabels()) == ["B=1", "B=2", "B=4", "B=8", "B=16"]
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], step_ms)
+    np.testing.assert_allclose([p.get_x() + p.get_width() / 2 for p in ax.patches], range(5))
+    (per,) = twin.lines
+    np.testing.assert_allclose(per.get_xdata(), range(5))
+    np.testing.assert_allclose(per.get_ydata(), step_ms / np.array(sizes))
+    assert twin.get_ylim()[0] == 0
+    assert legend(ax) == ["一步 t_step(B)", "每条序列分摊 t_step/B"]
+    assert_inside(twin, per.get_xdata(), per.get_ydata())
+    assert ax.get_ylim()[1] >= step_ms.max()
