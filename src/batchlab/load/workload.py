@@ -136,18 +136,6 @@ def uniform_arrivals(rate: float, n: int | None = None, duration: float | None =
     return t
 
 
-def capped_exponential(mean: float, cap: int, n: int, seed: int | np.random.Generator = 0,
-                       minimum: int = 1) -> np.ndarray:
-    """`n` integer lengths drawn from an exponential with `mean`, clipped to [minimum, cap].
-
-    The mixed output lengths of an LLM workload: most answers short, a few long.
-    """
-    if mean <= 0 or cap < minimum or minimum < 0 or n < 0:
-        raise ValueError(f"need mean > 0, cap >= minimum >= 0 and n >= 0 (got mean={mean}, cap={cap}, minimum={minimum}, n={n})")
-    x = np.ceil(_rng(seed).exponential(mean, n)).astype(np.int64)
-    return np.clip(x, minimum, cap)
-
-
 @dataclass
 class Stage:
     """A part of a piecewise-constant rate schedule: `rate` req/s for `duration` seconds."""

@@ -44,7 +44,7 @@ def growing(wait: np.ndarray, scale: float) -> bool:
     return q[1] < q[2] < q[3] and (q[3] - q[1]) > 0.5 * q[1] + 2.0 * scale
 
 
-def summarize(res: Any, warmup: float) -> dict[str, Any]:
+def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
     """Compute the summary of ``res`` (a `SimResult`) leaving out the first ``warmup`` fraction of requests."""
     w = real("warmup", warmup)
     if not 0.0 <= w < 1.0:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-KINDS = ("nobatch", "dynamic", "static", "continuous")
+LANE_KINDS = ("nobatch", "dynamic", "static", "continuous")
 """Lane kinds: no batching, stateless dynamic batching, request-level generation batches,
 iteration-level (continuous) batching."""
 
@@ -63,8 +63,8 @@ class Lane:
     """Per execution: the fraction of its slot-time doing needed work (1 without padding)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"lane kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.kind not in LANE_KINDS:
+            raise ValueError(f"lane kind must be one of {', '.join(LANE_KINDS)}, not {self.kind!r}")
         if not isinstance(self.slots, (int, np.integer)) or self.slots < 1:
             raise ValueError(f"slots must be a positive integer, not {self.slots!r}")
         if not self.delay_s >= 0:
