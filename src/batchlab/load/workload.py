@@ -13,15 +13,13 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
+from batchlab._validate import positive, rng_of
+
 Outputs = Mapping[str, np.ndarray]
 """A response's output tensors by name."""
 
 Check = Callable[[Any], "str | None"]
 """Validates a response: returns None when it is right, else a one-line reason."""
-
-
-def _rng(seed: int | np.random.Generator) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
 @dataclass(frozen=True)
@@ -96,8 +94,7 @@ def as_factory(source: RequestSource) -> Callable[[int], Spec]:
 
 
 def _count(rate: float, n: int | None, duration: float | None) -> None:
-    if not (rate > 0 and np.isfinite(rate)):
-        raise ValueError(f"rate must be a positive number of requests per second, not {rate!r}")
+    positive("rate", rate)
     if n is None and duration is None:
         raise ValueError("give n (requests) or duration (seconds) to bound the schedule")
     if n is not None and n < 0:
@@ -113,7 +110,7 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
     With both bounds, whichever comes first ends the schedule. Seeded, so a run is reproducible.
     """
     _count(rate, n, duration)
-    rng = _rng(seed)
+    rng = rng_of(seed)
     if n is None:
         guess = int(rate * duration * 1.2 + 10 * np.sqrt(rate * duration) + 10)
         t = np.cumsum(rng.exponential(1.0 / rate, guess))
@@ -147,7 +144,7 @@ class Stage:
 
 def staged_poisson(stages: Sequence[Stage], seed: int | np.random.Generator = 0) -> np.ndarray:
     """Poisson send times through consecutive stages of different rates (a load step or ramp)."""
-    rng = _rng(seed)
+    rng = rng_of(seed)
     out, t0 = [], 0.0
     for st in stages:
         if st.rate > 0:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from batchlab._validate import count
 from batchlab.theory import formulas as F
 from batchlab.theory import kv
 from batchlab.theory.roofline import ridge_batch
@@ -247,8 +248,7 @@ def draw_params(
     """
     if seed is None:
         return dict(defaults)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    count("seed", seed, lo=0)
     rng = np.random.default_rng([int(seed), _qid_key(qid)])
     return {name: choices[int(rng.integers(len(choices)))] for name, choices in params.items()}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from batchlab._validate import real
+from batchlab._validate import fraction
 
 from .summary import summarize_result
 
@@ -90,9 +90,7 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        w = real("warmup", self.warmup)
-        if not 0.0 <= w < 1.0:
-            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup!r}")
+        fraction("warmup", self.warmup)
 
     def __len__(self) -> int:
         return int(self.records.size)

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from batchlab._validate import positive
+from batchlab._validate import count, positive
 
 
 # --------------------------------------------------------------------------- hardware
@@ -109,8 +109,7 @@ class DecodeShape:
     def __post_init__(self) -> None:
         for f in ("d_model", "d_ff", "n_layers"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"DecodeShape.{f} must be a positive int, got {v!r}")
+            count(f"DecodeShape.{f}", v)
 
     def matrices(self) -> list[tuple[int, int]]:
         """(rows, cols) of every weight GEMM of one step, in order."""

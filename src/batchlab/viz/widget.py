@@ -25,6 +25,7 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 from IPython.display import display
 
+from batchlab._validate import count
 from batchlab.quiz.widget import headless
 from batchlab.viz.draw import film_strip, new_figure, render_png
 from batchlab.viz.frames import default_horizon, frame_label, frame_times, step_index
@@ -37,8 +38,7 @@ class BatchingAnimation:
     """The animated side-by-side view of no batching, dynamic batching and continuous batching."""
 
     def __init__(self, params: DemoParams = DemoParams(), n_frames: int = N_FRAMES, interval_ms: int = 600) -> None:
-        if not isinstance(n_frames, int) or n_frames < 2:
-            raise ValueError(f"n_frames must be an integer >= 2, got {n_frames!r}")
+        count("n_frames", n_frames, lo=2)
         self.params = params
         self.n_frames = n_frames
         self._fig = None
