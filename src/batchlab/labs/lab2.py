@@ -149,12 +149,6 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any], service: Any = None, 
     g.expect(not problems["p95"], "预测的 p95 与参考模拟一致（含客户端开销）", problems["p95"])
 
 
-def reference_best(rows: Sequence[Mapping[str, Any]], slo_ms: float) -> Mapping[str, Any] | None:
-    """The row with the highest throughput among those whose p95 <= slo_ms (None if none)."""
-    ok = [r for r in rows if r["p95_ms"] is not None and r["p95_ms"] <= slo_ms]
-    return max(ok, key=lambda r: r["throughput_rps"]) if ok else None
-
-
 @check("lab2.q4", points=3, title="p95 SLO 之下吞吐最高的配置")
 def check_best_under_slo(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(rows, slo_ms) -> row | None`."""
