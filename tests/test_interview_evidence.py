@@ -112,10 +112,10 @@ def _e6() -> list[str]:
 
 def _e7() -> list[str]:
     from batchlab.course import seed_demo as sd
-    from batchlab.course.seed_redo import DEMO_COST, article_workload, redo
+    from batchlab.course.seed_redo import ARTICLE_COST, article_workload, redo
     tr = sd.trace_sim(4, 3.0, True, duration=400.0)
     a, L = article_workload(6000, seed=1)
-    rows = {r["scheduler"]: r for r in redo(a, L, 4, 3.0, DEMO_COST, ("seq", "continuous"), warmup=0.1)}
+    rows = {r["scheduler"]: r for r in redo(a, L, 4, 3.0, ARTICLE_COST, ("seq", "continuous"), warmup=0.1)}
     assert tr.empty_slot_ticks > 0 and rows["continuous"]["mean_s"] < rows["seq"]["mean_s"]
     return [f"：{100 * tr.empty_slot_ticks / tr.ticks:.0f}% 的 tick", f"只提前返回 {rows['seq']['mean_s']:.1f} s",
             f"（连续批处理）{rows['continuous']['mean_s']:.1f} s"]

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from batchlab.tools import labgen
-from batchlab.labs import load_all, parse_scores
+from batchlab.labs import load_checks, parse_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -104,7 +104,7 @@ def test_solution_has_answers_and_no_stubs(path: Path) -> None:
 
 @pytest.mark.parametrize("path", _labs(), ids=lambda p: p.name)
 def test_every_todo_is_tagged_and_followed_by_its_check(path: Path) -> None:
-    registry = load_all()
+    registry = load_checks()
     by_name = {info["function"].__name__: qid for qid, info in registry.items()}
     lab_no = _lab_number(path)
     cells = _nb(path)["cells"]
@@ -141,7 +141,7 @@ def test_stored_solution_earns_full_marks(path: Path) -> None:
 
 
 def test_every_check_is_reachable_from_a_lab_and_has_a_valid_id() -> None:
-    registry = load_all()
+    registry = load_checks()
     used = set()
     for path in _labs():
         for c in _nb(path)["cells"]:
@@ -156,7 +156,7 @@ def test_every_check_reports_unfinished_work_in_chinese_with_a_score_line(capsys
     def todo(*args, **kwargs):
         raise NotImplementedError("TODO（第 1 题）")
 
-    for qid, info in load_all().items():
+    for qid, info in load_checks().items():
         for answer in (None, todo):
             result = info["function"](answer)
             out = capsys.readouterr().out

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, RequestRecord, RequestSpec,
-                           SequenceSpec, capped_exponential, is_rejection, poisson_arrivals, uniform_arrivals)
+                           SequenceSpec, is_rejection, poisson_arrivals, uniform_arrivals)
 from batchlab.load import MetricsTimeline, timeline_rows
 from batchlab.load.workload import Stage, as_factory, staged_poisson
+from batchlab.sim.lengths import capped_exponential
 
 # A statistics-extension answer as the gRPC client returns it (int64 as strings).
 STATS_BEFORE = {"model_stats": [{
@@ -99,12 +100,12 @@ def test_uniform_and_staged() -> None:
 
 
 def test_capped_exponential() -> None:
-    x = capped_exponential(20, 64, 5000, seed=0)
+    x = capped_exponential(20, 64).sample(5000, 0)
     assert x.min() >= 1 and x.max() == 64 and x.dtype.kind == "i"
     assert 15 < x.mean() < 22
-    assert np.array_equal(x, capped_exponential(20, 64, 5000, seed=0))
+    assert np.array_equal(x, capped_exponential(20, 64).sample(5000, 0))
     with pytest.raises(ValueError, match="cap"):
-        capped_exponential(20, 0, 10)
+        capped_exponential(20, 0)
 
 
 def test_request_sources() -> None:

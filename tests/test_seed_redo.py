@@ -53,7 +53,7 @@ def test_demo_plot_helpers():
     t, run, wait = P.trace_occupancy(tr)
     assert t.size == tr.ticks and run.max() <= 4 and wait.min() >= 0
     a, L = R.workload_from_trace(tr)
-    res = simulate_continuous(a, np.ones_like(L), L, R.DEMO_COST, max_active=4)
+    res = simulate_continuous(a, np.ones_like(L), L, R.ARTICLE_COST, max_active=4)
     t2, run2, wait2 = P.sim_occupancy(res, np.arange(0, 40, 0.5))
     assert run2.max() <= 4
     fig = P.plot_slots([("a", t, run, wait), ("b", t2, run2, wait2)], capacity=4)

@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 
 from batchlab.viz import DemoParams, default_horizon, run_demo  # noqa: E402
 from batchlab.viz.draw import film_strip, render_png  # noqa: E402
-from batchlab.viz.widget import BatchingAnimation, headless, show_animation  # noqa: E402
+from batchlab.quiz.widget import headless  # noqa: E402
+from batchlab.viz.widget import BatchingAnimation, show_animation  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

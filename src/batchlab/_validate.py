@@ -63,6 +63,30 @@ def integer(name: str, value: Any, lo: int | None = None, hi: int | None = None)
     return v
 
 
+def count(name: str, value: Any, lo: int = 1, message: str | None = None) -> int:
+    """``value`` as an int >= ``lo``: a count, size or seed. Bools and floats are refused.
+
+    ``message`` replaces the default text (for callers whose wording is part of their interface).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        what = "a non-negative integer" if lo == 0 else f"an integer >= {lo}"
+        raise ValueError(message or f"{name} must be {what}, got {value!r}")
+    return int(value)
+
+
+def optional_count(name: str, value: Any, lo: int = 1) -> int | None:
+    """``None``, or ``value`` checked by `count`."""
+    return None if value is None else count(name, value, lo)
+
+
+def fraction(name: str, value: Any) -> float:
+    """``value`` as a finite float in [0, 1) (e.g. the warm-up share of requests left out)."""
+    v = real(name, value)
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must be a fraction in [0, 1), got {value!r}")
+    return v
+
+
 def times_array(name: str, values: Any, *, sorted_required: bool = True) -> np.ndarray:
     """A 1-D float64 array of finite times (seconds), optionally required to be non-decreasing."""
     try:

@@ -49,6 +49,11 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import psutil
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+import tritonclient.http as httpclient
+
 from batchlab.paths import MODEL_REPOSITORY, cache_dir
 
 LOOPBACK = "127.0.0.1"
@@ -164,8 +169,6 @@ def free_port(host: str = LOOPBACK) -> int:
 def _owner_of_port(port: int) -> str:
     """Best effort: 'pid N (name)' of the process listening on `port`, or ''."""
     try:
-        import psutil
-
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
                 return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
@@ -319,8 +322,6 @@ def _shm_regions(pgid: int) -> list[str]:
     """The /dev/shm files that the processes of group `pgid` have mapped (the Python backend's)."""
     paths: set[str] = set()
     try:
-        import psutil
-
         for proc in psutil.process_iter(["pid"]):
             try:
                 if os.getpgid(proc.pid) != pgid:
@@ -424,20 +425,14 @@ class TritonServer:
 
     def http_client(self, **kwargs: Any) -> Any:
         """A `tritonclient.http.InferenceServerClient` for this server."""
-        import tritonclient.http as httpclient
-
         return httpclient.InferenceServerClient(self.http_url, **kwargs)
 
     def grpc_client(self, **kwargs: Any) -> Any:
         """A `tritonclient.grpc.InferenceServerClient` for this server."""
-        import tritonclient.grpc as grpcclient
-
         return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
 
     def aio_grpc_client(self, **kwargs: Any) -> Any:
         """A `tritonclient.grpc.aio.InferenceServerClient` (create it inside the event loop)."""
-        import tritonclient.grpc.aio as aioclient
-
         return aioclient.InferenceServerClient(self.grpc_url, **kwargs)
 
     # -- log -------------------------------------------------------------------------------

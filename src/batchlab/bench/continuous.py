@@ -29,7 +29,8 @@ import numpy as np
 
 from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3
 from batchlab.lm import BOS_ID, VOCAB_SIZE
-from batchlab.load import RequestSpec, SequenceSpec, capped_exponential, run_closed_loop
+from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
+from batchlab.sim.lengths import capped_exponential
 
 MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
 
@@ -41,7 +42,7 @@ def workload(n: int, mean_tokens: float, cap: int, seed: int = 0) -> tuple[list[
     for _ in range(n):
         k = int(rng.integers(8, 25))
         prompts.append(np.concatenate([[BOS_ID], rng.integers(3, VOCAB_SIZE, size=k)]).astype(np.int32))
-    lengths = capped_exponential(mean_tokens, cap, n, seed=rng)
+    lengths = capped_exponential(mean_tokens, cap).sample(n, rng)
     return prompts, lengths
 
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 
 from batchlab.config_pbtxt import parse_config
 from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
@@ -188,8 +189,6 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
     course's `lm_stream` interface: PROMPT, MAX_TOKENS, IGNORE_EOS in; TOKEN, ACTIVE, KV_TOKENS
     out) over one gRPC stream, and report the largest batch (ACTIVE) and KV tokens the model
     reported, with the number of responses."""
-    import tritonclient.grpc as grpcclient  # heavy (gRPC stack): only this live-server check needs it
-
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")
     results: queue.Queue = queue.Queue()

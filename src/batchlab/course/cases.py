@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from batchlab.course.presets import LLM_COST
+from batchlab.load import RequestSpec, run_open_loop
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -445,8 +446,6 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
     for `seconds` (the same schedule for both models). Rows: model, tenant, n, p50_s, p95_s,
     max_s, errors.
     """
-    from batchlab.load import RequestSpec, run_open_loop
-
     rng = np.random.default_rng(seed)
     a_s = W.rate_curve([rate_short], seconds, seed=rng)
     a_l = W.rate_curve([rate_long], seconds, seed=rng)

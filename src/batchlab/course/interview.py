@@ -13,6 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from batchlab.config_pbtxt import check_config
+from batchlab.course import capacity, cases  # modules, not names: tests patch their functions
+from batchlab.course.engineering import starvation_experiment
+from batchlab.course.misconceptions import batch_size_sweep, combination_comparison, delay_sweep
+from batchlab.course.presets import EMBED_LIKE, LLM_COST
+from batchlab.course.seed_demo import trace_sim
+from batchlab.course.seed_redo import ARTICLE_COST, article_workload, redo
+from batchlab.lm import ToyLM
+from batchlab.quiz import load_bank
+from batchlab.theory.kv import kv_bytes_for
+
 __all__ = ["Evidence", "EVIDENCE", "run", "evidence_rows", "link_markdown", "answer_card"]
 
 
@@ -80,19 +91,16 @@ EVIDENCE: dict[str, Evidence] = {
 
 
 def _q1() -> str:
-    from batchlab.course.presets import EMBED_LIKE as S
-    return (f"同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 {S.throughput(1):.0f} 请求/s，"
-            f"拼到 32 个 {S.throughput(32):.0f} 请求/s（×{S.throughput(32) / S.throughput(1):.1f}）")
+    return (f"同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 {EMBED_LIKE.throughput(1):.0f} 请求/s，"
+            f"拼到 32 个 {EMBED_LIKE.throughput(32):.0f} 请求/s（×{EMBED_LIKE.throughput(32) / EMBED_LIKE.throughput(1):.1f}）")
 
 
 def _q2() -> str:
-    from batchlab.course import cases as C
-    _, p, o, _ = C.tenant_requests(C.TENANTS, 2.0, 4000, seed=0)
-    return f"12 个租户的请求每 8 个补齐成一批：η = {C.padding_eta(p, o, 8):.2f}；连续批处理不补齐：η = 1.00"
+    _, p, o, _ = cases.tenant_requests(cases.TENANTS, 2.0, 4000, seed=0)
+    return f"12 个租户的请求每 8 个补齐成一批：η = {cases.padding_eta(p, o, 8):.2f}；连续批处理不补齐：η = 1.00"
 
 
 def _q3() -> str:
-    from batchlab.course.misconceptions import delay_sweep
     rows = {r["delay_us"]: r for r in delay_sweep([0, 20000], [0.5], n=8000)}
     a, b = rows[0.0], rows[20000.0]
     return (f"半负载下 delay 0 → 20 ms：p99 {a['p99_ms']:.1f} → {b['p99_ms']:.1f} ms，"
@@ -100,15 +108,12 @@ def _q3() -> str:
 
 
 def _q4() -> str:
-    from batchlab.course.capacity import toy_kv_accounting
-    from batchlab.lm import ToyLM
-    r = toy_kv_accounting(ToyLM.default(), [4], 16, 8)[0]
+    r = capacity.toy_kv_accounting(ToyLM.default(), [4], 16, 8)[0]
     return (f"4 条序列各 {r['tokens_per_seq']} 个 token × {r['bytes_per_token']:,} B/token："
             f"公式 {r['formula_bytes']:,} B，缓存里实有 {r['used_bytes']:,} B")
 
 
 def _q5() -> str:
-    from batchlab.course.engineering import starvation_experiment
     rows = {(x["policy"], x["class"][:3]): x for run in starvation_experiment(n=8000) for x in run.rows}
     lo = "低优先"
     return (f"两档优先级、总负载 110%：低优先级 p99 排队 {rows[('priority', lo)]['queue_p99_ms'] / 1e3:.1f} s；"
@@ -118,25 +123,20 @@ def _q5() -> str:
 
 
 def _q6() -> str:
-    from batchlab.course.presets import EMBED_LIKE as S
-    from batchlab.theory.kv import kv_bytes_for
     gib = 64 * 4096 * kv_bytes_for("Llama-3-8B") / 2**30
-    return (f"满批执行时间 B=32 → 128：{S.time(32) * 1e3:.0f} → {S.time(128) * 1e3:.0f} ms；"
-            f"64 条 4k 序列的 KV（Llama-3-8B）{gib:.0f} GiB；容量 {S.throughput(32):.0f} → {S.throughput(128):.0f} 请求/s（没有下降）")
+    return (f"满批执行时间 B=32 → 128：{EMBED_LIKE.time(32) * 1e3:.0f} → {EMBED_LIKE.time(128) * 1e3:.0f} ms；"
+            f"64 条 4k 序列的 KV（Llama-3-8B）{gib:.0f} GiB；容量 {EMBED_LIKE.throughput(32):.0f} → {EMBED_LIKE.throughput(128):.0f} 请求/s（没有下降）")
 
 
 def _q7() -> str:
-    from batchlab.course.seed_redo import DEMO_COST, article_workload, redo
-    from batchlab.course import seed_demo as sd
-    tr = sd.trace_sim(4, 3.0, True, duration=400.0)
+    tr = trace_sim(4, 3.0, True, duration=400.0)
     a, L = article_workload(6000, seed=1)
-    rows = {r["scheduler"]: r for r in redo(a, L, 4, 3.0, DEMO_COST, ("seq", "continuous"), warmup=0.1)}
+    rows = {r["scheduler"]: r for r in redo(a, L, 4, 3.0, ARTICLE_COST, ("seq", "continuous"), warmup=0.1)}
     return (f"原文「序列模式」：{100 * tr.empty_slot_ticks / tr.ticks:.0f}% 的 tick 锅里有空位而门口有人等；"
             f"平均延迟 只提前返回 {rows['seq']['mean_s']:.1f} s，空位即补（连续批处理）{rows['continuous']['mean_s']:.1f} s")
 
 
 def _q8() -> str:
-    from batchlab.course.misconceptions import batch_size_sweep
     rows = {r["max_batch_size"]: r for r in batch_size_sweep([4, 8], rate=450, n=6000)}
     return (f"到达 450 请求/s：max_batch_size 4 的容量 {rows[4]['capacity_rps']:.0f}/s，"
             f"{'队列失控' if not rows[4]['stable'] else '稳定'}（p99 {rows[4]['p99_ms'] / 1e3:.1f} s）；"
@@ -144,9 +144,6 @@ def _q8() -> str:
 
 
 def _q9() -> str:
-    from batchlab.course.presets import LLM_COST
-    from batchlab.config_pbtxt import check_config
-    from batchlab.course.misconceptions import combination_comparison
     err = check_config('max_batch_size: 8\ndynamic_batching { }\nsequence_batching { }')[0]
     rows = {r["scheduler"]: r for r in combination_comparison(2.0, LLM_COST, n=800, overload_rate=30.0)}
     return (f"同一配置写两个调度器 → {err.level}（oneof scheduling_choice）；"
@@ -155,8 +152,7 @@ def _q9() -> str:
 
 
 def _q10() -> str:
-    from batchlab.course.cases import fairness_experiment
-    f = {(r["scheduler"], r["tenant"]): r for r in fairness_experiment(n=2000)}
+    f = {(r["scheduler"], r["tenant"]): r for r in cases.fairness_experiment(n=2000)}
     return (f"短单与长单同锅：请求级补齐批短单 p99 {f[('static', '短单')]['p99_s']:.1f} s，"
             f"连续批处理 {f[('continuous', '短单')]['p99_s']:.2f} s")
 
@@ -192,8 +188,6 @@ def answer_card(qid: str, run_experiment: bool = True, bank: str = "interview") 
     """Markdown for one question after it is answered: the question, the key, the bank's
     explanation (and 勘误 where the article's own explanation is wrong), then the evidence:
     links to the chapters and the number the experiment gives now."""
-    from batchlab.quiz import load_bank
-
     if qid not in EVIDENCE:
         raise ValueError(f"unknown question {qid!r}; choose from {', '.join(EVIDENCE)}")
     q = load_bank(bank)[qid]

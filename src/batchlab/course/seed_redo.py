@@ -11,7 +11,7 @@ The same experiment in the event-driven simulator:
 - ``seq``        → the same with ``early_return=True`` (what the article's 序列模式 really is);
 - ``continuous`` → `simulate_continuous` (a finished sequence's slot is refilled at the next step).
 
-`DEMO_COST` reproduces the article's service model exactly (one step = 0.1 s whatever the batch
+`ARTICLE_COST` reproduces the article's service model exactly (one step = 0.1 s whatever the batch
 size: batching is free); `BATCH_COST` charges for batch size so the trade-off exists.
 """
 
@@ -28,11 +28,11 @@ from batchlab.sim.lengths import uniform
 from batchlab.sim.service import TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
-__all__ = ["DEMO_COST", "BATCH_COST", "workload_from_trace", "article_workload", "redo", "SCHEDULERS"]
+__all__ = ["ARTICLE_COST", "BATCH_COST", "workload_from_trace", "article_workload", "redo", "SCHEDULERS"]
 
 #: The article's model: every sequence advances 10 tokens per second whatever the batch size
 #: (a prompt of 1 token; a request of L tokens takes L steps of 0.1 s).
-DEMO_COST = TokenCost(prefill_per_token=0.0, decode_base=100_000.0, decode_per_seq=0.0)
+ARTICLE_COST = TokenCost(prefill_per_token=0.0, decode_base=100_000.0, decode_per_seq=0.0)
 
 #: A batch that costs something: a step takes 70 ms + 10 ms per running sequence (0.08 s alone,
 #: 0.11 s for 4): batching still pays (4 sequences in 0.11 s instead of 0.32 s) but is not free.
@@ -57,7 +57,7 @@ def article_workload(n: int, seed: int = 0, mean_gap_s: float = 1.5) -> tuple[np
 
 
 def redo(arrivals: np.ndarray, lengths: np.ndarray, batch_size: int, delay_s: float,
-         cost: TokenCost = DEMO_COST, schedulers: Sequence[str] = SCHEDULERS,
+         cost: TokenCost = ARTICLE_COST, schedulers: Sequence[str] = SCHEDULERS,
          warmup: float = 0.0) -> list[dict[str, Any]]:
     """Run the article's experiment in `batchlab.sim`: one row per scheduler with n (completed),
     mean_s, p50_s, p99_s, throughput_rps, eta, rho (offered / the static batcher's capacity,

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from batchlab._validate import count, positive
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
 
@@ -62,19 +63,8 @@ def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[fl
 
 def unit_arrivals(n_requests: int, seed: int = 0) -> np.ndarray:
     """A unit-rate Poisson stream of ``n_requests`` arrivals; divide by λ for rate λ."""
-    if isinstance(n_requests, bool) or not isinstance(n_requests, (int, np.integer)) or n_requests < 10:
-        raise ValueError(f"n_requests must be an integer >= 10, got {n_requests!r}")
-    return np.cumsum(np.random.default_rng(seed).exponential(1.0, size=int(n_requests)))
-
-
-def _rate(rate: Any) -> float:
-    try:
-        r = float(rate)
-    except (TypeError, ValueError):
-        raise ValueError(f"rate must be a number, got {rate!r}") from None
-    if not (math.isfinite(r) and r > 0):
-        raise ValueError(f"rate must be > 0, got {rate!r}")
-    return r
+    n = count("n_requests", n_requests, lo=10)
+    return np.cumsum(np.random.default_rng(seed).exponential(1.0, size=n))
 
 
 def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 4000, seed: int = 0,
@@ -84,7 +74,7 @@ def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 400
     ``extra_latency_ms`` (a constant client/transport overhead the simulator does not model) is
     added to every latency figure.
     """
-    r = _rate(rate)
+    r = positive("rate", rate)
     u = unit_arrivals(n_requests, seed) if unit is None else unit
     s = simulate_rule(u / r, service, config, warmup).summary()
     lat = s["latency_ms"] or {}
@@ -153,12 +143,7 @@ class SLOCapacity:
 
 
 def _check_slo(slo_ms: Any, percentile: Any) -> tuple[float, int]:
-    try:
-        slo = float(slo_ms)
-    except (TypeError, ValueError):
-        raise ValueError(f"slo_ms must be a number, got {slo_ms!r}") from None
-    if not (math.isfinite(slo) and slo > 0):
-        raise ValueError(f"slo_ms must be > 0, got {slo_ms!r}")
+    slo = positive("slo_ms", slo_ms)
     if percentile not in SLO_PERCENTILES:
         raise ValueError(f"percentile must be one of {SLO_PERCENTILES}, got {percentile!r}")
     return slo, int(percentile)
@@ -170,8 +155,7 @@ def capacity_under_slo(config: BatchRule, service: Any, slo_ms: float, percentil
     """Scan ``points`` rates up to the full-batch capacity, then bisect ``refine`` times above the
     highest rate that met the SLO (p-``percentile`` latency ≤ ``slo_ms`` and a stable queue)."""
     slo, q = _check_slo(slo_ms, percentile)
-    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
-        raise ValueError(f"points must be an integer >= 2, got {points!r}")
+    count("points", points, lo=2)
     u = unit_arrivals(n_requests, seed) if unit is None else unit
     cap = config.full_batch_capacity(service)
     scanned: list[tuple[float, float, bool]] = []

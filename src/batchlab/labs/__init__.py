@@ -7,18 +7,18 @@ only an assertion error) and ends with ``[score] labL.qN s/max``. See `batchlab.
     python -m batchlab.labs scores labs/*.ipynb     # collect the score lines of executed labs
 """
 
+import importlib
+
 from batchlab.labs._core import Grader, Result, check, parse_scores, registry
 
 LAB_MODULES = ("lab1", "lab2", "lab3", "lab4", "lab5", "lab6")
 
 
-def load_all() -> dict:
+def load_checks() -> dict:
     """Import every lab's check module; return the registry {qid: {...}}."""
-    import importlib
-
     for name in LAB_MODULES:
         importlib.import_module(f"batchlab.labs.{name}")
     return registry()
 
 
-__all__ = ["Grader", "Result", "check", "parse_scores", "registry", "load_all", "LAB_MODULES"]
+__all__ = ["Grader", "Result", "check", "parse_scores", "registry", "load_checks", "LAB_MODULES"]

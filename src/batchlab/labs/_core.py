@@ -137,7 +137,7 @@ class Grader:
             self.fail(f"调用 {name}(…) 时抛出了 {_short(exc)}")
 
 
-def stub_message(fn: Any) -> str | None:
+def stub_todo(fn: Any) -> str | None:
     """The TODO message when `fn` is a lab stub (still raises the labgen NotImplementedError), else None."""
     code = getattr(fn, "__code__", None)
     if code is None or "NotImplementedError" not in code.co_names:
@@ -181,7 +181,7 @@ def check(qid: str, points: int, title: str) -> Callable[[Callable[..., None]], 
             try:
                 if answer is None or answer is Ellipsis:
                     raise Pending("还没有答案（收到的是 None）")
-                stub = stub_message(answer)
+                stub = stub_todo(answer)
                 if stub:
                     raise Pending(stub)
                 fn(g, *args, **kwargs)

@@ -6,22 +6,21 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+from batchlab.config_pbtxt import ConfigError, edit_config, load_config_text
+from batchlab.course.tuning import unit_arrivals
 from batchlab.labs._core import Grader, check
+from batchlab.sim import Affine, simulate_dynamic
 
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
 
 def _base_config() -> str:
-    from batchlab.config_pbtxt import load_config_text
-
     return load_config_text("embed")
 
 
 @check("lab2.q1", points=4, title="写 dynamic_batching 块")
 def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_delay_us: int, preferred: tuple[int, ...]) -> str` (a `dynamic_batching { }` block)."""
-    from batchlab.config_pbtxt import ConfigError, edit_config
-
     base = _base_config()
     cases = [(0, ()), (2000, (8, 16)), (500, (4,))]
     parsed = []
@@ -109,9 +108,6 @@ def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
 def reference_predictions(service: Any, rate: float, delays: Sequence[int], preferred_sets: Sequence[Sequence[int]],
                           overhead_ms: float = 0.0, n: int = 3000, seed: int = 0) -> list[dict[str, Any]]:
     """The simulator's rows for the lab's sweep (what `predict_sweep` should return)."""
-    from batchlab.sim import simulate_dynamic
-    from batchlab.course.tuning import unit_arrivals
-
     arrivals = unit_arrivals(n, seed) / rate
     rows = []
     for d, p in _grid_keys(delays, preferred_sets):
@@ -125,8 +121,6 @@ def reference_predictions(service: Any, rate: float, delays: Sequence[int], pref
 def check_predict_sweep(g: Grader, fn: Callable[..., Any], service: Any = None, rate: float | None = None,
                         overhead_ms: float = 0.0) -> None:
     """`fn(service, rate, delays, preferred_sets, overhead_ms) -> rows` (n=3000, seed=0 Poisson)."""
-    from batchlab.sim import Affine
-
     cases = [(Affine(2000.0, 250.0), 800.0, 0.5)]  # 2 ms + 0.25 ms per row; 800 req/s
     if service is not None and rate is not None:
         cases.insert(0, (service, float(rate), float(overhead_ms)))
@@ -153,12 +147,6 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any], service: Any = None, 
     g.expect(not problems["shape"], "每个配置一行，键齐全", problems["shape"])
     g.expect(not problems["thr"], "预测的吞吐与参考模拟一致", problems["thr"])
     g.expect(not problems["p95"], "预测的 p95 与参考模拟一致（含客户端开销）", problems["p95"])
-
-
-def reference_best(rows: Sequence[Mapping[str, Any]], slo_ms: float) -> Mapping[str, Any] | None:
-    """The row with the highest throughput among those whose p95 <= slo_ms (None if none)."""
-    ok = [r for r in rows if r["p95_ms"] is not None and r["p95_ms"] <= slo_ms]
-    return max(ok, key=lambda r: r["throughput_rps"]) if ok else None
 
 
 @check("lab2.q4", points=3, title="p95 SLO 之下吞吐最高的配置")

@@ -14,11 +14,6 @@ def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
     return SeqInfo(seq_id=i, prompt_tokens=prompt, max_tokens=max_tokens, generated=generated)
 
 
-def reference_admit(waiting: Sequence[Any], active: Sequence[Any], max_active: int, kv_token_budget: int) -> list[int]:
-    """FCFS under both limits, no overtaking (what `FCFSAdmission.admit` does)."""
-    return FCFSAdmission(max_active, kv_token_budget).admit(waiting, active)
-
-
 def _indices(g: Grader, got: Any) -> list[int]:
     if got is None:
         g.fail("admit 返回了 None：应返回要接纳的序列在 waiting 里的下标列表（可以是空列表 []）")

@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from batchlab._validate import count
+
 
 @lru_cache(maxsize=1)
 def _openblas():
@@ -35,8 +37,7 @@ def _openblas():
 
 def set_num_threads(n: int) -> bool:
     """Set OpenBLAS's thread count; False when numpy's OpenBLAS cannot be found."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"thread count must be a positive int, got {n!r}")
+    count("thread count", n)
     funcs = _openblas()
     if funcs is None:
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from batchlab._validate import count
 from batchlab.lm.vocab import VOCAB_SIZE
 
 #: float32 represents every integer below 2**24 exactly: the bound for exact integer matmuls.
@@ -44,8 +45,7 @@ class LMConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
                      "max_seq_len", "weight_levels", "act_levels"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LMConfig.{name} must be a positive int, got {value!r}")
+            count(name, value, message=f"LMConfig.{name} must be a positive int, got {value!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:

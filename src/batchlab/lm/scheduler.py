@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence as Seq
 
+from batchlab._validate import count, optional_count
 from batchlab.lm.generation import Sequence, step as lm_step
 from batchlab.lm.model import ToyLM
 
@@ -65,8 +66,7 @@ class FCFSAdmission:
     def __post_init__(self) -> None:
         for name in ("max_active", "kv_token_budget"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            count(name, value)
 
     def check(self, candidate: SeqInfo) -> None:
         """Reject a sequence that needs more KV tokens than the whole budget."""
@@ -126,8 +126,7 @@ class ContinuousBatcher:
 
     def __init__(self, lm: ToyLM, policy: AdmissionPolicy | None = None,
                  max_waiting: int | None = None) -> None:
-        if max_waiting is not None and (not isinstance(max_waiting, int) or max_waiting < 1):
-            raise ValueError(f"max_waiting must be a positive int or None, got {max_waiting!r}")
+        optional_count("max_waiting", max_waiting)
         self.lm = lm
         self.policy = policy if policy is not None else FCFSAdmission()
         self.max_waiting = max_waiting

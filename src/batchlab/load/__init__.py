@@ -21,7 +21,6 @@ from batchlab.load.workload import (
     RequestSpec,
     SequenceSpec,
     Stage,
-    capped_exponential,
     poisson_arrivals,
     staged_poisson,
     uniform_arrivals,
@@ -29,7 +28,6 @@ from batchlab.load.workload import (
 
 __all__ = [
     "RequestSpec", "SequenceSpec", "poisson_arrivals", "uniform_arrivals", "staged_poisson", "Stage",
-    "capped_exponential",
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports",
     "ModelStats", "read_stats", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",

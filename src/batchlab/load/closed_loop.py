@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from batchlab._validate import count
 from batchlab.load.records import RequestRecord
 from batchlab.load.report import LoadReport
 from batchlab.load.runner import bound_check, measure, run_all, run_sync
@@ -40,8 +41,7 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
 
 def _check(concurrency: int, n_requests: int | None, duration_s: float | None,
            warmup_requests: int, warmup_s: float) -> None:
-    if not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
+    count("concurrency", concurrency)
     bound_check(n_requests, duration_s)
     if warmup_requests < 0 or warmup_s < 0:
         raise ValueError("warmup_requests and warmup_s must be >= 0")

@@ -205,10 +205,6 @@ class LoadReport:
             out["metrics"] = self.metrics
         return _clean(out)
 
-    def to_frame(self) -> dict[str, np.ndarray]:
-        """One row per request as a dict of equal-length arrays (pandas-free table)."""
-        return self.records.to_dict()
-
     def __repr__(self) -> str:
         lat = self.latency_ms()
         extra = f", mean batch {self.mean_batch_size():.1f}" if self.server else ""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import numpy as np
 
+from batchlab._validate import non_negative, optional_count
 from batchlab.load.metrics import MetricsSnapshot, scrape
 from batchlab.load.records import Records, RequestRecord
 from batchlab.load.report import LoadReport
@@ -212,10 +212,9 @@ def bound_check(n_requests: int | None, duration_s: float | None) -> None:
     """A run must be bounded by a request count and/or a duration."""
     if n_requests is None and duration_s is None:
         raise ValueError("bound the run: give n_requests and/or duration_s")
-    if n_requests is not None and (not isinstance(n_requests, int) or n_requests < 0):
-        raise ValueError(f"n_requests must be a non-negative integer, not {n_requests!r}")
-    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
-        raise ValueError(f"duration_s must be a non-negative number of seconds, not {duration_s!r}")
+    optional_count("n_requests", n_requests, lo=0)
+    if duration_s is not None:
+        non_negative("duration_s", duration_s)
 
 
 # --------------------------------------------------------------------------- one measured run

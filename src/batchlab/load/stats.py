@@ -181,12 +181,3 @@ def read_stats(client: Any, model: str) -> ModelStats:
     else:
         js = client.get_inference_statistics(model, as_json=True)
     return ModelStats.from_json(js, model)
-
-
-async def read_stats_async(client: Any, model: str) -> ModelStats:
-    """A snapshot of `model`'s statistics from an asyncio tritonclient (gRPC or HTTP) client."""
-    if _is_http(client):
-        js = await client.get_inference_statistics(model)
-    else:
-        js = await client.get_inference_statistics(model, as_json=True)
-    return ModelStats.from_json(js, model)

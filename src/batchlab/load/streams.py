@@ -21,7 +21,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import grpc
 import numpy as np
+from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult, service_pb2_grpc
+from tritonclient.grpc._utils import _get_inference_request
 
 from batchlab.load.records import RequestRecord
 from batchlab.load.transport import Transport, _apply_check, format_error, now, triton_dtype
@@ -59,11 +62,6 @@ class StreamTransport(Transport):
 
     async def open(self) -> "StreamTransport":
         """Open the channel and start `n_streams` bidirectional streams with their readers."""
-        # grpc and tritonclient load on first use: importing batchlab.load stays light
-        import grpc
-        from tritonclient.grpc import service_pb2_grpc  # lazy, as above
-        from tritonclient.grpc._utils import _get_inference_request  # lazy, as above
-
         self._build = _get_inference_request
         self._channel = grpc.aio.insecure_channel(
             self.url, options=[("grpc.max_send_message_length", _MAX_MSG),
@@ -116,8 +114,6 @@ class StreamTransport(Transport):
         self._pending.clear()
 
     async def _read(self, call: Any) -> None:
-        from tritonclient.grpc import InferResult  # lazy: see open()
-
         try:
             async for resp in call:
                 t = now()
@@ -176,8 +172,6 @@ class StreamTransport(Transport):
             p.done.set_result(None)
 
     async def _request(self, spec: RequestSpec, rec: RequestRecord) -> None:
-        from tritonclient.grpc import InferInput, InferRequestedOutput  # lazy: see open()
-
         if self._broken:
             rec.sent = rec.last = now()
             rec.error = self._broken

@@ -18,6 +18,11 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpc_aio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as http_aio
+from tritonclient.utils import InferenceServerException
 
 from batchlab.load.records import RequestRecord
 from batchlab.load.workload import RequestSpec, SequenceSpec
@@ -45,8 +50,6 @@ def triton_dtype(arr: np.ndarray) -> str:
 
 def format_error(exc: BaseException) -> str:
     """One line naming what went wrong: Triton's ``[status] message``, or the exception type."""
-    from tritonclient.utils import InferenceServerException  # tritonclient loads lazily: importing batchlab.load stays light
-
     if isinstance(exc, InferenceServerException):
         status = exc.status()
         msg = exc.message() or str(exc)
@@ -192,12 +195,8 @@ class GrpcTransport(Transport):
 
     async def open(self) -> "GrpcTransport":
         """Create the asyncio gRPC client (one channel)."""
-        # tritonclient (grpc, aio) loads on first use: importing batchlab.load stays light
-        import tritonclient.grpc as grpcclient
-        import tritonclient.grpc.aio as aioclient  # lazy, as above
-
         self._mod = grpcclient
-        self.client = aioclient.InferenceServerClient(self.url)
+        self.client = grpc_aio.InferenceServerClient(self.url)
         return self
 
     async def close(self) -> None:
@@ -244,12 +243,8 @@ class HttpTransport(Transport):
 
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
-        # tritonclient (http, aiohttp) loads on first use: importing batchlab.load stays light
-        import tritonclient.http as httpclient
-        import tritonclient.http.aio as aioclient  # lazy, as above
-
         self._mod = httpclient
-        self.client = aioclient.InferenceServerClient(self.url, conn_limit=self.conn_limit,
+        self.client = http_aio.InferenceServerClient(self.url, conn_limit=self.conn_limit,
                                                       conn_timeout=self.request_timeout_s)
         meta = await self.client.get_model_metadata(self.model)
         self._all_outputs = [o["name"] for o in meta.get("outputs", [])]

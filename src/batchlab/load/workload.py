@@ -13,15 +13,13 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
+from batchlab._validate import positive, rng_of
+
 Outputs = Mapping[str, np.ndarray]
 """A response's output tensors by name."""
 
 Check = Callable[[Any], "str | None"]
 """Validates a response: returns None when it is right, else a one-line reason."""
-
-
-def _rng(seed: int | np.random.Generator) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
 @dataclass(frozen=True)
@@ -96,8 +94,7 @@ def as_factory(source: RequestSource) -> Callable[[int], Spec]:
 
 
 def _count(rate: float, n: int | None, duration: float | None) -> None:
-    if not (rate > 0 and np.isfinite(rate)):
-        raise ValueError(f"rate must be a positive number of requests per second, not {rate!r}")
+    positive("rate", rate)
     if n is None and duration is None:
         raise ValueError("give n (requests) or duration (seconds) to bound the schedule")
     if n is not None and n < 0:
@@ -113,7 +110,7 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
     With both bounds, whichever comes first ends the schedule. Seeded, so a run is reproducible.
     """
     _count(rate, n, duration)
-    rng = _rng(seed)
+    rng = rng_of(seed)
     if n is None:
         guess = int(rate * duration * 1.2 + 10 * np.sqrt(rate * duration) + 10)
         t = np.cumsum(rng.exponential(1.0 / rate, guess))
@@ -136,18 +133,6 @@ def uniform_arrivals(rate: float, n: int | None = None, duration: float | None =
     return t
 
 
-def capped_exponential(mean: float, cap: int, n: int, seed: int | np.random.Generator = 0,
-                       minimum: int = 1) -> np.ndarray:
-    """`n` integer lengths drawn from an exponential with `mean`, clipped to [minimum, cap].
-
-    The mixed output lengths of an LLM workload: most answers short, a few long.
-    """
-    if mean <= 0 or cap < minimum or minimum < 0 or n < 0:
-        raise ValueError(f"need mean > 0, cap >= minimum >= 0 and n >= 0 (got mean={mean}, cap={cap}, minimum={minimum}, n={n})")
-    x = np.ceil(_rng(seed).exponential(mean, n)).astype(np.int64)
-    return np.clip(x, minimum, cap)
-
-
 @dataclass
 class Stage:
     """A part of a piecewise-constant rate schedule: `rate` req/s for `duration` seconds."""
@@ -159,7 +144,7 @@ class Stage:
 
 def staged_poisson(stages: Sequence[Stage], seed: int | np.random.Generator = 0) -> np.ndarray:
     """Poisson send times through consecutive stages of different rates (a load step or ramp)."""
-    rng = _rng(seed)
+    rng = rng_of(seed)
     out, t0 = [], 0.0
     for st in stages:
         if st.rate > 0:

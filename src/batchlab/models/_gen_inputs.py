@@ -6,8 +6,8 @@ from typing import Any
 
 from batchlab.lm.generation import Sequence
 from batchlab.lm.model import ToyLM
-from batchlab.models.triton_io import (InputError, expect_dtype, get, per_row_scalar, require,
-                                   rows_of)
+from batchlab.models.triton_io import (InputError, expect_dtype, get, int_param, per_row_scalar,
+                                       require, rows_of)
 
 #: Upper bound of MAX_TOKENS unless the config's `max_tokens_limit` parameter says otherwise.
 DEFAULT_MAX_TOKENS_LIMIT = 256
@@ -17,8 +17,6 @@ DEFAULT_MAX_PROMPT_TOKENS = 256
 
 def generation_limits(params: dict, max_seq_len: int) -> tuple[int, int]:
     """(max_prompt_tokens, max_tokens_limit) from a model's config `parameters`, within the LM's length."""
-    from batchlab.models.triton_io import int_param
-
     return (int_param(params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS, 1, max_seq_len - 1),
             int_param(params, "max_tokens_limit", DEFAULT_MAX_TOKENS_LIMIT, 1, max_seq_len - 1))
 

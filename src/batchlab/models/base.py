@@ -6,7 +6,7 @@ from typing import Any
 
 from batchlab.lm import blas
 from batchlab.lm.model import ToyLM
-from batchlab.models.triton_io import int_param, parameters, parse_config
+from batchlab.models.triton_io import int_param, model_config_from_args, parameters
 
 
 class LMModelBase:
@@ -15,7 +15,7 @@ class LMModelBase:
     def initialize(self, args: dict) -> None:
         """Read `model_config`, apply `blas_threads` (default 1), build/reuse the shared LM."""
         self.model_name: str = args.get("model_name", "?")
-        self.model_config: dict[str, Any] = parse_config(args)
+        self.model_config: dict[str, Any] = model_config_from_args(args)
         self.params = parameters(self.model_config)
         blas.set_num_threads(int_param(self.params, "blas_threads", 1, 1, 64))
         self.lm = ToyLM.default()

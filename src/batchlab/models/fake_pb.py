@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -209,9 +211,6 @@ def parse_pbtxt(text: str) -> dict:
     Parsed against Triton's own schema (`model_config.proto`, shipped with tritonclient), with
     proto field names and 64-bit integers as strings, as Triton's JSON has them.
     """
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
-
     message = text_format.Parse(text, model_config_pb2.ModelConfig())
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 

@@ -16,6 +16,7 @@ from typing import Sequence as Seq
 
 import numpy as np
 
+from batchlab._validate import count
 from batchlab.lm.vocab import PAD_ID, VOCAB_SIZE, encode
 
 def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
@@ -49,10 +50,8 @@ def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int
 
     The default range is every character of the vocabulary (no <pad>, <bos>, <eos>, <unk>).
     """
-    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
-        raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
-    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
-        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    count("rows", rows)
+    count("length", length)
     if not 0 <= low < high <= VOCAB_SIZE:
         raise ValueError(f"token ids must lie in 0 <= low < high <= {VOCAB_SIZE}, got [{low}, {high})")
     tokens = np.random.default_rng(seed).integers(low, high, size=(int(rows), int(length)))
@@ -73,11 +72,10 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
     ids = prompt_ids(prompt)
     if ids.size == 0:
         raise ValueError("a generate prompt holds at least one token")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1 or (rows > 1 and not batched):
-        raise ValueError(f"rows must be a positive integer (1 when unbatched), got {rows!r}")
-    n = int(rows)
+    count("max_tokens", max_tokens)
+    n = count("rows", rows)
+    if n > 1 and not batched:
+        raise ValueError(f"rows must be 1 when unbatched, got {rows!r}")
 
     def col(value, dtype):
         return np.full((n, 1), value, dtype=dtype) if batched else np.array([value], dtype=dtype)

@@ -30,7 +30,7 @@ def pb() -> Any:
 
 # --------------------------------------------------------------------------- model config
 
-def parse_config(args: dict) -> dict:
+def model_config_from_args(args: dict) -> dict:
     """The model config dict from `initialize(args)`."""
     return json.loads(args["model_config"])
 

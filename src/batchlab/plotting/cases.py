@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
@@ -14,8 +15,6 @@ __all__ = ["plot_ecommerce", "plot_fairness", "plot_utilisation_readings"]
 def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], labels: dict[str, str] | None = None):
     """Two panels over the case-1 scenarios: P95 latency (s) and GPU utilisation (kernel share),
     with the article's before/after figures as dashed lines."""
-    import matplotlib.pyplot as plt
-
     setup()
     names = [(labels or {}).get(r["scenario"], r["scenario"]) for r in rows]
     x = np.arange(len(rows))
@@ -40,8 +39,6 @@ def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], la
 
 def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None):
     """p99 latency per tenant and scheduler (log scale), grouped bars."""
-    import matplotlib.pyplot as plt
-
     setup()
     scheds = list(dict.fromkeys(r["scheduler"] for r in rows))
     tenants = list(dict.fromkeys(r["tenant"] for r in rows))
@@ -66,8 +63,6 @@ def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, art
     """GPU utilisation against mean batch size under two readings: kernel share B/(r+B)
     (host overhead r = a/b) and compute utilisation B/ridge (roofline), with the article's
     22 % and 67 % marked."""
-    import matplotlib.pyplot as plt
-
     setup()
     b = np.asarray(batch, dtype=float)
     fig, ax = plt.subplots(figsize=(6.4, 3.6))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
@@ -48,8 +49,6 @@ def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int, t_max: float | None = None):
     """One panel per (title, time, running, waiting): running requests (filled) against the
     batch capacity, and requests waiting in the queue (line)."""
-    import matplotlib.pyplot as plt
-
     setup()
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.6, 2.3 * len(panels)), sharex=True, squeeze=False)
     for ax, (title, t, run, wait) in zip(axes[:, 0], panels):

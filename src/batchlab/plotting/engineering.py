@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
@@ -14,8 +15,6 @@ __all__ = ["plot_metrics_timeline", "plot_starvation", "plot_delay_bound", "plot
 def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None):
     """Three stacked panels from `batchlab.load.timeline_rows`: requests/s, queue time per
     request (ms), mean batch size, with pending requests on a twin axis of the last panel."""
-    import matplotlib.pyplot as plt
-
     setup()
     t = np.asarray([r["t"] for r in rows])
     fig, axes = plt.subplots(3, 1, figsize=(7.5, 6.2), sharex=True)
@@ -39,8 +38,6 @@ def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", 
                     labels: dict[str, str] | None = None):
     """Queue wait of each request against its arrival time, one panel per policy, coloured by
     priority; rejected/timed-out requests marked with x at the moment they were dropped."""
-    import matplotlib.pyplot as plt
-
     setup()
     pick = [r for r in runs if r.policy in policies]
     fig, axes = plt.subplots(1, len(pick), figsize=(4.2 * len(pick), 3.6), sharey=True, squeeze=False)
@@ -66,8 +63,6 @@ def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", 
 
 def plot_delay_bound(rows: Sequence[dict[str, Any]]):
     """Queue time p50/p99/max against load, with the configured max_queue_delay as a line."""
-    import matplotlib.pyplot as plt
-
     setup()
     load = [r["load"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -85,8 +80,6 @@ def plot_delay_bound(rows: Sequence[dict[str, Any]]):
 
 def plot_kv_plan(rows: Sequence[dict[str, Any]]):
     """Max concurrent sequences against sequence length, one line per model (log-log)."""
-    import matplotlib.pyplot as plt
-
     setup()
     fig, ax = plt.subplots(figsize=(6.2, 3.6))
     for model in dict.fromkeys(r["model"] for r in rows):
@@ -108,8 +101,6 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
 def plot_cost(items: Sequence[Any], unit: str = "$"):
     """Cost per 1000 requests, busy-time (the article's formula) and wall-time views, per run
     (`batchlab.course.capacity.CostBreakdown` objects)."""
-    import matplotlib.pyplot as plt
-
     setup()
     x = np.arange(len(items))
     fig, ax = plt.subplots(figsize=(6.2, 3.4))

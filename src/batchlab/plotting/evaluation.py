@@ -43,18 +43,6 @@ def plot_latency_vs_length(lengths: Mapping[str, Sequence[float]], latency: Mapp
     return ax
 
 
-def plot_tail_ratio(x: Sequence[float], ratios: Mapping[str, Sequence[float]], ax: Any = None,
-                    xlabel: str | None = None) -> Any:
-    """p99 / p50 against load: how much fatter the tail grows as the queue fills."""
-    ax = _ax(ax)
-    for i, (name, y) in enumerate(ratios.items()):
-        ax.plot(x, y, "o-", color=f"C{i}", label=name, ms=4)
-    ax.set_xlabel(xlabel or zh("负载 ρ", "load ρ"))
-    ax.set_ylabel("p99 / p50")
-    ax.legend(fontsize=8)
-    return ax
-
-
 def plot_amdahl(batch_sizes: Sequence[float], measured: Sequence[float], f: float,
                 affine: tuple[float, float] | None = None, ax: Any = None,
                 b_max: float | None = None) -> Any:

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+from matplotlib import font_manager
+
+try:
+    import mplfonts
+except ImportError:  # optional: the wheel that ships Noto Sans CJK SC
+    mplfonts = None
+
 _STATE: dict[str, object] = {"done": False, "family": None}
 
 _SYSTEM_FAMILIES = (
@@ -18,9 +27,7 @@ _SYSTEM_FAMILIES = (
 
 
 def _mplfonts_file() -> Path | None:
-    try:
-        import mplfonts
-    except ImportError:
+    if mplfonts is None:
         return None
     path = Path(mplfonts.__file__).resolve().parent / "fonts" / "NotoSansCJKsc-Regular.otf"
     return path if path.is_file() else None
@@ -31,9 +38,6 @@ def setup(style: bool = True) -> str | None:
 
     With `style`, also sets the course's figure defaults (size, dpi, grid). Idempotent.
     """
-    import matplotlib as mpl
-    from matplotlib import font_manager
-
     if not _STATE["done"]:
         family = None
         shipped = _mplfonts_file()
@@ -70,8 +74,6 @@ def zh(cn: str, en: str) -> str:
 
 def new_axes(ax: object = None, figsize: tuple[float, float] = (7.0, 3.8)) -> object:
     """`ax` itself, or the axes of a new figure (fonts set up) when `ax` is None."""
-    import matplotlib.pyplot as plt
-
     setup()
     if ax is None:
         _, ax = plt.subplots(figsize=figsize)

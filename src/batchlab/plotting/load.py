@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+
+from batchlab.plotting import fonts
 
 
 def _setup() -> Any:
     try:
-        from batchlab.plotting import fonts
-
         fonts.setup()
         return fonts.zh
     except Exception:  # noqa: BLE001 - fonts are a nicety; English labels always work
@@ -24,8 +25,6 @@ def _setup() -> Any:
 def _axes(ax: Any) -> Any:
     if ax is not None:
         return ax
-    import matplotlib.pyplot as plt
-
     return plt.subplots()[1]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
@@ -14,8 +15,6 @@ __all__ = ["plot_batch_size", "plot_llm_batch", "plot_combination", "plot_delay_
 def plot_batch_size(rows: Sequence[dict[str, Any]]):
     """Capacity B/t(B) against max_batch_size with the Amdahl ceiling 1/b, and the time of a
     full execution t(B) on a twin axis (rows from `misconceptions.batch_size_sweep`, delay 0)."""
-    import matplotlib.pyplot as plt
-
     setup()
     sub = [r for r in rows if r["delay_us"] == rows[0]["delay_us"]]
     b = [r["max_batch_size"] for r in sub]
@@ -39,8 +38,6 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]):
 def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None):
     """Continuous batching: tokens/s and time between tokens against the cap on running
     sequences; KV needed against the budget (rows from `misconceptions.llm_batch_sweep`)."""
-    import matplotlib.pyplot as plt
-
     setup()
     m = [r["max_active"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.6))
@@ -70,8 +67,6 @@ def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None):
 
 def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None):
     """p99 latency at the same load, and capacity (tokens/s), per scheduler."""
-    import matplotlib.pyplot as plt
-
     setup()
     names = [(labels or {}).get(r["scheduler"], r["scheduler"]) for r in rows]
     x = np.arange(len(rows))
@@ -88,8 +83,6 @@ def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | No
 
 def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
     """Throughput and GPU time per request against max_queue_delay, one line per load."""
-    import matplotlib.pyplot as plt
-
     setup()
     loads = list(dict.fromkeys(r["load"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 3.6))
@@ -114,8 +107,6 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
 def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any]], budget_gib: float | None = None):
     """Left: the toy LM's measured KV bytes against concurrency with the formula line. Right: the
     same concurrencies for real models (GiB), with a KV budget."""
-    import matplotlib.pyplot as plt
-
     setup()
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 3.6))
     n = np.asarray([r["n"] for r in toy])
@@ -142,8 +133,6 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
 def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labels: dict[str, str] | None = None):
     """Top: the day's request rate. Middle: instances per policy. Bottom: p99 per hour (log),
     unstable hours drawn at the top edge."""
-    import matplotlib.pyplot as plt
-
     setup()
     h = np.arange(len(rates))
     fig, axes = plt.subplots(3, 1, figsize=(7.6, 6.6), sharex=True)

@@ -60,17 +60,6 @@ def plot_eta_curve(batch_sizes: Sequence[int], exact: Sequence[float], mc_mean: 
     return ax
 
 
-def plot_eta_histogram(etas: Sequence[float], expected: float, ax: Any = None, bins: int = 40) -> Any:
-    """Distribution of per-batch η with its expectation marked."""
-    ax = _ax(ax)
-    ax.hist(np.asarray(etas), bins=bins, color="C0", alpha=0.7, density=True)
-    ax.axvline(expected, color="C3", lw=2, label=zh(f"E[η] = {expected:.3f}", f"E[η] = {expected:.3f}"))
-    ax.set_xlabel(zh("单锅有效率 η", "per-batch η"))
-    ax.set_ylabel(zh("概率密度", "density"))
-    ax.legend(fontsize=8)
-    return ax
-
-
 def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str,
                      ax: Any = None, fmt: str = "{:.0f}") -> Any:
     """Grouped bars: one group per scheme (e.g. padded / continuous), one bar per series
@@ -122,19 +111,5 @@ def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str,
     ax.set_yscale("log")
     ax.set_xlabel(zh("每条序列的 token 数（提示 + 输出）", "tokens per sequence"))
     ax.set_ylabel(zh("可并发的序列数", "concurrent sequences"))
-    ax.legend(fontsize=8)
-    return ax
-
-
-def plot_occupancy(times: Sequence[float], active: Mapping[str, Sequence[float]], capacity: int | None = None,
-                   ax: Any = None) -> Any:
-    """Sequences in the pot over time for several schemes (a step plot)."""
-    ax = _ax(ax)
-    for i, (label, vals) in enumerate(active.items()):
-        ax.step(times, vals, where="post", color=f"C{i}", label=label, lw=1.2)
-    if capacity is not None:
-        ax.axhline(capacity, color="gray", ls=":", label=zh(f"锅容量 {capacity}", f"capacity {capacity}"))
-    ax.set_xlabel(zh("时间（s）", "time (s)"))
-    ax.set_ylabel(zh("锅里在煮的序列数", "sequences running"))
     ax.legend(fontsize=8)
     return ax

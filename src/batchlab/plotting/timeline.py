@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import matplotlib
 import numpy as np
 
 from batchlab.plotting.fonts import zh
@@ -22,8 +23,6 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
     scale = {"ms": 1e3, "s": 1.0}.get(unit)
     if scale is None:
         raise ValueError(f"unit must be 'ms' or 's', not {unit!r}")
-    import matplotlib
-
     a = np.asarray(arrival, float) * scale
     s = np.asarray(start, float) * scale
     f = np.asarray(finish, float) * scale

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import matplotlib
+import matplotlib.colors as mcolors
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from batchlab.plotting.fonts import new_axes, zh
 
@@ -39,8 +42,6 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
                  mark: tuple[Any, Any] | None = None, xlabel: str | None = None,
                  ylabel: str | None = None) -> Any:
     """A labelled heatmap of ``z[y, x]`` (NaN cells grey); ``mark`` = (x, y) outlines one cell."""
-    import matplotlib.colors as mcolors
-
     ax = _ax(ax, (5.6, 3.8))
     data = np.ma.masked_invalid(np.asarray(z, dtype=float))
     norm = None
@@ -48,7 +49,7 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
         pos = data[data > 0]
         vmin = float(pos.min()) if pos.size else 1.0
         norm = mcolors.LogNorm(vmin=vmin, vmax=vmax or float(data.max()))
-    cm = __import__("matplotlib").colormaps[cmap].copy()
+    cm = matplotlib.colormaps[cmap].copy()
     cm.set_bad("#dddddd")
     im = ax.imshow(data, origin="lower", aspect="auto", cmap=cm, norm=norm,
                    vmax=None if log else vmax)
@@ -66,8 +67,6 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
     ax.set_title(title, fontsize=10)
     ax.grid(False)
     if mark is not None:
-        from matplotlib.patches import Rectangle
-
         j, i = list(xs).index(mark[0]), list(ys).index(mark[1])
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2))
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)

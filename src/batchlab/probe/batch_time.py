@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from batchlab._validate import count, positive
 from batchlab.load.stats import BATCH_PHASES, ModelStats, read_stats
 from batchlab.load.transport import triton_dtype
 from batchlab.models.requests import random_embed_inputs
@@ -150,8 +151,7 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
     sz = [int(b) for b in sizes]
     if not sz or min(sz) < 1 or len(set(sz)) != len(sz):
         raise ValueError(f"sizes must be distinct positive integers, got {list(sizes)}")
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    count("rounds", rounds)
     per = {b: int(requests_per_round(b) if callable(requests_per_round) else requests_per_round) for b in sz}
     if min(per.values()) < 1:
         raise ValueError(f"requests_per_round must be >= 1 for every size, got {per}")
@@ -239,8 +239,7 @@ class Calibration:
         """A `batchlab.sim.service.Table` of the measured times (``phase``: 'service' or
         'compute'), every time multiplied by ``scale`` (see `load_factor`)."""
         _check_phase(phase)
-        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a number > 0, got {scale!r}")
+        scale = positive("scale", scale)
         src = self.service_ms if phase == "service" else self.compute_ms
         sizes = sorted(src)
         return Table(tuple(sizes), tuple(src[b] * scale for b in sizes), unit="ms")
@@ -269,8 +268,7 @@ def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[i
     sizes = sorted({int(b) for b in batch_sizes})
     if not sizes or sizes[0] < 1:
         raise ValueError(f"batch_sizes must be positive integers, got {list(batch_sizes)!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    count("rounds", rounds)
     build = inputs_for or (lambda b: random_embed_inputs(b, seed=b))
     times = measure_batch_times(server, model, build, sizes, rounds=rounds, warmup_rounds=warmup_requests,
                                 requests_per_round=lambda b: max(-(-min_requests // rounds),

@@ -34,7 +34,7 @@ _WIDGET = ("Quiz", "show_quiz", "display_chapter_quiz", "headless")
 
 def __getattr__(name: str) -> Any:
     if name in _WIDGET:
-        from batchlab.quiz import widget
+        from batchlab.quiz import widget  # lazy: ipywidgets only when a widget is asked for
 
         return getattr(widget, name)
     raise AttributeError(f"module 'batchlab.quiz' has no attribute {name!r}")

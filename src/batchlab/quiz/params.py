@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from batchlab._validate import count
 from batchlab.theory import formulas as F
 from batchlab.theory import kv
 from batchlab.theory.roofline import ridge_batch
@@ -63,10 +64,16 @@ FORMULAS: dict[str, Formula] = {}
 """Registry of formulas that seeded numeric questions may name (`"formula": "amdahl"`)."""
 
 
-def _register(func: Callable[..., float]) -> Callable[..., float]:
+def _register(func: Callable[..., float], name: str | None = None) -> Callable[..., float]:
     doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
-    FORMULAS[func.__name__] = Formula(func.__name__, func, doc)
+    key = name or func.__name__
+    FORMULAS[key] = Formula(key, func, doc)
     return func
+
+
+def _register_as(name: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
+    """Register a formula under the name the question banks use (e.g. a unit-adapted theory formula)."""
+    return lambda func: _register(func, name)
 
 
 def _register_theory(func: Callable[..., float], name: str | None = None, **rename: str) -> None:
@@ -94,14 +101,14 @@ def formula(name: str) -> Formula:
 # --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
 
 
-@_register
-def t_total(t_queue: float, t_prefill: float, n_tokens: int, t_token: float, t_overhead: float) -> float:
+@_register_as("t_total")
+def _t_total_ms(t_queue: float, t_prefill: float, n_tokens: int, t_token: float, t_overhead: float) -> float:
     """T_total = T_queue + T_prefill + n_tokens·t_token + T_overhead (all in ms)."""
     return F.t_total(t_queue, t_prefill, n_tokens * t_token, t_overhead)
 
 
-@_register
-def utilization(rate: float, service_ms: float) -> float:
+@_register_as("utilization")
+def _utilization_pct(rate: float, service_ms: float) -> float:
     """Busy fraction ρ = λ·s in percent (λ in req/s, s in ms)."""
     return rate * service_ms / 1000.0 * 100.0
 
@@ -157,8 +164,8 @@ def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
 _register_theory(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
-@_register
-def md1_wait(rate: float, service_ms: float) -> float:
+@_register_as("md1_wait")
+def _md1_wait_ms(rate: float, service_ms: float) -> float:
     """M/D/1 mean queueing delay Wq = ρ / (2μ(1−ρ)) in ms (λ in req/s, service time in ms)."""
     rho = rate * service_ms / 1000.0
     if not 0 <= rho < 1:
@@ -241,8 +248,7 @@ def draw_params(
     """
     if seed is None:
         return dict(defaults)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    count("seed", seed, lo=0)
     rng = np.random.default_rng([int(seed), _qid_key(qid)])
     return {name: choices[int(rng.integers(len(choices)))] for name, choices in params.items()}
 

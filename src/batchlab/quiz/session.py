@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from batchlab._validate import optional_count
 from batchlab.quiz.bank import Bank, Instance, Question, load_bank
 from batchlab.quiz.grade import check_answer
 from batchlab.quiz.params import fmt_number, seed_for
@@ -128,8 +129,7 @@ class QuizSession:
         self.learner = learner.strip() if learner else None
         if seed is None and self.learner:
             seed = seed_for(self.learner)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        optional_count("seed", seed, lo=0)
         self.seed = seed
         ids = list(questions) if questions is not None else self.bank.ids
         unknown = [qid for qid in ids if qid not in self.bank]

@@ -19,6 +19,8 @@ from typing import Any
 
 import ipywidgets as W
 import numpy as np
+from IPython import get_ipython
+from IPython.display import display
 
 from batchlab.quiz.bank import Bank, load_bank
 from batchlab.quiz.grade import SubmissionError
@@ -35,10 +37,6 @@ def headless() -> bool:
     """True when no Jupyter kernel can show widgets: plain Python, a terminal IPython, or
     `BATCHLAB_HEADLESS=1` in the environment."""
     if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
-        return True
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython ships with ipywidgets
         return True
     ip = get_ipython()
     return ip is None or getattr(ip, "kernel", None) is None
@@ -216,8 +214,6 @@ def show_quiz(
         text = quiz.text()
         print(text)
         return text
-    from IPython.display import display
-
     display(quiz)
     return None
 

@@ -10,6 +10,12 @@ import json
 import sys
 from typing import Sequence
 
+from batchlab.course.seed_demo import main as demo
+
+from . import workload
+from .dynamic import simulate_dynamic
+from .service import Affine
+
 MAX_REQUESTS = 5_000_000
 
 
@@ -58,14 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     if args.cmd == "seed-demo":
-        from batchlab.course.seed_demo import main as demo
-
         demo()
         return 0
-    from . import workload
-    from .dynamic import simulate_dynamic
-    from .service import Affine
-
     try:
         if not 1 <= args.requests <= MAX_REQUESTS:
             raise ValueError(f"--requests must be in [1, {MAX_REQUESTS}], got {args.requests}")

@@ -31,11 +31,9 @@ from typing import Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, times_array
+from .engine import INF
 from .results import SimResult, empty_records, make_batches
 from .service import TokenCost
-
-INF = float("inf")
-
 
 def simulate_continuous(
     arrivals: np.ndarray | Sequence[float],

@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from batchlab._validate import fraction
+
+from .summary import summarize_result
+
 RECORD_DTYPE = np.dtype([
     ("id", np.int64),             # request index (arrival order)
     ("arrival", np.float64),      # when the request reached the server
@@ -86,20 +90,14 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from batchlab._validate import real
-
-        w = real("warmup", self.warmup)
-        if not 0.0 <= w < 1.0:
-            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup!r}")
+        fraction("warmup", self.warmup)
 
     def __len__(self) -> int:
         return int(self.records.size)
 
     def summary(self, warmup: float | None = None) -> dict[str, Any]:
-        """Throughput, latency, queue time, TTFT, batch sizes, utilisation, η, KV, stability (see `summary.summarize`)."""
-        from .summary import summarize
-
-        return summarize(self, self.warmup if warmup is None else warmup)
+        """Throughput, latency, queue time, TTFT, batch sizes, utilisation, η, KV, stability (see `summary.summarize_result`)."""
+        return summarize_result(self, self.warmup if warmup is None else warmup)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Per-request columns as a dict of plain arrays, plus derived ``latency`` and ``queue`` (s)."""

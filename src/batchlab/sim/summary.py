@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from batchlab._validate import real
+from batchlab._validate import fraction
 
 PCTS = (50, 95, 99)
 
@@ -44,11 +44,9 @@ def growing(wait: np.ndarray, scale: float) -> bool:
     return q[1] < q[2] < q[3] and (q[3] - q[1]) > 0.5 * q[1] + 2.0 * scale
 
 
-def summarize(res: Any, warmup: float) -> dict[str, Any]:
+def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
     """Compute the summary of ``res`` (a `SimResult`) leaving out the first ``warmup`` fraction of requests."""
-    w = real("warmup", warmup)
-    if not 0.0 <= w < 1.0:
-        raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
+    w = fraction("warmup", warmup)
     r = res.records
     arr = r["arrival"]
     if r.size > 1 and np.any(arr[1:] < arr[:-1]):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
-import numpy as np
+from batchlab._validate import count
 
 __all__ = [
     "GIB",
@@ -42,8 +42,7 @@ def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_
     """KV cache bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per element."""
     for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
                         ("head_dim", head_dim), ("bytes_per_element", bytes_per_element)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        count(name, value, message=f"{name} must be a positive int, got {value!r}")
     return 2 * int(n_layers) * int(n_kv_heads) * int(head_dim) * int(bytes_per_element)
 
 

@@ -28,6 +28,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from batchlab._validate import count, rng_of
+
 __all__ = [
     "LengthPMF", "pmf_of", "uniform_pmf", "expected_eta", "expected_max", "ratio_of_expectations",
     "eta_limit", "eta_curve", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
@@ -126,9 +128,7 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
 
 
 def _batch(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    return int(batch_size)
+    return count("batch_size", batch_size)
 
 
 def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
@@ -243,9 +243,8 @@ def monte_carlo_eta(dist: Any, batch_size: int, n_batches: int = 20_000,
     simulator's) is sampled directly.
     """
     b = _batch(batch_size)
-    if isinstance(n_batches, bool) or not isinstance(n_batches, (int, np.integer)) or n_batches < 2:
-        raise ValueError(f"n_batches must be an integer >= 2, got {n_batches!r}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    count("n_batches", n_batches, lo=2)
+    rng = rng_of(seed)
     n = int(n_batches) * b
     if callable(getattr(dist, "sample", None)):
         draws = np.asarray(dist.sample(n, rng), dtype=float)

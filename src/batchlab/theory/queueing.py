@@ -77,7 +77,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from batchlab._validate import real
+from batchlab._validate import count, non_negative, optional_count, positive
 
 __all__ = [
     "little_wait", "window_wait", "WindowResult", "batch_queue", "BatchQueueResult",
@@ -89,26 +89,11 @@ __all__ = [
 # ----------------------------------------------------------------------------- helpers
 
 
-def _pos(name: str, value: Any, allow_zero: bool = False) -> float:
-    v = real(name, value)  # a finite float, or a one-line ValueError
-    if v < 0 or (v == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
-    return v
-
-
-def _size(name: str, value: Any, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 def as_batch_time(batch_time: Any) -> Callable[[int], float]:
     """Seconds per execution of b items, from a callable ``b -> s``, an object with ``.time(b)``
     (the simulator's `Affine` / `Table`), or a pair ``(a_s, b_s)`` meaning a + b·B seconds."""
     if isinstance(batch_time, tuple) and len(batch_time) == 2:
-        a, b = _pos("a", batch_time[0], True), _pos("b", batch_time[1], True)
+        a, b = non_negative("a", batch_time[0]), non_negative("b", batch_time[1])
         if a + b <= 0:
             raise ValueError("a + b must be > 0")
         return lambda k: a + b * k
@@ -160,13 +145,13 @@ def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: 
 
     With ``utilization`` 1 and one instance it is the article's N_queue · T_batch / B_size.
     """
-    nq = _pos("n_queue", n_queue, True)
-    tb = _pos("t_batch", t_batch)
-    bm = _pos("batch_mean", batch_mean)
-    u = _pos("utilization", utilization)
+    nq = non_negative("n_queue", n_queue)
+    tb = positive("t_batch", t_batch)
+    bm = positive("batch_mean", batch_mean)
+    u = positive("utilization", utilization)
     if u > 1.0 + 1e-9:
         raise ValueError(f"utilization must lie in (0, 1], got {utilization!r}")
-    k = _size("instances", instances)
+    k = count("instances", instances)
     return nq * tb / (k * u * bm)
 
 
@@ -189,9 +174,9 @@ def window_wait(arrival_rate: float, max_queue_delay_s: float, max_batch_size: i
     (None: no size limit). Valid when windows do not overlap executions (light load); at heavy
     load the queue behind a busy instance dominates instead.
     """
-    lam = _pos("arrival_rate", arrival_rate)
-    d = _pos("max_queue_delay_s", max_queue_delay_s, True)
-    k = _size("max_batch_size", max_batch_size, allow_none=True)
+    lam = positive("arrival_rate", arrival_rate)
+    d = non_negative("max_queue_delay_s", max_queue_delay_s)
+    k = optional_count("max_batch_size", max_batch_size)
     if d == 0 or k == 1:
         return WindowResult(0.0, 0.0, 1.0)
     mu = lam * d
@@ -277,9 +262,9 @@ def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None
     K (None: no limit, Inoue's model). Raises ``ValueError`` when the load is not below capacity
     or too close to it for ``max_states``.
     """
-    lam = _pos("arrival_rate", arrival_rate)
+    lam = positive("arrival_rate", arrival_rate)
     t = as_batch_time(batch_time)
-    k_max = _size("max_batch_size", max_batch_size, allow_none=True)
+    k_max = optional_count("max_batch_size", max_batch_size)
     if k_max is not None:
         cap = k_max / t(k_max)
     else:
@@ -317,8 +302,8 @@ def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None
 
 def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray:
     """The K − 1 roots of z^K = e^{μ(z−1)} inside the unit disk (μ < K), by fixed point + Newton."""
-    mu = _pos("mu", mu, True)
-    s = _size("capacity", capacity)
+    mu = non_negative("mu", mu)
+    s = count("capacity", capacity)
     if mu >= s:
         raise ValueError(f"need μ = λT < K for the roots to lie inside the disk, got μ={mu:.4g}, K={s}")
     roots = []
@@ -366,9 +351,9 @@ def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: 
     ``rule="bus"``: executions run back to back every T whether or not anyone waits. Both share
     the embedded chain Q' = max(Q − K, 0) + A; they differ in time (idle periods), hence in wait.
     """
-    lam = _pos("arrival_rate", arrival_rate)
-    T = _pos("batch_time_s", batch_time_s)
-    s = _size("capacity", capacity)
+    lam = positive("arrival_rate", arrival_rate)
+    T = positive("batch_time_s", batch_time_s)
+    s = count("capacity", capacity)
     if rule not in ("greedy", "bus"):
         raise ValueError(f"rule must be 'greedy' or 'bus', got {rule!r}")
     mu = lam * T
@@ -390,7 +375,7 @@ def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: 
 
 def lambert_w(x: float) -> float:
     """Principal branch W(x) for x >= 0 (w·e^w = x), by Halley's iteration."""
-    x = _pos("x", x, True)
+    x = non_negative("x", x)
     if x == 0:
         return 0.0
     w = math.log1p(x)
@@ -410,10 +395,10 @@ def unbounded_latency(arrival_rate: float, a: float, b: float, p_idle: float) ->
     t(x) = a + b·x seconds, no batch limit, deterministic times. Returns ``batch_mean``,
     ``batch_m2`` (E[X²]), ``latency_s`` and ``wait_s``.
     """
-    lam = _pos("arrival_rate", arrival_rate)
-    a = _pos("a", a, True)
-    b = _pos("b", b, True)
-    p0 = _pos("p_idle", p_idle, True)
+    lam = positive("arrival_rate", arrival_rate)
+    a = non_negative("a", a)
+    b = non_negative("b", b)
+    p0 = non_negative("p_idle", p_idle)
     if p0 > 1:
         raise ValueError(f"p_idle must lie in [0, 1], got {p_idle!r}")
     if lam * b >= 1:
@@ -432,9 +417,9 @@ def unbounded_latency_bound(arrival_rate: float, a: float, b: float) -> dict[str
     p₀ ≥ p* = W(kC)/k, k = λb/(1 − λb), C = e^{−λa/(1−λb)} (p* = e^{−λa} when b = 0, which is
     then exact); returns `unbounded_latency` at p*, plus ``p_star``.
     """
-    lam = _pos("arrival_rate", arrival_rate)
-    a = _pos("a", a, True)
-    b = _pos("b", b, True)
+    lam = positive("arrival_rate", arrival_rate)
+    a = non_negative("a", a)
+    b = non_negative("b", b)
     if lam * b >= 1:
         raise ValueError(f"unstable: λ·b = {lam * b:.4g} must be < 1")
     c = math.exp(-lam * a / (1 - lam * b))

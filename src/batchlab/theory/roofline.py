@@ -8,7 +8,7 @@ One decode step of a decoder-only LM at batch B reads every weight once and does
 Arithmetic intensity is 2·B/s FLOP per byte; decode turns compute-bound when it reaches the
 ridge F/BW, i.e. at B* = ridge · s / 2 (bf16: B* = ridge; float32: B* = 2·ridge).
 
-Plain computation only: `Hardware` and the spec sheets (`KNOWN_GPUS`, `spec_for`), the bound
+Plain computation only: `Hardware` and the spec sheets (`H200`, `H100_SXM`, … and `spec_for`), the bound
 (`ridge_point`, `decode_intensity`, `ridge_batch`, `roofline_time`), the decoder shapes a sweep
 runs (`DecodeShape`, `CPU_SHAPE`, `GPU_SHAPE`) and `knee_batch`, which finds where a measured
 curve turns from flat (memory-bound) to linear (compute-bound). The measurements themselves
@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from batchlab._validate import positive
+from batchlab._validate import count, positive
 
 
 # --------------------------------------------------------------------------- hardware
@@ -52,10 +52,6 @@ H100_SXM = Hardware("NVIDIA H100 SXM", 3.35e12, 989e12, "bf16", "NVIDIA H100 dat
 H200 = Hardware("NVIDIA H200", 4.8e12, 989e12, "bf16", "NVIDIA H200 datasheet")
 H100_PCIE = Hardware("NVIDIA H100 PCIe", 2.0e12, 756e12, "bf16", "NVIDIA H100 datasheet")
 A100_SXM = Hardware("NVIDIA A100 SXM 80GB", 2.039e12, 312e12, "bf16", "NVIDIA A100 datasheet")
-KNOWN_GPUS = (H200, H100_PCIE, H100_SXM, A100_SXM)
-
-BYTES_PER_PARAM = {"float32": 4, "fp32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
-                   "int8": 1, "fp8": 1}
 
 
 def spec_for(gpu_name: str) -> Hardware | None:
@@ -109,8 +105,7 @@ class DecodeShape:
     def __post_init__(self) -> None:
         for f in ("d_model", "d_ff", "n_layers"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"DecodeShape.{f} must be a positive int, got {v!r}")
+            count(f"DecodeShape.{f}", v)
 
     def matrices(self) -> list[tuple[int, int]]:
         """(rows, cols) of every weight GEMM of one step, in order."""

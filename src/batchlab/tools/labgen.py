@@ -55,7 +55,7 @@ class LabgenError(ValueError):
 
 
 @dataclass
-class Question:
+class LabQuestion:
     """One answer region of a solution notebook."""
 
     number: int
@@ -69,7 +69,7 @@ class Lab:
     """A generated lab: its notebook (as a dict) and the questions found in the solution."""
 
     notebook: dict[str, Any]
-    questions: list[Question] = field(default_factory=list)
+    questions: list[LabQuestion] = field(default_factory=list)
 
     def text(self) -> str:
         """The notebook as nbformat writes it (indent 1, sorted keys, UTF-8 kept)."""
@@ -158,7 +158,7 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     nb = copy.deepcopy(solution)
     if nb.get("nbformat") != 4:
         raise LabgenError(f"{solution_name}: only nbformat 4 notebooks are supported")
-    questions: list[Question] = []
+    questions: list[LabQuestion] = []
     cells: list[dict[str, Any]] = []
     for index, cell in enumerate(nb.get("cells", [])):
         kind = cell.get("cell_type")
@@ -170,7 +170,7 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
                 new, found = replace_regions(src, kind, len(questions) + 1, where)
                 if found:
                     number, hint = found[0]
-                    questions.append(Question(number, index, kind, hint))
+                    questions.append(LabQuestion(number, index, kind, hint))
                     if kind == "code":
                         tags = list(cell["metadata"].get("tags", []))
                         if RAISES_TAG not in tags:
@@ -198,7 +198,7 @@ def read_notebook(path: Path) -> dict[str, Any]:
         raise LabgenError(f"{path}: not a valid notebook (JSON error at line {exc.lineno})") from None
 
 
-def generate(solutions: Path, labs: Path) -> dict[Path, str]:
+def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     """{lab path: text} for every `*.ipynb` in `solutions` (nothing is written)."""
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
@@ -221,11 +221,11 @@ def _is_generated(path: Path) -> bool:
 
 
 def stale(solutions: Path, labs: Path) -> list[str]:
-    """Lab files that differ from what `generate` would write ('path (reason)'); [] if in sync.
+    """Lab files that differ from what `generate_labs` would write ('path (reason)'); [] if in sync.
 
     The comparison ignores trailing whitespace only.
     """
-    wanted = generate(solutions, labs)
+    wanted = generate_labs(solutions, labs)
     problems = []
     for path, text in wanted.items():
         if not path.exists():
@@ -240,7 +240,7 @@ def stale(solutions: Path, labs: Path) -> list[str]:
 
 def write(solutions: Path, labs: Path) -> list[Path]:
     """Write every lab; remove generated labs whose solution is gone. Returns the paths written."""
-    wanted = generate(solutions, labs)
+    wanted = generate_labs(solutions, labs)
     Path(labs).mkdir(parents=True, exist_ok=True)
     written = []
     for path, text in wanted.items():

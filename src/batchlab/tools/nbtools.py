@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import nbformat
+from nbclient import NotebookClient
+
 
 def execute(path: str | Path, timeout: int = 300, allow_errors: bool = False) -> float:
     """Run every cell of the notebook at `path` with this environment's kernel; store outputs.
 
     Returns the wall time in seconds. Cells tagged ``raises-exception`` may raise.
     """
-    import nbformat
-    from nbclient import NotebookClient
-
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(

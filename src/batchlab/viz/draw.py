@@ -11,7 +11,10 @@ from __future__ import annotations
 import io
 from typing import Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from batchlab.plotting import setup, zh
 from batchlab.viz.frames import Frame, Lane, frame_at, utilization_series
@@ -23,17 +26,11 @@ _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
 
 
 def _req_color(i: int) -> tuple[float, float, float, float]:
-    import matplotlib
-
     return matplotlib.colormaps["tab20"](int(i) % 20)
 
 
 def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
     """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right)."""
-    from matplotlib.patches import Rectangle
-
-    import matplotlib
-
     m = lane.slots
     ax.clear()
     ax.set_xlim(-QUEUE_SHOWN - 1.6, m + (5.2 if stats else 0.6))
@@ -123,16 +120,12 @@ def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
 
 def new_figure(n_lanes: int = 3):
     """A figure sized for `draw_frame`."""
-    import matplotlib.pyplot as plt
-
     setup()
     return plt.figure(figsize=(9.5, 1.35 * n_lanes + 2.2), dpi=90)
 
 
 def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> bytes:
     """PNG bytes of `draw_frame` (for the widget); reuses ``fig`` when given."""
-    import matplotlib.pyplot as plt
-
     own = fig is None
     if own:
         fig = new_figure(len(lanes))
@@ -146,8 +139,6 @@ def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> byt
 
 def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
     """Still frames: one column per instant in ``times``, one row per lane. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     setup()
     times = list(times)
     if not times:

@@ -23,13 +23,14 @@ Everything here is a function of arrays, so it is unit-tested without a display.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
-KINDS = ("nobatch", "dynamic", "static", "continuous")
+from batchlab._validate import count, non_negative, positive, real
+
+LANE_KINDS = ("nobatch", "dynamic", "static", "continuous")
 """Lane kinds: no batching, stateless dynamic batching, request-level generation batches,
 iteration-level (continuous) batching."""
 
@@ -63,10 +64,9 @@ class Lane:
     """Per execution: the fraction of its slot-time doing needed work (1 without padding)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"lane kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
-        if not isinstance(self.slots, (int, np.integer)) or self.slots < 1:
-            raise ValueError(f"slots must be a positive integer, not {self.slots!r}")
+        if self.kind not in LANE_KINDS:
+            raise ValueError(f"lane kind must be one of {', '.join(LANE_KINDS)}, not {self.kind!r}")
+        count("slots", self.slots)
         if not self.delay_s >= 0:
             raise ValueError(f"delay_s must be >= 0, not {self.delay_s!r}")
         n = self.arrival.size
@@ -175,8 +175,7 @@ def utilization(lane: Lane, t0: float, t1: float) -> tuple[float, float]:
     busy = time with an execution running / (t1 − t0);
     fill = Σ overlap · size · useful fraction / (slots · (t1 − t0)).
     """
-    if not (math.isfinite(t0) and math.isfinite(t1)):
-        raise ValueError(f"utilization needs finite times, got [{t0}, {t1}]")
+    t0, t1 = real("t0", t0), real("t1", t1)
     span = t1 - t0
     if span <= 0:
         return 0.0, 0.0
@@ -205,8 +204,7 @@ def _running_batches(lane: Lane, t: float) -> np.ndarray:
 
 def frame_at(lane: Lane, t: float) -> Frame:
     """What ``lane`` looks like at time ``t`` (seconds)."""
-    if not math.isfinite(t) or t < 0:
-        raise ValueError(f"frame time must be a finite number >= 0, got {t!r}")
+    t = non_negative("frame time", t)
     arr, st, fin = lane.arrival, lane.start, lane.finish
     started = np.isfinite(st) & (st <= t)
     dropped = ~np.isfinite(st) & np.isfinite(fin) & (fin <= t)
@@ -270,10 +268,8 @@ def default_horizon(lanes: Sequence[Lane], cap_factor: float = 1.5) -> float:
 
 def frame_times(horizon: float, n_frames: int) -> np.ndarray:
     """``n_frames`` evenly spaced instants from 0 to ``horizon`` (both included)."""
-    if not (isinstance(n_frames, (int, np.integer)) and n_frames >= 2):
-        raise ValueError(f"n_frames must be an integer >= 2, got {n_frames!r}")
-    if not (math.isfinite(horizon) and horizon > 0):
-        raise ValueError(f"horizon must be a positive number of seconds, got {horizon!r}")
+    count("n_frames", n_frames, lo=2)
+    positive("horizon", horizon)
     return np.linspace(0.0, float(horizon), int(n_frames))
 
 

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from batchlab._validate import positive
 from batchlab.sim import Affine, TokenCost, simulate_continuous, simulate_dynamic, simulate_static_generation
 from batchlab.sim import lengths as L
 from batchlab.sim import workload as W
@@ -47,8 +48,7 @@ class DemoParams:
     seed: int = 7
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"rate must be a positive number of requests per second, got {self.rate!r}")
+        positive("rate", self.rate)
         if not isinstance(self.max_batch_size, (int, np.integer)) or not 1 <= self.max_batch_size <= 64:
             raise ValueError(f"max_batch_size must be an integer in [1, 64], got {self.max_batch_size!r}")
         if not (np.isfinite(self.max_queue_delay_ms) and self.max_queue_delay_ms >= 0):

@@ -18,36 +18,27 @@ Nothing here blocks: the widget only reacts to its controls. Without a Jupyter k
 from __future__ import annotations
 
 import base64
-import os
 from dataclasses import replace
 from typing import Any
 
+import ipywidgets as W
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from batchlab._validate import count
+from batchlab.quiz.widget import headless
+from batchlab.viz.draw import film_strip, new_figure, render_png
 from batchlab.viz.frames import default_horizon, frame_label, frame_times, step_index
 from batchlab.viz.scenario import DemoParams, run_demo
 
 N_FRAMES = 60
 
 
-def headless() -> bool:
-    """True without a Jupyter kernel to show widgets (plain Python, or ``BATCHLAB_HEADLESS=1``)."""
-    if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
-        return True
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover
-        return True
-    ip = get_ipython()
-    return ip is None or getattr(ip, "kernel", None) is None
-
-
 class BatchingAnimation:
     """The animated side-by-side view of no batching, dynamic batching and continuous batching."""
 
     def __init__(self, params: DemoParams = DemoParams(), n_frames: int = N_FRAMES, interval_ms: int = 600) -> None:
-        import ipywidgets as W
-
-        if not isinstance(n_frames, int) or n_frames < 2:
-            raise ValueError(f"n_frames must be an integer >= 2, got {n_frames!r}")
+        count("n_frames", n_frames, lo=2)
         self.params = params
         self.n_frames = n_frames
         self._fig = None
@@ -119,16 +110,12 @@ class BatchingAnimation:
 
     def show_frame(self, index: int) -> None:
         """Draw frame ``index`` into the picture and update the label."""
-        from batchlab.viz.draw import new_figure, render_png
-
         index = int(index)
         if not 0 <= index < self.n_frames:
             raise ValueError(f"frame index must lie in [0, {self.n_frames - 1}], got {index}")
         t = float(self.times[index])
         if index not in self._cache:
             if self._fig is None:
-                import matplotlib.pyplot as plt
-
                 self._fig = new_figure(len(self.lanes))
                 plt.close(self._fig)  # never shown by the inline backend; we draw it ourselves
             png = render_png(self.lanes, t, self.horizon, fig=self._fig)
@@ -147,18 +134,12 @@ def show_animation(params: DemoParams = DemoParams(), n_frames: int = N_FRAMES,
                    still_times: tuple[float, ...] | None = None) -> BatchingAnimation | None:
     """Display the animation in a Jupyter kernel (returns it), or draw still frames when headless."""
     if headless():
-        import matplotlib.pyplot as plt
-
-        from batchlab.viz.draw import film_strip
-
         lanes = run_demo(params)
         h = default_horizon(lanes)
         times = still_times or tuple(round(h * f, 1) for f in (0.15, 0.4, 0.65, 0.9))
         film_strip(lanes, times)
         plt.show()
         return None
-    from IPython.display import display
-
     anim = BatchingAnimation(params, n_frames=n_frames)
     display(anim)
     return anim
