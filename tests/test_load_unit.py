@@ -188,7 +188,6 @@ def test_stats_parse_and_difference() -> None:
     assert (d.inference_count, d.execution_count, d.success, d.failed) == (32, 4, 32, 1)
     assert d.mean_batch_size == 8.0
     assert d.batch_histogram() == {8: 4}  # unchanged sizes drop out
-    assert d.batch_compute_ms() == {8: 4.0}
     assert d.batch_service_ms() == {8: 5.0}
     assert d.mean_ms("queue") == pytest.approx(1.0) and d.mean_ms("compute_infer") == pytest.approx(4.0)
     assert d.mean_ms("success") == pytest.approx(8.0)
@@ -250,73 +249,6 @@ def test_timeline_rows_difference_counters() -> None:
     s = tl.series("m", "nv_inference_pending_request_count", "nv_inference_request_success")
     assert s.tolist() == [[0.0, 0.0, 0.0], [0.5, 7.0, 100.0], [1.0, 0.0, 100.0]]
     assert tl.rows("m") == rows and MetricsTimeline("x").series("m", "a").shape == (0, 2)
-
-
-def test_plot_helpers_draw() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from batchlab.plotting.load import (plot_batch_histogram, plot_latency_cdf, plot_latency_over_time,
-                                        plot_split, plot_throughput_vs_concurrency)
-
-    def texts(items):
-        return [t.get_text() for t in items]
-
-    stats = ModelStats.from_json(STATS_AFTER, "m") - ModelStats.from_json(STATS_BEFORE, "m")
-    reps = [LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=9.9 / c,
-                       client_cpu_s=0.1, concurrency=c, server=stats, label="m") for c in (1, 2, 4)]
-
-    ax = plot_latency_cdf(reps)
-    assert len(ax.get_lines()) >= 3
-    assert ax.get_xlabel() == "延迟 (ms)" and ax.get_ylabel() == "累计比例"
-    assert texts(ax.get_legend().get_texts()) == ["m", "m", "m"]
-    cdf, p50, p99 = ax.lines[:3]  # per report: the CDF, then its p50 and p99 marks
-    lat = np.sort(reps[0].records.latency[reps[0].records.ok] * 1e3)
-    np.testing.assert_allclose(cdf.get_xdata(), lat)
-    np.testing.assert_allclose(cdf.get_ydata(), np.arange(1, 100) / 99)
-    assert list(p50.get_ydata()) == [0.5] and list(p99.get_ydata()) == [0.99]
-    assert p50.get_xdata()[0] == pytest.approx(np.percentile(lat, 50))
-    assert len(ax.lines) == 3 * len(reps)
-
-    ax = plot_throughput_vs_concurrency(reps)
-    (line,) = ax.lines  # one label: one line over the concurrencies
-    assert list(line.get_xdata()) == [1, 2, 4]
-    np.testing.assert_allclose(line.get_ydata(), [r.throughput_rps for r in reps])
-    assert ax.get_xlabel() == "并发客户端数" and ax.get_ylabel() == "吞吐 (请求/秒)"
-    (twin,) = [a for a in ax.figure.axes if a is not ax]
-    np.testing.assert_allclose(twin.lines[0].get_ydata(), [r.latency_ms()["p95"] for r in reps])
-    assert twin.get_ylabel() == "p95 延迟 (ms，虚线)"
-
-    ax = plot_split(reps[:2])
-    assert len(ax.patches) == 8  # 4 parts x 2 reports
-    split = reps[0].split_ms()
-    heights = [b.get_height() for b in ax.patches]
-    for k, part in enumerate(("queue", "compute", "server_other", "overhead")):
-        assert heights[2 * k] == heights[2 * k + 1] == pytest.approx(split[part])
-    assert texts(ax.get_legend().get_texts()) == ["排队", "计算", "服务器其他", "客户端与网络开销"]
-    assert ax.get_title() == "T_total 拆分：排队 + 计算 + 开销" and ax.get_ylabel() == "平均延迟 (ms)"
-    assert texts(ax.texts) == [f"{split['total']:.1f}"] * 2
-
-    ax = plot_batch_histogram(reps[0])
-    assert len(ax.patches) == 1
-    bar = ax.patches[0]
-    assert bar.get_x() + bar.get_width() / 2 == pytest.approx(8) and bar.get_height() == 4 * 8  # requests served
-    assert plot_batch_histogram(reps[0], weight="batches").patches[0].get_height() == 4
-    assert list(ax.lines[0].get_xdata()) == [8.0, 8.0] and ax.get_title() == "m"
-    assert ax.get_xlabel() == "批大小" and ax.get_ylabel() == "请求数"
-
-    ax = plot_latency_over_time(reps[0])
-    rec = reps[0].records
-    ok_line, failed_line = ax.lines
-    np.testing.assert_allclose(ok_line.get_xdata(), rec.sent[rec.ok])
-    np.testing.assert_allclose(ok_line.get_ydata(), rec.latency[rec.ok] * 1e3)
-    assert list(failed_line.get_xdata()) == [9.9] and list(failed_line.get_ydata()) == [0]
-    assert texts(ax.get_legend().get_texts()) == ["成功", "失败/拒绝"]
-    with pytest.raises(ValueError, match="no reports"):
-        plot_latency_cdf([])
-    plt.close("all")
 
 
 def test_pool_reports_lays_runs_end_to_end() -> None:

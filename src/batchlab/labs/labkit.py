@@ -204,16 +204,6 @@ class Workspace:
         path.write_text(text, encoding="utf-8")
         return path
 
-    def write_file(self, model: str, relpath: str, text: str) -> Path:
-        """Write a file (e.g. a policy module) inside `model`'s folder."""
-        base = self._model_dir(model).resolve()
-        path = (base / relpath).resolve()
-        if base not in path.parents:
-            raise ValueError(f"{relpath!r} is outside the folder of model {model!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        return path
-
     # -- server ----------------------------------------------------------------------------
 
     def start(self, models: Sequence[str] | None = None, **kwargs: Any) -> TritonServer:

@@ -135,15 +135,6 @@ class ModelStats:
         return {s: slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]
                 for s, slot in sorted(self.batches.items())}
 
-    def batch_compute_ms(self, phase: str = "compute_infer") -> dict[int, float]:
-        """Batch size -> mean time of one batch in `phase` (ms): the measured service-time table."""
-        out = {}
-        for s, slot in sorted(self.batches.items()):
-            c, ns = slot.get(phase, (0, 0))
-            if c:
-                out[s] = ns / c / 1e6
-        return out
-
     def batch_service_ms(self) -> dict[int, float]:
         """Batch size -> mean of compute_input + compute_infer + compute_output of one batch (ms)."""
         out = {}
