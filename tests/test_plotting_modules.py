@@ -198,20 +198,6 @@ def test_plot_eta_curve_exact_mc_ratio_and_limit():
     assert len(ax.lines) == 1 and not ax.containers and legend(ax) == ["E[η] 精确值"]
 
 
-def test_plot_eta_histogram_is_a_density_with_its_mean():
-    etas = np.random.default_rng(5).beta(4, 2, 500)
-    ax = PP.plot_eta_histogram(etas, float(etas.mean()), bins=20)
-    assert ax.get_xlabel() == "单锅有效率 η" and ax.get_ylabel() == "概率密度"
-    heights, edges = np.histogram(etas, bins=20, density=True)
-    assert len(ax.patches) == 20
-    np.testing.assert_allclose([b.get_height() for b in ax.patches], heights)
-    np.testing.assert_allclose([b.get_x() for b in ax.patches], edges[:-1])
-    (mean_line,) = ax.lines
-    np.testing.assert_allclose(mean_line.get_xdata(), [etas.mean()] * 2)
-    assert legend(ax) == [f"E[η] = {etas.mean():.3f}"]
-    assert ax.get_xlim()[0] <= etas.min() and etas.max() <= ax.get_xlim()[1]
-
-
 def test_plot_scheme_bars_groups_skip_nan_and_label_values():
     series = {"推导": [120.0, 480.0], "模拟": [110.0, np.nan], "实测 tokens/s": [101.0, 455.0]}
     ax = PP.plot_scheme_bars(["补齐", "连续批处理"], series, "tokens/s")
@@ -251,21 +237,6 @@ def test_plot_concurrency_vs_context_log_log():
     assert_lines_inside(ax)
 
 
-def test_plot_occupancy_steps_and_capacity():
-    t = np.cumsum(np.random.default_rng(7).exponential(0.1, 12))
-    active = {"补齐": [8, 8, 8, 3, 1, 8, 8, 6, 2, 1, 0, 0], "连续": [8, 8, 8, 8, 7, 8, 8, 8, 8, 6, 4, 1]}
-    ax = PP.plot_occupancy(t, active, capacity=8)
-    assert ax.get_xlabel() == "时间（s）" and ax.get_ylabel() == "锅里在煮的序列数"
-    assert len(ax.lines) == 3 and legend(ax) == ["补齐", "连续", "锅容量 8"]
-    for ln, y in zip(ax.lines, active.values()):
-        assert ln.get_drawstyle() == "steps-post"
-        np.testing.assert_allclose(ln.get_xdata(), t)
-        np.testing.assert_allclose(ln.get_ydata(), y)
-    np.testing.assert_allclose(ax.lines[2].get_ydata(), [8, 8])
-    assert_inside(ax, t, active["连续"])
-    assert len(PP.plot_occupancy(t, active).lines) == 2
-
-
 # ----------------------------------------------------------------------------- evaluation (chapter 05)
 
 
@@ -303,19 +274,6 @@ def test_plot_latency_vs_length_one_scatter_per_scheme():
         np.testing.assert_allclose(coll.get_facecolor()[0][:3], to_rgba(c)[:3])
     for name in latency:
         assert_inside(ax, lengths[name], latency[name])
-
-
-def test_plot_tail_ratio_against_load():
-    rho = [0.1, 0.3, 0.5, 0.7, 0.9]
-    ratios = {"dynamic": [1.5, 1.7, 2.2, 3.1, 5.0], "nobatch": [2.0, 2.6, 3.5, 5.2, 9.8]}
-    ax = EV.plot_tail_ratio(rho, ratios)
-    assert ax.get_xlabel() == "负载 ρ" and ax.get_ylabel() == "p99 / p50" and ax.get_yscale() == "linear"
-    assert legend(ax) == list(ratios)
-    for ln, y in zip(ax.lines, ratios.values()):
-        np.testing.assert_allclose(ln.get_xdata(), rho)
-        np.testing.assert_allclose(ln.get_ydata(), y)
-    assert_lines_inside(ax)
-    assert EV.plot_tail_ratio(rho, ratios, xlabel="λ").get_xlabel() == "λ"
 
 
 def test_plot_amdahl_fit_affine_ceiling_ideal():
