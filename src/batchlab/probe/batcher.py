@@ -285,5 +285,5 @@ def chapter_patterns() -> list[Pattern]:
         Pattern("B 11 条同时到", burst(11), d8, "凑满 8 条立即下锅，剩下 3 条等满窗口再走"),
         Pattern("C 每 40 ms 一条", spaced(6, 0.040), d8, "窗口从最老的请求算起：0–120 ms 的 4 条一锅，其余 2 条一锅"),
         Pattern("D 偏好 [4, 8]，7 条同时到", burst(7), pref, "能凑到的最大偏好批是 4：立即发 4 条，剩 3 条等满窗口"),
-        Pattern("E 不设延迟，每 40 ms 一条", spaced(5, 0.040), nodelay, "延迟为 0：实例一空就发，来一条走一条"),
+        Pattern("E 不设延时，每 40 ms 一条", spaced(5, 0.040), nodelay, "延时为 0：实例一空就发，来一条走一条"),
     ]
