@@ -137,7 +137,7 @@ def _e9() -> list[str]:
     rows = {r["scheduler"]: r for r in combination_comparison(2.0, LLM_COST, n=800, overload_rate=30.0)}
     comb, dyn = rows["combined"]["capacity_tokens_per_s"], rows["dynamic_only"]["capacity_tokens_per_s"]
     assert err.level == "error" and comb > dyn
-    return [f"→ {err.level}（oneof scheduling_choice）", f"容量 {comb:.0f} token/s", f"只有动态批 {dyn:.0f} token/s"]
+    return [f"→ {err.level}（oneof scheduling_choice）", f"容量 {comb:.0f} token/s", f"请求级拼锅（动态批处理器）{dyn:.0f} token/s"]
 
 
 def _e10() -> list[str]:

@@ -79,7 +79,7 @@ EVIDENCE: dict[str, Evidence] = {
                    "批上限太小，容量低于到达率，队列失控"),
     "Q9": Evidence("Q9", (("09_misconceptions.ipynb", "误区二：动态批处理和序列批处理只能二选一"),),
                    "config_pbtxt.check_config (oneof) + misconceptions.combination_comparison",
-                   "同一个模型里二选一（oneof）；组合要靠 oldest/迭代序列/LLM 后端，收益可观"),
+                   "同一个模型里二选一（oneof）；B 说的 token 级调度是连续批处理（iterative_sequence 或 LLM 后端），不是序列批处理器，也不是两个调度器的叠加"),
     "Q10": Evidence("Q10", (("07_applications.ipynb", "多租户公平性：短单和长单同锅"),
                             ("05_evaluation.ipynb", "")),
                     "cases.fairness_experiment",
@@ -147,8 +147,8 @@ def _q9() -> str:
     err = check_config('max_batch_size: 8\ndynamic_batching { }\nsequence_batching { }')[0]
     rows = {r["scheduler"]: r for r in combination_comparison(2.0, LLM_COST, n=800, overload_rate=30.0)}
     return (f"同一配置写两个调度器 → {err.level}（oneof scheduling_choice）；"
-            f"组合（连续批处理）容量 {rows['combined']['capacity_tokens_per_s']:.0f} token/s，"
-            f"只有动态批 {rows['dynamic_only']['capacity_tokens_per_s']:.0f} token/s")
+            f"迭代级调度（连续批处理）容量 {rows['combined']['capacity_tokens_per_s']:.0f} token/s，"
+            f"请求级拼锅（动态批处理器）{rows['dynamic_only']['capacity_tokens_per_s']:.0f} token/s")
 
 
 def _q10() -> str:
