@@ -151,3 +151,22 @@ def test_units_are_spaced(path: Path) -> None:
             if quoted not in article:
                 bad.append(f"cell {i}: {m.group(0)!r}")
     assert not bad, f"{path.name}: write a space between number and unit: {bad}"
+
+
+def test_the_unit_rule_catches_a_glued_unit() -> None:
+    assert GLUED_UNIT.search("延时设为 5ms") and not GLUED_UNIT.search("延时设为 5 ms")
+    assert not GLUED_UNIT.search("Llama-3-8B 与 H100")
+
+
+def test_the_command_line_names_a_missing_notebook(capsys: pytest.CaptureFixture[str]) -> None:
+    assert pn.main(["no_such_notebook.ipynb"]) == 2
+    assert "no such notebook: no_such_notebook.ipynb" in capsys.readouterr().err
+
+
+def test_the_command_line_lists_what_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nb = _load(CHAPTER)
+    nb["cells"].append(_markdown("实测 4.73 ms。"))
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps(nb), encoding="utf-8")
+    assert pn.main([str(bad), "--notebooks-dir", str(NB_DIR)]) == 1
+    assert "bad.ipynb cell" in capsys.readouterr().out

@@ -2,4 +2,5 @@
 
     python -m batchlab.tools.labgen solutions labs [--check]   # labs/ from solutions/ (make labs)
     python -m batchlab.tools.nbtools execute NOTEBOOK          # re-execute and store outputs (make execute)
+    python -m batchlab.tools.prose_numbers NOTEBOOK...         # prose numbers without a source
 """

@@ -11,7 +11,7 @@ shows) in one of:
 So a sentence cannot quote a figure that no cell printed, and a re-executed notebook whose outputs
 moved makes the stale sentence fail. Not counted as numbers: chapter and section references
 (「第 3 章」「2.1 节」), heading and list numbering, identifiers glued to letters (`H100`,
-`Llama-3-8B`, `fp16`, `Q7`), issue numbers (#4667), citation years and pages, inline code, link
+`Llama-3-8B`, `fp16`, `Q7`), issue numbers (#4667), a lab's time estimate (「约 30 分钟」), citation years and pages, inline code, link
 targets, and sub/superscripts inside LaTeX. A number right after 约/近/≈/~ may be rounded to its
 significant digits or be within 2 % of the source value; a percentage also matches the fraction
 (22 % ↔ 0.22).
@@ -58,6 +58,7 @@ _DROP = [
     re.compile(r"§\s*\d+(?:\.\d+)*"),
     re.compile(r"(?:Lab|lab|实验|Part|Q|误区|规则|rule|Rule|cell|Cell|模式|成因|读法|缺陷)\s*\d+(?:\s*[–\-、,，和与]\s*\d+)*"),
     re.compile(r"#\d+"),                                              # issue / PR numbers
+    re.compile(r"（约\s*\d+\s*分钟）"),                               # a lab's time estimate
     re.compile(r"'\d\d\b"),                                           # OSDI '22
     re.compile(r"\d{4}-\d{2}-\d{2}"),                                 # dates
     re.compile(r"\d+\(\d+\):\d+(?:[–\-]\d+)?"),                      # journal volume(issue):pages
@@ -247,7 +248,7 @@ def shared_sources(notebooks_dir: Path) -> set[Decimal]:
     return numbers_in_source(article) | load_allow_list(notebooks_dir / ALLOW_LIST_NAME)
 
 
-def check(paths: Iterable[Path], notebooks_dir: Path) -> list[ProseNumber]:
+def check_notebooks(paths: Iterable[Path], notebooks_dir: Path) -> list[ProseNumber]:
     """Every unsourced prose number in the notebooks at `paths`."""
     shared = shared_sources(notebooks_dir)
     out = []
@@ -269,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"prose_numbers: no such notebook: {missing[0]}", file=sys.stderr)
         return 2
-    bad = check(args.paths, folder)
+    bad = check_notebooks(args.paths, folder)
     for b in bad:
         print(b)
     print(f"{len(bad)} unsourced number(s)", file=sys.stderr)
