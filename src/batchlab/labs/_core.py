@@ -405,6 +405,8 @@ def check(qid: str, points: int, title: str,
             if os.environ.get(GRADING_ENV) == "1":
                 _emit({"v": EVIDENCE_VERSION, "qid": qid, "args": enc_args, "kwargs": enc_kwargs,
                        "stub": stub, "records": tape.records, "time": time.time()})
+            if os.environ.get("NBGRADER_EXECUTION"):  # nbgrader's autograde reads a number as partial credit
+                return float(result.score)  # type: ignore[return-value]
             return result
 
         run.qid = qid  # type: ignore[attr-defined]

@@ -84,11 +84,15 @@ def needs(*questions: int) -> bool:
     return True
 
 
-def attempt(question: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def attempt(question: int, fn: Callable[..., Any], *args: Any, requires: Sequence[int] | None = None,
+            **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` once question `question` (whose answer `fn` is) passed its check;
     otherwise, or when `fn` raises, print one sentence saying which question to fix and return None.
+
+    `requires`: the questions whose checks must have passed first, when not `question` itself (a
+    cell that runs question 2's function *before* its check, on question 1's result: ``requires=(1,)``).
     """
-    if not needs(question):
+    if not needs(*(requires if requires is not None else (question,))):
         return None
     try:
         return fn(*args, **kwargs)
