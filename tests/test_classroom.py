@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from batchlab.classroom import notebook as cnb
-from batchlab.classroom.grade import read_notebook, score_executed
+from batchlab.classroom.grade import read_submission, score_executed
 from batchlab.classroom.sandbox import Sandbox, bwrap_args, pick
 from batchlab.labs import _core, load_checks
 from batchlab.labs._evidence import from_evidence, to_evidence
@@ -140,7 +140,7 @@ def test_questions_of_every_release() -> None:
 
 def test_score_executed_names_what_went_wrong() -> None:
     load_checks()
-    q = cnb.Question("lab4.q2", 3, "chk", ["ans"])
+    q = cnb.GradedQuestion("lab4.q2", 3, "chk", ["ans"])
     raised = {"cells": [{"id": "ans", "outputs": [{"output_type": "error", "ename": "ValueError", "evalue": "boom"}]},
                         {"id": "chk", "outputs": []}]}
     (s,) = score_executed(raised, [q], lambda qid: 2)

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from batchlab.classroom.grade import GradeRun, SubmissionError, grade
-from batchlab.classroom.sandbox import KINDS, SandboxError, pick
+from batchlab.classroom.grade import GradeRun, UnreadableSubmission, grade
+from batchlab.classroom.sandbox import SANDBOX_KINDS, SandboxError, pick
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--csv", type=Path, required=True, help="gradebook to write")
     g.add_argument("--feedback", type=Path, default=None, help="folder for <learner>/<lab>.md (default: feedback/ beside the CSV)")
     g.add_argument("--release", type=Path, default=Path("labs"), help="the handed-out notebooks (default labs/)")
-    g.add_argument("--sandbox", choices=KINDS, default="auto")
+    g.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto")
     g.add_argument("--image", default="", help="container image with the course installed (docker/podman)")
     g.add_argument("--memory-mb", type=int, default=3072, help="memory limit of one submission's kernel")
     g.add_argument("--cell-timeout", type=int, default=300, help="seconds one cell may run")
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--jobs", type=int, default=1, help="submissions graded at once")
     g.add_argument("--keep", type=Path, default=None, help="keep the executed notebooks here")
     c = sub.add_parser("check-sandbox", help="say which sandbox grading would use here")
-    c.add_argument("--sandbox", choices=KINDS, default="auto")
+    c.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto")
     c.add_argument("--image", default="")
     return p
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         grades, bad = grade(job, args.csv, feedback, jobs=args.jobs,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
-    except SubmissionError as exc:
+    except UnreadableSubmission as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for g in grades:

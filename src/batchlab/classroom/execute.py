@@ -75,7 +75,7 @@ def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading
             return
 
 
-def execute(src: Path, dst: Path, cell_timeout: int, memory_mb: float) -> dict:
+def execute_notebook(src: Path, dst: Path, cell_timeout: int, memory_mb: float) -> dict:
     """Run `src`, write the executed notebook to `dst`, return the summary."""
     nb = nbformat.read(src, as_version=4)
     os.environ[GRADING_ENV] = "1"
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cell-timeout", type=int, default=300)
     p.add_argument("--memory-mb", type=float, default=2048)
     args = p.parse_args(argv)
-    summary = execute(args.src, args.dst, args.cell_timeout, args.memory_mb)
+    summary = execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)
     print(json.dumps(summary))
     return 0
 

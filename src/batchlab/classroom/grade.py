@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from batchlab.classroom.notebook import Question, questions, rebuild
+from batchlab.classroom.notebook import GradedQuestion, questions, rebuild
 from batchlab.classroom.sandbox import SANDBOX_DIR, Sandbox, run
 from batchlab.labs import load_checks
 from batchlab.labs._core import EVIDENCE_MIME, ReplayError, replay
@@ -29,7 +29,7 @@ MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
 
 
-class SubmissionError(ValueError):
+class UnreadableSubmission(ValueError):
     """A submission that cannot be read as a notebook."""
 
 
@@ -64,18 +64,18 @@ class LearnerGrade:
         return sum(q.max_score for q in self.questions)
 
 
-def read_notebook(path: Path) -> dict[str, Any]:
-    """A notebook file as a dict; SubmissionError (one line) if it is not one."""
+def read_submission(path: Path) -> dict[str, Any]:
+    """A notebook file as a dict; UnreadableSubmission (one line) if it is not one."""
     try:
         if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            raise SubmissionError(f"{path}: larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB")
+            raise UnreadableSubmission(f"{path}: larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB")
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise SubmissionError(f"{path}: cannot be read ({type(exc).__name__})") from None
+        raise UnreadableSubmission(f"{path}: cannot be read ({type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
-        raise SubmissionError(f"{path}: not a notebook (JSON error at line {exc.lineno})") from None
+        raise UnreadableSubmission(f"{path}: not a notebook (JSON error at line {exc.lineno})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
-        raise SubmissionError(f"{path}: not an nbformat 4 notebook")
+        raise UnreadableSubmission(f"{path}: not an nbformat 4 notebook")
     return nb
 
 
@@ -83,10 +83,10 @@ def release_notebook(release_dir: Path, lab: str) -> tuple[Path, dict[str, Any]]
     """The released notebook of `lab` (e.g. labs/lab2_dynamic_batching.ipynb)."""
     found = sorted(Path(release_dir).glob(f"{lab}_*.ipynb")) + sorted(Path(release_dir).glob(f"{lab}.ipynb"))
     if len(found) != 1:
-        raise SubmissionError(f"no single release notebook for {lab} in {release_dir} (found {len(found)})")
-    nb = read_notebook(found[0])
+        raise UnreadableSubmission(f"no single release notebook for {lab} in {release_dir} (found {len(found)})")
+    nb = read_submission(found[0])
     if not questions(nb):
-        raise SubmissionError(f"{found[0]} carries no nbgrader grade cells: run `make handout`")
+        raise UnreadableSubmission(f"{found[0]} carries no nbgrader grade cells: run `make handout`")
     return found[0], nb
 
 
@@ -116,7 +116,7 @@ def _evidence(cell: dict[str, Any], qid: str) -> list[Any]:
     return found
 
 
-def score_executed(executed: dict[str, Any], qs: list[Question], number: Callable[[str], int]) -> list[QuestionScore]:
+def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[QuestionScore]:
     """Each question's score from an executed, rebuilt notebook (evidence replayed here)."""
     cells = {c.get("id"): c for c in executed.get("cells", []) if isinstance(c, dict)}
     info = executed.get("metadata", {}).get("batchlab_execution", {}) or {}
@@ -156,9 +156,9 @@ class GradeRun:
     keep: Path | None = None
 
 
-def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], qs: list[Question]) -> LearnerGrade:
-    """Rebuild, execute in the sandbox, score. Raises SubmissionError when `path` is not a notebook."""
-    submission = read_notebook(path)
+def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], qs: list[GradedQuestion]) -> LearnerGrade:
+    """Rebuild, execute in the sandbox, score. Raises UnreadableSubmission when `path` is not a notebook."""
+    submission = read_submission(path)
     nb = rebuild(release, submission)
     number = lambda qid: int(qid.rsplit("q", 1)[1])
     work = Path(tempfile.mkdtemp(prefix=f"batchlab-grade-{job.lab}-"))
@@ -170,8 +170,8 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
         executed_path = work / "executed.ipynb"
         grade = LearnerGrade(learner, job.lab)
         try:
-            executed = read_notebook(executed_path)
-        except SubmissionError:
+            executed = read_submission(executed_path)
+        except UnreadableSubmission:
             executed = {"cells": [], "metadata": {"batchlab_execution": {
                 "reason": "整个提交运行超时" if code == -9 else f"执行器没有写出结果（退出码 {code}）"}}}
             grade.note = tail.strip().splitlines()[-1] if tail.strip() else ""
@@ -203,7 +203,7 @@ def feedback_text(grade: LearnerGrade, titles: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_gradebook(path: Path, grades: list[LearnerGrade], qs: list[Question]) -> None:
+def write_gradebook(path: Path, grades: list[LearnerGrade], qs: list[GradedQuestion]) -> None:
     """One row per learner, one column per question, then total and max."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -218,12 +218,12 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
           log: Callable[[str], None] = print) -> tuple[list[LearnerGrade], list[str]]:
     """Grade every learner folder of `job.submissions`; (grades, one line per unreadable submission)."""
     if not LAB_NAME.match(job.lab):
-        raise SubmissionError(f"--lab must look like lab2, not {job.lab!r}")
+        raise UnreadableSubmission(f"--lab must look like lab2, not {job.lab!r}")
     release_path, release = release_notebook(job.release, job.lab)
     qs = questions(release)
     titles = {qid: info["title"] for qid, info in load_checks().items()}
     if not Path(job.submissions).is_dir():
-        raise SubmissionError(f"no submissions folder {job.submissions}")
+        raise UnreadableSubmission(f"no submissions folder {job.submissions}")
     learners = sorted(p for p in Path(job.submissions).iterdir() if p.is_dir() and not p.name.startswith("."))
     bad: list[str] = []
     grades: list[LearnerGrade] = []
@@ -236,7 +236,7 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
             return g
         try:
             g = grade_one(job, folder.name, path, release, qs)
-        except SubmissionError as exc:
+        except UnreadableSubmission as exc:
             bad.append(str(exc))
             return None
         log(f"{folder.name}: {g.total}/{g.max_total}")

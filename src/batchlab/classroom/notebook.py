@@ -26,7 +26,7 @@ def nbgrader(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Question:
+class GradedQuestion:
     """One autograded question of a release: its check id, points, and cells."""
 
     qid: str
@@ -35,9 +35,9 @@ class Question:
     answer_cells: list[str] = field(default_factory=list)
 
 
-def questions(release: dict[str, Any]) -> list[Question]:
+def questions(release: dict[str, Any]) -> list[GradedQuestion]:
     """The autograded questions of a release notebook, in notebook order."""
-    out: dict[str, Question] = {}
+    out: dict[str, GradedQuestion] = {}
     answers: dict[str, list[str]] = {}
     for cell in release.get("cells", []):
         meta = nbgrader(cell)
@@ -45,7 +45,7 @@ def questions(release: dict[str, Any]) -> list[Question]:
         m = GRADE_ID.match(gid)
         if m and meta.get("grade") and cell.get("cell_type") == "code":
             qid = f"{m.group(1)}.q{m.group(2)}"
-            out[qid] = Question(qid, int(meta.get("points", 0)), cell["id"])
+            out[qid] = GradedQuestion(qid, int(meta.get("points", 0)), cell["id"])
         a = ANSWER_ID.match(gid)
         if a and meta.get("solution") and cell.get("cell_type") == "code":
             answers.setdefault(f"{a.group(1)}.q{a.group(2)}", []).append(cell["id"])

@@ -31,7 +31,7 @@ from typing import Sequence
 import batchlab
 
 SANDBOX_DIR = "/grading"
-KINDS = ("auto", "docker", "podman", "bwrap", "none")
+SANDBOX_KINDS = ("auto", "docker", "podman", "bwrap", "none")
 
 
 class SandboxError(RuntimeError):
@@ -132,8 +132,8 @@ def bwrap_works() -> bool:
 
 def pick(kind: str = "auto", image: str = "", memory_mb: int = 3072) -> Sandbox:
     """The sandbox to use (see module docstring); raises SandboxError when `kind` cannot run here."""
-    if kind not in KINDS:
-        raise SandboxError(f"unknown sandbox {kind!r} (choose from {', '.join(KINDS)})")
+    if kind not in SANDBOX_KINDS:
+        raise SandboxError(f"unknown sandbox {kind!r} (choose from {', '.join(SANDBOX_KINDS)})")
     if kind in ("docker", "podman"):
         if not image:
             raise SandboxError(f"--sandbox {kind} needs --image (an image with the course installed)")

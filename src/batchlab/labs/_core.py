@@ -336,6 +336,8 @@ def _judge(qid: str, points: int, title: str, body: Callable[..., None], g: Grad
     pending = False
     answer = args[0] if args else None
     try:
+        if stub and stub.startswith(BLOCKED):
+            g.fail(stub)
         if answer is None or answer is Ellipsis:
             raise Pending("还没有答案（收到的是 None）")
         if stub:
@@ -376,12 +378,28 @@ def _emit(evidence: dict[str, Any]) -> None:
     display({EVIDENCE_MIME: evidence, "text/plain": f"<evidence {evidence['qid']}>"}, raw=True)
 
 
-def check(qid: str, points: int, title: str,
-          shortcuts: tuple = ()) -> Callable[[Callable[..., None]], Callable[..., Result]]:
+BLOCKED = "这一题要用到第 "
+
+
+def _blocked(lab: int, after: tuple) -> str | None:
+    """The sentence for an answer that is missing because an earlier question is not done or not right."""
+    for q in after:
+        r = _RESULTS.get(f"lab{lab}.q{q}")
+        if r is not None and r.pending:
+            return f"还没有答案：它要用第 {q} 题的函数算出来，先完成第 {q} 题"
+        if r is not None and not r.passed:
+            return f"{BLOCKED}{q} 题的结果（它是用第 {q} 题的函数算出来的），先把第 {q} 题改对，再从那里往下运行"
+    return None
+
+
+def check(qid: str, points: int, title: str, shortcuts: tuple = (),
+          after: tuple = ()) -> Callable[[Callable[..., None]], Callable[..., Result]]:
     """Make `fn(g, *answer)` a check that prints Chinese feedback and ``[score] qid s/points``.
 
     `shortcuts`: course-library functions that compute this question's answer; an answer that
     calls one of them (directly or through a wrapper, in the calling thread) scores nothing there.
+    `after`: earlier questions whose functions produce this answer's value (Lab 2's sweep uses
+    question 1's block): a missing answer then says which question to fix first.
     """
     codes = _shortcut_codes(tuple(shortcuts))
     m = QID_RE.match(qid)
@@ -396,6 +414,8 @@ def check(qid: str, points: int, title: str,
             enc_args = [to_evidence(a) for a in args]
             enc_kwargs = {k: to_evidence(v) for k, v in kwargs.items()}
             stub = stub_todo(args[0]) if args else None
+            if after and (not args or args[0] is None):
+                stub = _blocked(int(m.group("lab")), tuple(after)) or stub
             tape = _Tape()
             b_args, b_kwargs = _body_args(args, kwargs, enc_args, enc_kwargs, live=True)
             result = _judge(qid, points, title, body, Grader(qid, points, title, tape, codes), b_args, b_kwargs, stub)
@@ -441,7 +461,7 @@ def replay(evidence: Any) -> Result:
     except (EvidenceError, TypeError, ValueError) as exc:
         raise ReplayError(f"bad evidence: {exc}") from None
     stub = evidence.get("stub")
-    stub = stub if isinstance(stub, str) and stub.startswith("TODO（第") else None
+    stub = stub if isinstance(stub, str) and stub.startswith(("TODO（第", BLOCKED, "还没有答案：")) else None
     if not set(kwargs) <= set(info["function"].__wrapped__.__code__.co_varnames):
         raise ReplayError("evidence names arguments the check does not have")
     tape = _Tape(records)

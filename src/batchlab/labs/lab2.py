@@ -93,7 +93,7 @@ def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[st
     return found
 
 
-@check("lab2.q2", points=4, title="在真实服务器上扫描拼锅参数")
+@check("lab2.q2", points=4, title="在真实服务器上扫描拼锅参数", after=(1,))
 def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
                      preferred_sets: Sequence[Sequence[int]] | None = None, rate: float | None = None,
                      workspace: Any = None, model: str = "embed") -> None:

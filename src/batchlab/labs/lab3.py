@@ -89,7 +89,12 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     for _ in range(len(texts)):
         next(_IDS)
     steps = 6
-    out = g.call(fn, client, model, prompts, steps, first_id)
+    out, raised = g.call_raw(fn, client, model, prompts, steps, first_id)
+    if raised is not None and "START" in raised.message:
+        g.fail(f"run_sequences 抛出了 {raised.short()[:160]}：序列 ID 混用了？每条序列要有自己的 ID（first_id + i），"
+               "它的第一步带 START 和提示，之后的步都用同一个 ID")
+    if raised is not None:
+        g.fail(f"调用 run_sequences(…) 时抛出了 {raised.short()}")
     if not isinstance(out, (list, tuple)) or len(out) != len(prompts):
         g.fail(f"run_sequences 应返回 {len(prompts)} 个列表（每条序列一个），收到的是 {type(out).__name__}"
                + (f"，长度 {len(out)}" if isinstance(out, (list, tuple)) else ""))

@@ -29,7 +29,7 @@ In every lab:
 The solutions carry nbgrader metadata (schema 3), so nbgrader and `batchlab.classroom` read
 the same labs: an answer cell is ``solution`` (grade_id ``labL-qN-answer``), the cell that calls
 question N's check is an autograded, locked ``grade`` cell (grade_id ``labL-qN``, the check's
-points), and every other cell is locked (read-only). `annotate` derives that metadata from the
+points), and every other cell is locked (read-only). `annotate_solutions` derives that metadata from the
 markers and the check calls; the lab copies it.
 
     python -m batchlab.tools.labgen solutions labs             # write labs/ (make handout)
@@ -212,7 +212,7 @@ def metadata_problems(solution: dict[str, Any], solution_name: str) -> list[str]
             if cell.get("metadata", {}).get("nbgrader") != w]
 
 
-def annotate(solutions: Path) -> list[Path]:
+def annotate_solutions(solutions: Path) -> list[Path]:
     """Write the derived nbgrader metadata into every solution notebook; the paths changed."""
     changed = []
     for path in sorted(Path(solutions).glob("*.ipynb")):
@@ -347,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.annotate:
-            for path in annotate(args.solutions):
+            for path in annotate_solutions(args.solutions):
                 print(f"annotated {path}")
         if args.check:
             problems = stale(args.solutions, args.labs)
