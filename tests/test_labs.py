@@ -1,7 +1,7 @@
 """Labs and solutions from one source: sync, structure, and the labgen generator itself.
 
 The notebooks themselves run under nbval (`solutions/` and `labs/` are in pytest's testpaths);
-these tests check what nbval cannot: that `labs/` is exactly what `make labs` would write, that
+these tests check what nbval cannot: that `labs/` is exactly what `make handout` would write, that
 every TODO is tagged and followed by its check, and that every check grades in Chinese.
 """
 
@@ -66,12 +66,12 @@ def _called_names(code: str) -> set[str]:
 @pytest.mark.parametrize("name", LAB_NAMES)
 def test_every_lab_has_a_solution_and_a_generated_lab(name: str) -> None:
     assert (SOLUTIONS / f"{name}.ipynb").is_file(), f"solutions/{name}.ipynb is missing"
-    assert (LABS / f"{name}.ipynb").is_file(), f"labs/{name}.ipynb is missing: run `make labs`"
+    assert (LABS / f"{name}.ipynb").is_file(), f"labs/{name}.ipynb is missing: run `make handout`"
 
 
 def test_labs_are_in_sync_with_solutions() -> None:
     problems = labgen.stale(SOLUTIONS, LABS)
-    assert problems == [], "labs/ is out of date, run `make labs`:\n" + "\n".join(problems)
+    assert problems == [], "labs/ is out of date, run `make handout`:\n" + "\n".join(problems)
 
 
 def test_check_labs_cli_agrees() -> None:
@@ -233,7 +233,7 @@ def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> 
     (labs / "lab9_x.ipynb").write_text(first.replace("YOUR CODE HERE", "my answer"))
     proc = run("--check")
     assert proc.returncode == 1 and "lab9_x.ipynb (differs" in proc.stderr
-    # a lab without a solution is stale too; `make labs` removes a generated orphan
+    # a lab without a solution is stale too; `make handout` removes a generated orphan
     (labs / "lab8_old.ipynb").write_text(first)
     assert "no solution of that name" in run("--check").stderr
     assert run().returncode == 0 and not (labs / "lab8_old.ipynb").exists()

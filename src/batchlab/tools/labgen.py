@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             problems = stale(args.solutions, args.labs)
             if problems:
-                print("labs/ is out of date; run `make labs`:", file=sys.stderr)
+                print("labs/ is out of date; run `make handout`:", file=sys.stderr)
                 for line in problems:
                     print(f"  {line}", file=sys.stderr)
                 return 1
