@@ -4,12 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.batchlab-installed
 
-.PHONY: start test venv labs check-labs execute bench clean help
+.PHONY: start test venv handout labs check-labs execute bench clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
 	@echo "make test    the whole suite: unit, real-server, every notebook under nbval"
-	@echo "make labs    regenerate labs/ from solutions/"
+	@echo "make handout the learner release: labs/ from solutions/ (TODO stubs, nbgrader metadata)"
+	@echo "make check-labs  fail if labs/ or the solutions' nbgrader metadata is stale"
 	@echo "make execute NB=notebooks/02_dynamic_batching.ipynb   re-execute a notebook in place"
 	@echo "make bench   the course's benchmarks (each prints one JSON object)"
 
@@ -28,8 +29,10 @@ start: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-labs: $(STAMP)
-	$(PY) -m batchlab.tools.labgen solutions labs
+handout: $(STAMP)
+	$(PY) -m batchlab.tools.labgen solutions labs --annotate
+
+labs: handout
 
 check-labs: $(STAMP)
 	$(PY) -m batchlab.tools.labgen solutions labs --check

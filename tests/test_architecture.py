@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
     "course": 6,
     "viz": 7, "bench": 7,
     "labs": 8,
-    "tools": 9, "start": 9,
+    "tools": 9, "start": 9, "classroom": 9,
 }
 #: Imports between units of one layer that the design forbids (none today: same-layer units
 #: may import each other as long as no cycle forms).

@@ -1,72 +1,124 @@
-"""Lab 2 checks (no server needed): the block writer, sweep rows, predictions, the SLO choice."""
+"""Lab 2 checks (no server needed): right answers pass, the lab's likely wrong answers fail with a
+message that names the mistake (misconceptions: max_batch_size inside the block, milliseconds for
+microseconds, an unmeasured table, wrong units, a missing overhead, another arrival stream, `<`
+for `<=`, no SLO filter)."""
 
 from __future__ import annotations
 
-from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_predict_sweep,
-                                  check_sweep_rows, reference_predictions)
-from batchlab.sim import Affine
+from types import SimpleNamespace
+
+import pytest
+
+from batchlab.course.tuning import unit_arrivals
+from batchlab.labs import lab2
+from batchlab.labs.lab2 import check_best_under_slo, check_dynamic_batching_block, check_predict_sweep, check_sweep_rows
+from batchlab.sim import Affine, simulate_dynamic
+
+from lab_solutions import solution_namespace
+
+SOL = solution_namespace("lab2")
+block, predict, best = SOL["dynamic_batching_block"], SOL["predict_sweep"], SOL["best_under_slo"]
 
 
-def block(delay, preferred=()):
-    lines = ["dynamic_batching {", f"  max_queue_delay_microseconds: {int(delay)}"]
-    if preferred:
-        lines.append("  preferred_batch_size: [ " + ", ".join(map(str, preferred)) + " ]")
-    return "\n".join(lines + ["}"])
-
-
-def test_block_right_and_wrong(capsys) -> None:
+def test_block_right(capsys) -> None:
     assert check_dynamic_batching_block(block).passed
-    capsys.readouterr()
-    r = check_dynamic_batching_block(lambda d, p=(): block(d, p).replace("{", "{\n  max_batch_size: 32", 1))
+
+
+@pytest.mark.parametrize("wrong, points, message", [
+    (lambda d, p=(): block(d, p).replace("{", "{\n  max_batch_size: 32", 1), 0, "它应写在 顶层（模型级）"),
+    (lambda d, p=(): block(d // 1000, p), 3, "单位是微秒"),
+    (lambda d, p=(): block(d), 3, "preferred_batch_size 不对"),
+    (lambda d, p=(): block(d, p).rstrip("}"), 0, "没有闭合：少了一个 `}`"),
+    (lambda d, p=(): block(d, p).replace(", ", " "), 0, "要用逗号隔开"),
+])
+def test_block_wrong(capsys, wrong, points, message) -> None:
+    r = check_dynamic_batching_block(wrong)
     out = capsys.readouterr().out
-    assert r.score == 0 and "max_batch_size" in out and "Triton 读不懂" in out
-    r = check_dynamic_batching_block(lambda d, p=(): block(d / 1000, p))  # milliseconds, not microseconds
-    assert not r.passed and "max_queue_delay_microseconds 不对" in capsys.readouterr().out
-    r = check_dynamic_batching_block(lambda d, p=(): block(d))  # forgets preferred sizes
-    assert r.score == 3 and "preferred_batch_size" in capsys.readouterr().out
+    assert r.score == points and message in out, out
 
 
-def _rows(n=6):
-    return [{"delay_us": d, "preferred": p, "throughput_rps": 100.0, "p95_ms": 9.0, "mean_batch": 2.0}
-            for d in (0, 2000, 8000) for p in ((), (8, 16))][:n]
+def test_block_error_quotes_the_learners_line(capsys) -> None:
+    check_dynamic_batching_block(lambda d, p=(): "dynamic_batching {\n  max_queue_delay_microseconds 5\n}")
+    out = capsys.readouterr().out
+    assert "你的块第 2 行第 32 列" in out and "2 |   max_queue_delay_microseconds 5" in out and "冒号" in out
 
 
-def test_sweep_rows(capsys) -> None:
-    grid = dict(delays=(0, 2000, 8000), preferred_sets=((), (8, 16)))
-    assert check_sweep_rows(_rows(), **grid).passed
-    capsys.readouterr()
-    assert check_sweep_rows(_rows(4), **grid).score == 2 and "应有 6 行" in capsys.readouterr().out
-    bad = [{**r, "mean_batch": None} for r in _rows()]
-    r = check_sweep_rows(bad, **grid)
-    assert r.score == 2 and "mean_batch" in capsys.readouterr().out
-    r = check_sweep_rows([{k: v for k, v in row.items() if k != "p95_ms"} for row in _rows()], **grid)
-    assert r.score == 0 and "缺少键 p95_ms" in capsys.readouterr().out
+GRID = dict(delays=(0, 2000, 8000), preferred_sets=((), (8, 16)), rate=300.0)
+
+
+def _rows(**change):
+    return [{"delay_us": d, "preferred": p, "throughput_rps": 297.0, "p95_ms": 14.0, "mean_batch": 1.5 + d / 4000,
+             **change} for d in (0, 2000, 8000) for p in ((), (8, 16))]
+
+
+def _workspace(rows, configs=None):
+    """A stand-in for labkit.Workspace whose history() is what the server recorded for `rows`."""
+    hist = [{"delay_us": r["delay_us"], "preferred": list(r["preferred"]), "success": 360,
+             "success_ns": 360 * 6_000_000, "inference_count": int(360 * 1), "execution_count": int(360 / r["mean_batch"])}
+            for r in (configs or rows)]
+    return SimpleNamespace(history=lambda model: hist)
+
+
+def test_sweep_rows_right() -> None:
+    rows = _rows()
+    assert check_sweep_rows(rows, workspace=_workspace(rows), **GRID).passed
+
+
+def test_sweep_rows_wrong(capsys) -> None:
+    measured = _rows()
+    ws = _workspace(measured)
+    cases = [
+        (_rows()[:4], "应有 6 行"),
+        ([{**r, "throughput_rps": r["throughput_rps"] / 1000} for r in measured], "不是 req/ms"),
+        ([{**r, "p95_ms": r["p95_ms"] / 1000} for r in measured], "单位是毫秒吗"),
+        ([{**r, "mean_batch": 1.0} for r in measured], "服务器统计记录的是"),
+    ]
+    for rows, message in cases:
+        r = check_sweep_rows(rows, workspace=ws, **GRID)
+        out = capsys.readouterr().out
+        assert not r.passed and message in out, (message, out)
+    # an unmeasured table: plausible numbers, but the server never ran these configs
+    r = check_sweep_rows(measured, workspace=_workspace(measured, configs=measured[:1]), **GRID)
+    assert r.score == 2 and "不是在服务器上测出来的" in capsys.readouterr().out
+    r = check_sweep_rows(measured, **GRID)
+    assert not r.passed and "workspace=ws" in capsys.readouterr().out
+
+
+def test_prediction_constants_are_the_simulators() -> None:
+    for (base, per), rate, oh, want in lab2._PREDICTION_CASES:
+        arrivals = unit_arrivals(3000, 0) / rate
+        for (d, p), (thr, p95, mean) in want.items():
+            s = simulate_dynamic(arrivals, Affine(base, per), 32, max_queue_delay_us=d, preferred_batch_sizes=p).summary()
+            assert (s["throughput_rps"], s["latency_ms"]["p95"] + oh, s["batch_size_mean"]) == pytest.approx((thr, p95, mean))
 
 
 def test_predictions(capsys) -> None:
-    def right(service, rate, delays, prefs, overhead_ms=0.0):
-        return reference_predictions(service, rate, delays, prefs, overhead_ms)
-
-    svc = Affine(3000.0, 300.0)
-    assert check_predict_sweep(right, service=svc, rate=500.0, overhead_ms=1.0).passed
+    assert check_predict_sweep(predict).passed
     capsys.readouterr()
-
-    def no_overhead(service, rate, delays, prefs, overhead_ms=0.0):
-        return reference_predictions(service, rate, delays, prefs, 0.0)
-    r = check_predict_sweep(no_overhead, service=svc, rate=500.0, overhead_ms=5.0)
-    assert r.score == 2 and "overhead_ms" in capsys.readouterr().out
+    cases = [
+        (lambda s, r, d, p, oh=0.0: predict(s, r, d, p, 0.0), 2, "少了 overhead_ms"),
+        (lambda s, r, d, p, oh=0.0: [{**x, "p95_ms": (x["p95_ms"] - oh) / 1000 + oh} for x in predict(s, r, d, p, oh)],
+         2, "单位是毫秒"),
+        (lambda s, r, d, p, oh=0.0: [{**x, "p95_ms": x["p95_ms"] * 0.99} for x in predict(s, r, d, p, oh)], 2, "同一条流"),
+        (lambda s, r, d, p, oh=0.0: predict(s, r, d, p[:1], oh), 2, "各给一行"),
+    ]
+    for fn, points, message in cases:
+        r = check_predict_sweep(fn)
+        out = capsys.readouterr().out
+        assert r.score == points and message in out, (message, out)
 
 
 def test_best_under_slo(capsys) -> None:
-    def right(rows, slo):
-        ok = [r for r in rows if r["p95_ms"] <= slo]
-        return max(ok, key=lambda r: r["throughput_rps"]) if ok else None
-
-    assert check_best_under_slo(right).passed
+    assert check_best_under_slo(best).passed
     capsys.readouterr()
-    r = check_best_under_slo(lambda rows, slo: max(rows, key=lambda r: r["throughput_rps"]))
-    out = capsys.readouterr().out
-    assert r.score == 1 and "超了 SLO" in out
-    strict = lambda rows, slo: right([x for x in rows if x["p95_ms"] < slo], slo)
-    r = check_best_under_slo(strict)
-    assert r.score == 2 and "<=" in capsys.readouterr().out
+    cases = [
+        (lambda rows, slo: max(rows, key=lambda r: r["throughput_rps"]), 1, "超了 SLO"),
+        (lambda rows, slo: best([x for x in rows if x["p95_ms"] < slo], slo), 2, "<="),
+        (lambda rows, slo: min(rows, key=lambda r: r["p95_ms"]), 0, "p95 最低"),
+        (lambda rows, slo: [r for r in rows if r["p95_ms"] <= slo], 0, "只返回吞吐最高的那一行"),
+        (lambda rows, slo: best(rows, slo) or [], 2, "空列表"),
+    ]
+    for fn, points, message in cases:
+        r = check_best_under_slo(fn)
+        out = capsys.readouterr().out
+        assert r.score == points and message in out, (message, out)

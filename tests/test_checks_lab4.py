@@ -7,10 +7,11 @@ import re
 from batchlab.labs.lab4 import check_admit, check_eta, check_with_limits
 from batchlab.lm.scheduler import FCFSAdmission
 
+from lab_solutions import solution_namespace
+
 
 def test_admit(capsys) -> None:
-    def reference_admit(waiting, active, max_active, budget):  # FCFS under both limits, no overtaking
-        return FCFSAdmission(max_active, budget).admit(waiting, active)
+    reference_admit = solution_namespace("lab4")["admit"]   # FCFS under both limits, no overtaking
 
     assert check_admit(reference_admit).passed
     capsys.readouterr()
@@ -67,3 +68,10 @@ def test_eta(capsys) -> None:
     assert r.score == 2 and "平均" in capsys.readouterr().out
     r = check_eta(lambda n, p: (sum(n) + sum(p)) / sum(n))
     assert r.score == 1 and "倒过来" in capsys.readouterr().out
+
+
+def test_the_library_policy_is_no_answer(capsys) -> None:
+    def admit(waiting, active, max_active, budget):
+        return FCFSAdmission(max_active, budget).admit(waiting, active)
+    r = check_admit(admit)
+    assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out

@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 
 from batchlab.theory import roofline as rl
+
+from lab_solutions import solution_namespace
+
+SOL = solution_namespace("lab6")
 from batchlab.labs.lab6 import check_knee, check_ridge_batch, check_roofline_time
 
 
 def test_roofline_time_right(capsys) -> None:
-    r = check_roofline_time(rl.roofline_time)
+    r = check_roofline_time(SOL["roofline_time"])
     assert r.passed and "[score] lab6.q1 3/3" in capsys.readouterr().out
 
 
@@ -46,7 +50,7 @@ def test_roofline_time_wrong_type(capsys) -> None:
 
 
 def test_ridge_batch_right_and_wrong(capsys) -> None:
-    assert check_ridge_batch(rl.ridge_batch).passed
+    assert check_ridge_batch(SOL["ridge_batch"]).passed
     capsys.readouterr()
     r = check_ridge_batch(lambda bw, f, s: f / bw)  # forgot s/2: right for bf16 only
     out = capsys.readouterr().out
@@ -56,10 +60,18 @@ def test_ridge_batch_right_and_wrong(capsys) -> None:
 
 
 def test_knee_right_and_wrong(capsys) -> None:
-    assert check_knee(rl.knee_batch).passed
+    assert check_knee(SOL["knee_from_sweep"]).passed
     capsys.readouterr()
     r = check_knee(lambda b, t: 64.0)  # never says "still flat"
     out = capsys.readouterr().out
     assert r.score == 2 and "math.inf" in out
     r = check_knee(lambda b, t: math.nan)
     assert r.score == 0 and "NaN" in capsys.readouterr().out
+
+
+def test_calling_the_course_library_is_no_answer(capsys) -> None:
+    for check, fn in ((check_roofline_time, rl.roofline_time), (check_ridge_batch, rl.ridge_batch),
+                      (check_knee, rl.knee_batch),
+                      (check_knee, lambda b, s: rl.knee_batch(b, s))):   # wrapped in the learner's own function
+        r = check(fn)
+        assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out

@@ -1,7 +1,7 @@
 """Labs and solutions from one source: sync, structure, and the labgen generator itself.
 
 The notebooks themselves run under nbval (`solutions/` and `labs/` are in pytest's testpaths);
-these tests check what nbval cannot: that `labs/` is exactly what `make labs` would write, that
+these tests check what nbval cannot: that `labs/` is exactly what `make handout` would write, that
 every TODO is tagged and followed by its check, and that every check grades in Chinese.
 """
 
@@ -66,12 +66,12 @@ def _called_names(code: str) -> set[str]:
 @pytest.mark.parametrize("name", LAB_NAMES)
 def test_every_lab_has_a_solution_and_a_generated_lab(name: str) -> None:
     assert (SOLUTIONS / f"{name}.ipynb").is_file(), f"solutions/{name}.ipynb is missing"
-    assert (LABS / f"{name}.ipynb").is_file(), f"labs/{name}.ipynb is missing: run `make labs`"
+    assert (LABS / f"{name}.ipynb").is_file(), f"labs/{name}.ipynb is missing: run `make handout`"
 
 
 def test_labs_are_in_sync_with_solutions() -> None:
     problems = labgen.stale(SOLUTIONS, LABS)
-    assert problems == [], "labs/ is out of date, run `make labs`:\n" + "\n".join(problems)
+    assert problems == [], "labs/ is out of date, run `make handout`:\n" + "\n".join(problems)
 
 
 def test_check_labs_cli_agrees() -> None:
@@ -222,6 +222,8 @@ def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> 
                                     capture_output=True, text=True)
     assert run("--check").returncode == 1  # missing
     assert run().returncode == 0
+    assert run("--check").returncode == 1 and "--annotate" in run("--check").stderr  # no nbgrader metadata yet
+    assert run("--annotate").returncode == 0
     first = (labs / "lab9_x.ipynb").read_text()
     assert run().returncode == 0 and (labs / "lab9_x.ipynb").read_text() == first
     assert run("--check").returncode == 0
@@ -231,7 +233,7 @@ def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> 
     (labs / "lab9_x.ipynb").write_text(first.replace("YOUR CODE HERE", "my answer"))
     proc = run("--check")
     assert proc.returncode == 1 and "lab9_x.ipynb (differs" in proc.stderr
-    # a lab without a solution is stale too; `make labs` removes a generated orphan
+    # a lab without a solution is stale too; `make handout` removes a generated orphan
     (labs / "lab8_old.ipynb").write_text(first)
     assert "no solution of that name" in run("--check").stderr
     assert run().returncode == 0 and not (labs / "lab8_old.ipynb").exists()
@@ -246,20 +248,71 @@ def test_bad_solutions_folder_is_one_line_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- labkit
 
 
-def test_attempt_and_ready_name_the_unfinished_question(capsys) -> None:
+def test_needs_attempt_and_ready_stop_cleanly_naming_the_question(capsys) -> None:
     from batchlab.labs import labkit
+    from batchlab.labs.lab4 import check_eta
 
-    def stub():
+    def stub(*a):
         raise NotImplementedError("TODO（第 2 题）：x — not yet implemented")
 
-    def uses_stub():
-        return stub()
+    check_eta(stub)                                        # question 2 not written yet
+    capsys.readouterr()
+    assert labkit.attempt(2, lambda: 3) is None and "第 2 题还没完成" in capsys.readouterr().out
+    check_eta(lambda n, p: sum(p) / (sum(n) + sum(p)))     # written, wrong
+    capsys.readouterr()
+    assert labkit.needs(2) is False and "先把第 2 题改对" in capsys.readouterr().out
+    assert labkit.ready(2, 1.0) is False
+    capsys.readouterr()
+    check_eta(lambda n, p: sum(n) / (sum(n) + sum(p)))     # right
+    capsys.readouterr()
+    assert labkit.attempt(2, lambda: 3) == 3 and labkit.ready(2, 1.0) is True
+    assert labkit.attempt(2, lambda: {}["x"]) is None      # right, but raises on this cell's inputs
+    out = capsys.readouterr().out
+    assert "抛出了 KeyError" in out and "Traceback" not in out
+    assert labkit.attempt(9, lambda: 3) is None and "先运行第 9 题的检查格" in capsys.readouterr().out
+    assert labkit.attempt(3, lambda: 4, requires=(2,)) == 4   # runs question 3's function before its check
 
-    assert labkit.attempt(5, uses_stub) is None
-    assert "第 2 题还没完成" in capsys.readouterr().out
-    assert labkit.attempt(1, lambda: 3) == 3
-    assert labkit.ready(4, 1, None) is False and "第 4 题还没完成" in capsys.readouterr().out
-    assert labkit.ready(4, 1, 2) is True
+
+def test_solutions_carry_nbgrader_metadata_and_the_release_keeps_it() -> None:
+    for path in _solutions():
+        assert labgen.metadata_problems(_nb(path), path.name) == [], path.name
+        lab = _nb(LABS / path.name)
+        grades = [c["metadata"]["nbgrader"] for c in lab["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
+                  and c["cell_type"] == "code"]
+        assert grades and all(g["locked"] and g["points"] > 0 for g in grades)
+        assert all("nbgrader" in c["metadata"] for c in lab["cells"])
+        answers = [c for c in lab["cells"] if c["metadata"]["nbgrader"].get("solution") and c["cell_type"] == "code"]
+        assert answers and all(STUB.search(_src(c)) for c in answers)
+
+
+def test_release_links_resolve_without_the_solutions() -> None:
+    link = re.compile(r"\]\(([^)#:]+\.ipynb)(?:#[^)]*)?\)")
+    for path in _labs():
+        text = "".join(_src(c) for c in _nb(path)["cells"] if c["cell_type"] == "markdown")
+        for target in link.findall(text):
+            dest = (path.parent / target).resolve()
+            assert dest.is_file() and "solutions" not in dest.parts, (path.name, target)
+        assert "solutions/" not in json.dumps(_nb(path), ensure_ascii=False), path.name
+
+
+def test_nbgrader_generates_the_same_release(tmp_path: Path) -> None:
+    """nbgrader's own generate_assignment reads the solutions' metadata and stubs the same cells."""
+    pytest.importorskip("nbgrader")
+    (tmp_path / "source" / "lab2").mkdir(parents=True)
+    src = SOLUTIONS / "lab2_dynamic_batching.ipynb"
+    (tmp_path / "source" / "lab2" / src.name).write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.db_assignments = [dict(name="lab2")]\n')
+    env = {**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:{__import__('os').environ.get('PATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "lab2", "--force"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = _nb(tmp_path / "release" / "lab2" / src.name)
+    ours = _nb(LABS / src.name)
+    ids = lambda nb, key: [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"]
+                           if c["metadata"].get("nbgrader", {}).get(key)]
+    assert ids(theirs, "grade") == ids(ours, "grade") and ids(theirs, "solution") == ids(ours, "solution")
+    for cell in theirs["cells"]:
+        assert "### BEGIN SOLUTION" not in _src(cell)
 
 
 def test_workspace_files_without_a_server(tmp_path: Path) -> None:

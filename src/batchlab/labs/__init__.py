@@ -4,7 +4,10 @@ Each lab has its own module (`batchlab.labs.lab1` … `lab6`); every function th
 `check_…`, takes the learner's answer, prints what is right and what is wrong (in Chinese, never
 only an assertion error) and ends with ``[score] labL.qN s/max``. See `batchlab.labs._core`.
 
-    python -m batchlab.labs scores labs/*.ipynb     # collect the score lines of executed labs
+    python -m batchlab.labs scores labs/*.ipynb     # the score lines stored in executed labs (a self-view)
+
+Grades come from `python -m batchlab.classroom grade`, which re-executes each submission and
+judges the check cells' evidence in its own process (`batchlab.labs._core`).
 """
 
 import importlib

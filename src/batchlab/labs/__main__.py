@@ -1,4 +1,8 @@
-"""`python -m batchlab.labs scores NOTEBOOK...`: the score lines of executed labs, summed."""
+"""`python -m batchlab.labs scores NOTEBOOK...`: the score lines stored in executed labs, summed.
+
+A learner's own view of their notebook, not a grade: stored outputs can be edited. To grade a
+class, re-execute the submissions with `python -m batchlab.classroom grade` (docs/classroom.md §3).
+"""
 
 from __future__ import annotations
 

@@ -35,23 +35,31 @@ def _tokens(n: int, seed: int = 0) -> np.ndarray:
 # --------------------------------------------------------------------------- q1: the config
 
 
-def _summary(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "max_batch_size": int(cfg.get("max_batch_size", 0)),
-        "inputs": {i["name"]: [int(d) for d in i["dims"]] for i in cfg.get("input", [])},
-        "outputs": {o["name"]: [int(d) for d in o["dims"]] for o in cfg.get("output", [])},
-        "dynamic_batching": "dynamic_batching" in cfg,
-        "instances": sum(int(gr.get("count", 1)) for gr in cfg.get("instance_group", [])) or 1,
-    }
-
-
-_OTHER = {  # a model unlike embed: no batching, two instances, two inputs
+#: The course's `embed` config as the server returns it (the fields summarize_config reads) and
+#: the model unlike it the check also tries, each with its expected summary.
+_EMBED = {
+    "name": "embed", "backend": "python", "max_batch_size": 32,
+    "input": [{"name": "TOKENS", "data_type": "TYPE_INT32", "dims": ["16"]}],
+    "output": [{"name": "EMBEDDING", "data_type": "TYPE_FP32", "dims": ["256"]},
+               {"name": "BATCH_SIZE", "data_type": "TYPE_INT32", "dims": ["1"]}],
+    "dynamic_batching": {"preferred_batch_size": [32], "max_queue_delay_microseconds": 0},
+    "instance_group": [{"name": "embed_0", "kind": "KIND_CPU", "count": 1}],
+}
+_OTHER = {  # a model unlike embed: no batching, two instance groups of 2 and 1, two inputs
     "name": "other", "max_batch_size": 0,
     "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [3, 4]},
               {"name": "B", "data_type": "TYPE_INT64", "dims": [-1]}],
     "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [3]}],
-    "instance_group": [{"name": "other_0", "kind": "KIND_CPU", "count": 2}],
+    "instance_group": [{"name": "other_0", "kind": "KIND_CPU", "count": 2},
+                       {"name": "other_1", "kind": "KIND_CPU", "count": 1}],
 }
+_EXPECTED = {
+    "embed": {"max_batch_size": 32, "inputs": {"TOKENS": [16]}, "outputs": {"EMBEDDING": [256], "BATCH_SIZE": [1]},
+              "dynamic_batching": True, "instances": 1},
+    "other": {"max_batch_size": 0, "inputs": {"A": [3, 4], "B": [-1]}, "outputs": {"Y": [3]},
+              "dynamic_batching": False, "instances": 3},
+}
+_SUMMARY_KEYS = ("max_batch_size", "inputs", "outputs", "dynamic_batching", "instances")
 
 
 def _as_dims(d: Any) -> list[int] | None:
@@ -61,38 +69,61 @@ def _as_dims(d: Any) -> list[int] | None:
         return None
 
 
+def _dims_map(a: Any) -> dict[str, list[int] | None] | None:
+    return {k: _as_dims(v) for k, v in a.items()} if isinstance(a, Mapping) else None
+
+
+def _summary_problem(key: str, got: Any, want: Any, label: str) -> str:
+    """'' when `got` is right for `key`, else the Chinese explanation (naming the usual mistake)."""
+    if key == "max_batch_size":
+        ok = isinstance(got, (int, np.integer)) and not isinstance(got, bool) and got == want
+        return "" if ok else f"{label}：max_batch_size 应为整数 {want!r}，你的是 {got!r}"
+    if key in ("inputs", "outputs"):
+        mine = _dims_map(got)
+        if mine == want:
+            return ""
+        if mine and all(v and v[0] == -1 and v[1:] == want.get(k) for k, v in mine.items()):
+            return f"{label}：{key} 的 dims 不含批维度（-1 是 Triton 加上的批维），应为 {want}"
+        return f"{label}：{key} 应为 {want}（名字 → dims），你的是 {got!r}"
+    if key == "dynamic_batching":
+        if isinstance(got, (bool, np.bool_)) and bool(got) == want:
+            return ""
+        return (f"{label}：dynamic_batching 应为 {want}（True/False），你的是 {str(got)[:60]}。"
+                "开没开动态批处理看配置里有没有 dynamic_batching 这个键，返回布尔值")
+    if got == want:
+        return ""
+    return (f"{label}：instances 应为 {want}，你的是 {got!r}"
+            + ("：要把每组的 count 加起来，不是数有几组" if label.startswith("另一个") and got == 2 else ""))
+
+
 @check("lab1.q1", points=5, title="读懂模型配置")
 def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str, Any] | None = None) -> None:
-    """`fn(config_dict) -> {"max_batch_size", "inputs", "outputs", "dynamic_batching", "instances"}`."""
-    cfgs = [("embed", config)] if config is not None else []
-    cfgs.append(("另一个模型（不拼批、两个实例）", _OTHER))
+    """`fn(config_dict) -> {"max_batch_size", "inputs", "outputs", "dynamic_batching", "instances"}`.
+
+    Tried on the course's embed config (the server's own copy when `config` is embed's) and on a
+    config unlike it (no batching, three instances)."""
+    embed = config if isinstance(config, Mapping) and config.get("name") == "embed" else _EMBED
     results = []
-    for label, cfg in cfgs:
+    for label, cfg, want in (("embed", embed, _EXPECTED["embed"]),
+                             ("另一个模型（不拼批、三个实例）", _OTHER, _EXPECTED["other"])):
         got = g.call(fn, cfg)
         if not isinstance(got, Mapping):
             g.fail(f"summarize_config 应返回一个 dict，收到的是 {type(got).__name__}")
-        missing = [k for k in ("max_batch_size", "inputs", "outputs", "dynamic_batching", "instances") if k not in got]
+        missing = [k for k in _SUMMARY_KEYS if k not in got]
         if missing:
             g.fail(f"返回的 dict 缺少键：{', '.join(missing)}")
-        results.append((label, got, _summary(cfg)))
+        results.append((label, got, want))
 
-    def all_ok(key: str, same: Callable[[Any, Any], bool]) -> tuple[bool, str]:
-        for label, got, want in results:
-            if not same(got[key], want[key]):
-                return False, f"{label}：{key} 应为 {want[key]!r}，你的是 {got[key]!r}"
-        return True, ""
+    def first_problem(key: str) -> str:
+        return next((p for label, got, want in results if (p := _summary_problem(key, got[key], want[key], label))), "")
 
-    ok, why = all_ok("max_batch_size", lambda a, b: a == b)
-    g.expect(ok, "max_batch_size：顶层字段，embed 一次执行最多 32 行", why)
-    ok, why = all_ok("inputs", lambda a, b: isinstance(a, Mapping) and {k: _as_dims(v) for k, v in a.items()} == b)
-    g.expect(ok, "inputs：名字 → dims（不含批维）", why + "。提示：dims 不含批维度；用 {i['name']: i['dims'] for i in cfg['input']}")
-    ok, why = all_ok("outputs", lambda a, b: isinstance(a, Mapping) and {k: _as_dims(v) for k, v in a.items()} == b)
-    g.expect(ok, "outputs：EMBEDDING [256] 与 BATCH_SIZE [1]", why)
-    ok, why = all_ok("dynamic_batching", lambda a, b: bool(a) == b and isinstance(a, (bool, np.bool_)))
-    g.expect(ok, "dynamic_batching：看配置里有没有这一节（有就是 True）",
-             why + "。提示：返回 True/False；开没开动态批处理看的是配置里有没有 dynamic_batching 这个键")
-    ok, why = all_ok("instances", lambda a, b: a == b)
-    g.expect(ok, "instances：把 instance_group 里每组的 count 加起来", why)
+    goods = {"max_batch_size": "max_batch_size：顶层字段，embed 一次执行最多 32 行",
+             "inputs": "inputs：名字 → dims（不含批维）", "outputs": "outputs：EMBEDDING [256] 与 BATCH_SIZE [1]",
+             "dynamic_batching": "dynamic_batching：看配置里有没有这一节（有就是 True）",
+             "instances": "instances：把 instance_group 里每组的 count 加起来"}
+    for key in _SUMMARY_KEYS:
+        why = first_problem(key)
+        g.expect(not why, goods[key], why)
 
 
 # --------------------------------------------------------------------------- q2, q3: requests
@@ -110,7 +141,7 @@ def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndar
     kind = "grpc" if grpc else "http"
     if client is None:
         g.fail(f"检查需要客户端：check_{name}({name}, client=...)")
-    if f"tritonclient.{kind}" not in type(client).__module__:
+    if not type(client).__module__.startswith(f"tritonclient.{kind}"):
         g.fail(f"给检查格的 client 应是 tritonclient.{kind} 的客户端，收到的是 {type(client).__module__}")
     tokens = tokens if tokens is not None else _tokens(3)
     out = _is_array(g, g.call(fn, client, tokens), name)
@@ -119,11 +150,12 @@ def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndar
         g.fail("返回的形状是 (256,)：请保留批维，返回 (批大小, 256)")
     g.expect(out.shape == (n, 256), f"形状 {out.shape}：每行一个 256 维向量",
              f"{n} 行输入应得到形状 ({n}, 256)，你的是 {out.shape}。输入形状要带批维：[{n}, 16]")
-    want = _reference(client, tokens, grpc)
+    want = g.observe(lambda: _reference(client, tokens, grpc))
     same = out.shape == want.shape and np.allclose(out, want, atol=1e-5)
     g.expect(same, "数值与服务器的 EMBEDDING 一致", "数值和服务器对同一输入给出的 EMBEDDING 不一致：是不是取错了输出，或改动了输入？")
     one = _is_array(g, g.call(fn, client, _tokens(1, seed=7)), name)
-    g.expect(one.shape == (1, 256) and np.allclose(one, _reference(client, _tokens(1, seed=7), grpc), atol=1e-5),
+    want_one = g.observe(lambda: _reference(client, _tokens(1, seed=7), grpc))
+    g.expect(one.shape == (1, 256) and np.allclose(one, want_one, atol=1e-5),
              "换一行别的输入也对：函数没有写死", f"换成 1 行别的输入时结果不对（形状 {one.shape}）：函数里别写死输入或形状")
 
 
@@ -208,7 +240,7 @@ nv_inference_request_success{model="embed",version="1"} 118
 """
 
 
-@check("lab1.q5", points=3, title="读 Prometheus 指标")
+@check("lab1.q5", points=3, title="读 Prometheus 指标", shortcuts=(MetricsSnapshot.get, MetricsSnapshot.parse))
 def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = None) -> None:
     """`fn(metrics_text, name, model) -> float`."""
     got = g.call(fn, _METRICS_TEXT, "nv_inference_count", "embed")
@@ -241,14 +273,11 @@ def check_bad_request(g: Grader, fn: Callable[..., Any], client: Any = None) -> 
     """`fn(client)` sends TOKENS of shape [1, 17] and returns the InferenceServerException it caught."""
     if client is None:
         g.fail("检查需要客户端：check_bad_request(send_bad_request, client=...)")
-    try:
-        got = fn(client)
-    except NotImplementedError:
-        raise
-    except InferenceServerException as exc:
-        g.fail(f"异常没有被接住就抛出来了（{exc.message()[:60]}…）：用 try / except InferenceServerException as e: return e")
-    except Exception as exc:
-        g.fail(f"调用 send_bad_request 时抛出了 {type(exc).__name__}: {exc}")
+    got, raised = g.call_raw(fn, client)
+    if raised is not None and isinstance(raised.exception, InferenceServerException):
+        g.fail(f"异常没有被接住就抛出来了（{raised.message[:60]}…）：用 try / except InferenceServerException as e: return e")
+    if raised is not None:
+        g.fail(f"调用 send_bad_request 时抛出了 {raised.short()}")
     if got is None:
         g.fail("函数返回了 None：请求是不是成功了？要发一个形状为 [1, 17] 的 TOKENS，接住异常并 return 它")
     g.expect(isinstance(got, InferenceServerException), "返回了服务器的 InferenceServerException",

@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from batchlab.config_pbtxt import ConfigError, edit_config, load_config_text
+from batchlab.config_pbtxt import load_config_text
+from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
 from batchlab.lm import ToyLM, encode, generate
 
@@ -17,8 +18,9 @@ STEP_KEYS = ("token", "length", "batch_size", "live", "t")
 _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from the lab's)
 
 
-def reference_tokens(prompt: Sequence[int], n: int) -> list[int]:
-    """The greedy tokens the course LM generates after `prompt` (batch invariant: any batch, same tokens)."""
+def _lm_tokens(prompt: Sequence[int], n: int) -> list[int]:
+    """The greedy tokens the course LM generates after `prompt` (batch invariant: any batch, same
+    tokens), computed in the process that judges (the grader's own, under the classroom grader)."""
     return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
@@ -55,7 +57,7 @@ def check_step(g: Grader, fn: Callable[..., Any], client: Any = None, model: str
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_step(step, client=grpc)")
     prompt = _prompt("毛肚")
-    ref = reference_tokens(prompt, 3)
+    ref = _lm_tokens(prompt, 3)
     sid = next(_IDS)
     first = _step_dict(g, g.call(fn, client, model, sid, prompt, start=True), "step")
     g.expect(first["token"] == ref[0] and first["length"] == len(prompt),
@@ -68,7 +70,7 @@ def check_step(g: Grader, fn: Callable[..., Any], client: Any = None, model: str
              "后续请求不带 TOKENS：模型把上一步的 token 接着喂回去，序列延续下来",
              f"后两步应返回 {ref[1:]}（length 到 {len(prompt) + 2}），你的是 {[second['token'], third['token']]}。"
              "同一条序列的每个请求都要带同一个 sequence_id，后续请求不设 START")
-    g.expect(_needs_start(client, model, sid), "end=True 结束了序列：服务器要求同一 ID 重新从 START 开始",
+    g.expect(g.observe(lambda: _needs_start(client, model, sid)), "end=True 结束了序列：服务器要求同一 ID 重新从 START 开始",
              "序列没有结束：最后一步要设 sequence_end=True，否则它会一直占着一个槽位直到空闲超时")
     ok_types = all(isinstance(d["t"], float) for d in (first, second, third)) and third["t"] >= first["t"]
     g.expect(ok_types and isinstance(first["live"], (int, np.integer)) and isinstance(first["batch_size"], (int, np.integer)),
@@ -87,7 +89,12 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     for _ in range(len(texts)):
         next(_IDS)
     steps = 6
-    out = g.call(fn, client, model, prompts, steps, first_id)
+    out, raised = g.call_raw(fn, client, model, prompts, steps, first_id)
+    if raised is not None and "START" in raised.message:
+        g.fail(f"run_sequences 抛出了 {raised.short()[:160]}：序列 ID 混用了？每条序列要有自己的 ID（first_id + i），"
+               "它的第一步带 START 和提示，之后的步都用同一个 ID")
+    if raised is not None:
+        g.fail(f"调用 run_sequences(…) 时抛出了 {raised.short()}")
     if not isinstance(out, (list, tuple)) or len(out) != len(prompts):
         g.fail(f"run_sequences 应返回 {len(prompts)} 个列表（每条序列一个），收到的是 {type(out).__name__}"
                + (f"，长度 {len(out)}" if isinstance(out, (list, tuple)) else ""))
@@ -96,14 +103,14 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
              f"每条序列应有 {steps} 个 step 结果，你的是 {lens}")
     wrong = []
     for i, (seq, p) in enumerate(zip(out, prompts)):
-        ref = reference_tokens(p, steps)
+        ref = _lm_tokens(p, steps)
         got = [int(_step_dict(g, d, "step")["token"]) for d in seq] if isinstance(seq, (list, tuple)) else []
         if got != ref:
             wrong.append((texts[i], ref, got))
     g.expect(not wrong, "每条序列的 token 都和单独生成时一模一样：同一 ID 的请求回到了自己的 KV 缓存",
              f"序列「{wrong[0][0]}」应生成 {wrong[0][1]}，你的是 {wrong[0][2]}：是不是序列 ID 混用了，"
              "或者 START 没带提示？" if wrong else "")
-    ended = all(_needs_start(client, model, first_id + i) for i in range(len(prompts)))
+    ended = g.observe(lambda: all(_needs_start(client, model, first_id + i) for i in range(len(prompts))))
     g.expect(ended, "每条序列最后一步都设了 end=True，槽位都还回去了",
              "有序列没有结束：每条序列的最后一步要设 end=True，否则它占着槽位直到空闲超时")
     sizes = [d["batch_size"] for seq in out if isinstance(seq, (list, tuple)) for d in seq if isinstance(d, Mapping)]
@@ -125,11 +132,8 @@ def check_oldest_block(g: Grader, fn: Callable[..., Any]) -> None:
             g.fail(f"oldest_block 应返回形如 oldest {{ ... }} 的文本，收到的是 {text!r}"[:200])
         if "sequence_batching" in text:
             g.fail("只返回 oldest { ... } 这一节：它会被放进已有的 sequence_batching { } 里，替换 direct { }")
-        try:
-            cfg = edit_config(base, text, at="sequence_batching")
-        except ConfigError as exc:
-            where = f"第 {exc.line} 行第 {exc.column} 列：" if exc.line else ""
-            g.fail(f"参数 ({cand}, {pref}, {delay}) 生成的块 Triton 读不懂（{where}{exc.message}）。{exc.hint}")
+        cfg = read_block(g, text, base, at="sequence_batching", what="oldest_block",
+                         args=f"（参数 {cand}, {pref}, {delay}）生成的块")
         parsed.append((cand, pref, delay, cfg.sequence_batching))
     g.expect(all(sb.WhichOneof("strategy_choice") == "oldest" for *_, sb in parsed),
              "sequence_batching 的策略变成了 oldest（direct 和 oldest 二选一）", "策略没有变成 oldest")
@@ -151,14 +155,11 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_abandoned(probe_abandoned, client=grpc)")
     sid = next(_IDS)
-    try:
-        got = fn(client, model, sid, idle_s)
-    except NotImplementedError:
-        raise
-    except InferenceServerException as exc:
-        g.fail(f"异常没有被接住（{(exc.message() or '')[:80]}）：用 try / except InferenceServerException as e: return e")
-    except Exception as exc:
-        g.fail(f"调用 probe_abandoned 时抛出了 {type(exc).__name__}: {exc}")
+    got, raised = g.call_raw(fn, client, model, sid, idle_s)
+    if raised is not None and isinstance(raised.exception, InferenceServerException):
+        g.fail(f"异常没有被接住（{raised.message[:80]}）：用 try / except InferenceServerException as e: return e")
+    if raised is not None:
+        g.fail(f"调用 probe_abandoned 时抛出了 {raised.short()}")
     if got is None:
         g.fail("函数返回了 None：空闲之后的那一步成功了？空闲时间要长于 max_sequence_idle_microseconds，"
                "而且那一步不能设 START")
@@ -166,4 +167,4 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
     msg = got.message() if isinstance(got, InferenceServerException) else ""
     g.expect("START" in (msg or ""), "服务器已经放弃了这条序列：它要求重新从 START 开始",
              f"错误信息应说明序列要重新 START（服务器说：{(msg or '')[:120]}）")
-    g.expect(_needs_start(client, model, sid), "序列的槽位已被收回", "这条序列似乎还活着：空闲时间够长吗？")
+    g.expect(g.observe(lambda: _needs_start(client, model, sid)), "序列的槽位已被收回", "这条序列似乎还活着：空闲时间够长吗？")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from batchlab.config_pbtxt import ConfigError, load_config_text, parse_config
+from batchlab.config_pbtxt import load_config_text, parse_config
+from batchlab.labs._blocks import read_config
 from batchlab.labs._core import Grader, check
 from batchlab.lm.scheduler import FCFSAdmission, SeqInfo
 
@@ -24,7 +25,7 @@ def _indices(g: Grader, got: Any) -> list[int]:
     return out
 
 
-@check("lab4.q1", points=4, title="写接纳策略（admission policy）")
+@check("lab4.q1", points=4, title="写接纳策略（admission policy）", shortcuts=(FCFSAdmission.admit,))
 def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(waiting, active, max_active, kv_token_budget) -> [indices into waiting]`."""
     small = [_seq(i, 16, 32) for i in range(3)]
@@ -70,10 +71,7 @@ def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
         text = g.call(fn, base, ma, kv)
         if not isinstance(text, str):
             g.fail(f"with_limits 应返回 config.pbtxt 文本，收到的是 {type(text).__name__}")
-        try:
-            cfg = parse_config(text)
-        except ConfigError as exc:
-            g.fail(f"改过的配置 Triton 读不懂（第 {exc.line} 行：{exc.message}）。{exc.hint}")
+        cfg = read_config(g, text, what="with_limits 返回的配置")
         results.append((ma, kv, _params(cfg), cfg))
     g.expect(all(p.get("max_active") == str(ma) for ma, _, p, _ in results),
              "parameters 里的 max_active 改对了（字符串值）",
@@ -86,13 +84,6 @@ def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
                  and c.name == "lm_stream" for _, _, p, c in results)
     g.expect(others, "其余参数和字段原样保留",
              "别的参数（max_tokens_limit、blas_threads…）或模型名被改动了：只改这两个参数的值")
-
-
-def reference_eta(num_tokens: Sequence[int], padded_steps: Sequence[int]) -> float:
-    """η = useful token-steps / computed token-slots = Σ n / Σ (n + padding)."""
-    useful = sum(int(n) for n in num_tokens)
-    total = useful + sum(int(p) for p in padded_steps)
-    return useful / total if total else math.nan
 
 
 @check("lab4.q2", points=3, title="算出请求级批处理的 η")
@@ -108,7 +99,7 @@ def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
              f"没有 padding（padded_steps 全为 0）时 η 应为 1，你的是 {got}")
     n, pad = [10, 2, 4], [0, 8, 0]   # a batch of 10 steps (10 and 2 tokens) and one of 4 steps
     got = num(g.call(fn, n, pad))
-    want = reference_eta(n, pad)
+    want = 16 / 24   # Σn / Σ(n + padding)
     per_request = sum(a / (a + b) for a, b in zip(n, pad)) / len(n)
     if math.isclose(got, want, rel_tol=1e-6):
         g.expect(True, f"两锅、一锅有人提前出锅：η = 16 / 24 = {want:.3f}", "")

@@ -12,20 +12,22 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 
-from batchlab.config_pbtxt import ConfigError, edit_config, load_config_text
+from batchlab.config_pbtxt import load_config_text
+from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.labs.lab3 import reference_tokens
-from batchlab.lm import encode
+from batchlab.lm import ToyLM, encode, generate
+
+
+def _lm_tokens(prompt: np.ndarray, n: int) -> list[int]:
+    """The first n greedy tokens of the course LM after `prompt` (computed where the check is judged)."""
+    return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
 def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> Any:
     text = g.call(fn, *args)
     if not isinstance(text, str) or "dynamic_batching" not in text:
         g.fail(f"{what}应返回形如 dynamic_batching {{ ... }} 的文本，收到的是 {text!r}"[:200])
-    try:
-        return edit_config(load_config_text("embed"), text).dynamic_batching
-    except ConfigError as exc:
-        g.fail(f"参数 {args} 生成的块 Triton 读不懂（第 {exc.line} 行第 {exc.column} 列：{exc.message}）。{exc.hint}")
+    return read_block(g, text, load_config_text("embed"), what=what, args=f"（参数 {args}）生成的块").dynamic_batching
 
 
 @check("lab5.q2", points=3, title="给队列设上限与超时")
@@ -138,33 +140,37 @@ def seconds_per_token(grpc_url: str, n: int = 24, model: str = "lm_stream") -> f
         client.close()
 
 
-@check("lab5.q4", points=3, title="客人中途离席")
-def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_url: str | None = None) -> None:
-    """`fn(client, prompt, max_tokens, k)` reads k streamed tokens from lm_stream, hangs up, returns them."""
-    if client is None or grpc_url is None:
-        g.fail("检查需要客户端和地址：check_hang_up(hang_up, client=grpc, grpc_url=server.grpc_url)")
-    per_token = seconds_per_token(grpc_url)
-    prompt = np.asarray(encode("虾滑"), np.int32)
-    t0 = time.perf_counter()
-    got = g.call(fn, client, prompt, 256, 4)
-    took = time.perf_counter() - t0
-    try:
-        tokens = [int(x) for x in got]
-    except (TypeError, ValueError):
-        g.fail(f"hang_up 应返回收到的 token 列表，收到的是 {got!r}"[:200])
-    g.expect(tokens == reference_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
-             f"应收到前 4 个 token {reference_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
-    full = 252 * per_token  # what the rest of the 256-token generation takes
-    g.expect(took < 0.5 * full + 0.2 and len(tokens) == 4,
-             f"收到 4 个就挂断：用时 {took:.2f} s，远少于生成完 256 个 token 的约 {full + 4 * per_token:.2f} s",
-             f"函数用了 {took:.2f} s，差不多等到 256 个 token 全部生成完（约 {full:.2f} s）才返回："
-             "stop_stream() 默认等流上的请求全部完成；要用 stop_stream(cancel_requests=True) 真正挂断")
+def _live_after_hang_up(grpc_url: str) -> int:
     deadline = time.monotonic() + 1.0  # lm_stream looks for cancelled requests every 20 ms
     while True:
         time.sleep(0.1)
         live = active_now(grpc_url)
         if live <= 1 or time.monotonic() > deadline:
-            break
+            return live
+
+
+@check("lab5.q4", points=3, title="客人中途离席")
+def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_url: str | None = None) -> None:
+    """`fn(client, prompt, max_tokens, k)` reads k streamed tokens from lm_stream, hangs up, returns them."""
+    if client is None or grpc_url is None:
+        g.fail("检查需要客户端和地址：check_hang_up(hang_up, client=grpc, grpc_url=server.grpc_url)")
+    per_token = g.observe(lambda: seconds_per_token(grpc_url))
+    prompt = np.asarray(encode("虾滑"), np.int32)
+    t0 = g.clock()
+    got = g.call(fn, client, prompt, 256, 4)
+    took = g.clock() - t0
+    try:
+        tokens = [int(x) for x in got]
+    except (TypeError, ValueError):
+        g.fail(f"hang_up 应返回收到的 token 列表，收到的是 {got!r}"[:200])
+    g.expect(tokens == _lm_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
+             f"应收到前 4 个 token {_lm_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
+    full = 252 * per_token  # what the rest of the 256-token generation takes
+    g.expect(took < 0.25 * full + 0.1 and len(tokens) == 4,
+             f"收到 4 个就挂断：用时 {took:.2f} s，远少于生成完 256 个 token 的约 {full + 4 * per_token:.2f} s",
+             f"函数用了 {took:.2f} s，差不多等到 256 个 token 全部生成完（约 {full:.2f} s）才返回："
+             "stop_stream() 默认等流上的请求全部完成；要用 stop_stream(cancel_requests=True) 真正挂断")
+    live = g.observe(lambda: _live_after_hang_up(grpc_url))
     g.expect(live == 1, "服务器发现客户端走了：那条序列已取消，KV 缓存已释放（探测请求看到的活跃序列只有它自己）",
              f"挂断后服务器上还有 {live - 1} 条序列在生成：用 client.stop_stream(cancel_requests=True) 取消流上未完成的请求")
 

@@ -6,7 +6,7 @@ import math
 from typing import Any, Callable
 
 from batchlab.labs._core import Grader, check
-from batchlab.theory.roofline import H100_SXM, H200, knee_batch, ridge_batch, roofline_time
+from batchlab.theory.roofline import H100_SXM, H200, knee_batch, ridge_batch, ridge_point, roofline_time
 
 
 def _num(g: Grader, value: Any, what: str) -> float:
@@ -42,7 +42,7 @@ def _diagnose_roofline(got: float, batch: int, p: float, s: float, bw: float, pe
     return ""
 
 
-@check("lab6.q1", points=3, title="decode 一步的屋顶线下界")
+@check("lab6.q1", points=3, title="decode 一步的屋顶线下界", shortcuts=(roofline_time,))
 def check_roofline_time(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(batch, n_params, bytes_per_param, bandwidth, peak_flops)` -> seconds."""
     bw, peak = H100_SXM.bandwidth, H100_SXM.peak_flops
@@ -61,7 +61,7 @@ def check_roofline_time(g: Grader, fn: Callable[..., Any]) -> None:
                  + (why or "回头看看公式 max(P·s / BW, 2·P·B / F)"))
 
 
-@check("lab6.q2", points=3, title="decode 变成算力受限的批大小")
+@check("lab6.q2", points=3, title="decode 变成算力受限的批大小", shortcuts=(ridge_batch, ridge_point))
 def check_ridge_batch(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(bandwidth, peak_flops, bytes_per_param)` -> batch size B* at the ridge."""
     for hw, label in ((H100_SXM, "H100 SXM"), (H200, "H200")):
@@ -86,7 +86,7 @@ def check_ridge_batch(g: Grader, fn: Callable[..., Any]) -> None:
         g.expect(False, "", f"float32 的 CPU（40 GB/s、200 GFLOP/s）应为 B* = {want:.0f}，你的函数给出 {got:.4g}")
 
 
-@check("lab6.q3", points=3, title="从测量曲线找拐点")
+@check("lab6.q3", points=3, title="从测量曲线找拐点", shortcuts=(knee_batch,))
 def check_knee(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(batches, seconds)` -> the batch size where the measured curve leaves its floor."""
     batches = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]

@@ -7,8 +7,10 @@
   learner rewrites a `config.pbtxt` (or a policy file) there, `start()`s an embedded server on
   it and `reload()`s a model after each change. An external server's repository is not ours to
   write, so a workspace always runs its own embedded server, even with `TRITON_URL` set.
-* `attempt(n, fn, ...)` / `ready(n, value)` — let the cells after a TODO run before the TODO is
-  done: they print that question n is not finished yet and skip, instead of failing.
+* `needs(n)`, `attempt(n, fn, ...)`, `ready(n, value)` — the guard of the cells after a TODO:
+  while question n's check has not passed (not written, wrong, or not checked yet), or when its
+  function raises, they print one Chinese sentence naming the question to fix and skip, instead of
+  failing with a traceback; cells that do not depend on it still run.
 
 Everything a lab starts is stopped by `stop()`/`close()` (and at interpreter exit).
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from batchlab.config_pbtxt import parse_config, stage_model, to_text
+from batchlab.labs._core import MARK_BAD, MARK_TODO, current_lab, last_result
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect
 
@@ -38,25 +41,73 @@ _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
 def not_done_message(question: int) -> str:
-    """The line printed where a cell skips because question `question` is not done."""
-    return f"⏳ 第 {question} 题还没完成：这一格先跳过。完成第 {question} 题后从它那一格重新往下运行即可。"
+    """The line printed where a cell skips because question `question` is not written yet."""
+    return f"{MARK_TODO} 这一格要用到第 {question} 题的结果：第 {question} 题还没完成，这一格先跳过。完成后从第 {question} 题那一格重新往下运行。"
 
 
-def attempt(question: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)`, or None (with a note) while `fn` still raises NotImplementedError.
+def wrong_message(question: int) -> str:
+    """The line printed where a cell skips because question `question`'s check did not pass."""
+    return f"{MARK_BAD} 这一格要用到第 {question} 题的结果，先把第 {question} 题改对（它的检查格还没有全对），这一格先跳过。"
 
-    The note names the question whose stub raised (a function may call an earlier TODO).
+
+def unchecked_message(question: int) -> str:
+    """The line printed where a cell skips because question `question`'s check has not run."""
+    return f"{MARK_TODO} 这一格要用到第 {question} 题的结果：先运行第 {question} 题的检查格，这一格先跳过。"
+
+
+def raised_message(question: int, exc: BaseException) -> str:
+    """The line printed where the learner's function for `question` raised in a later cell."""
+    first = str(exc).strip().splitlines()
+    what = f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
+    return f"{MARK_BAD} 第 {question} 题的函数在这一格里抛出了 {what}：先把第 {question} 题改对，这一格先跳过。"
+
+
+def needs(*questions: int) -> bool:
+    """True when the checks of these questions (of the lab whose check ran last) passed in full;
+    otherwise print one sentence naming the first question to fix, and return False.
+
+    This is the one guard a lab's later cells use (`attempt` and `ready` call it), so a wrong or
+    missing answer stops the cells that depend on it cleanly while the others still run.
     """
+    lab = current_lab()
+    for q in questions:
+        result = last_result(lab, q) if lab is not None else None
+        if result is None:
+            print(unchecked_message(q))
+            return False
+        if result.pending:
+            print(not_done_message(q))
+            return False
+        if not result.passed:
+            print(wrong_message(q))
+            return False
+    return True
+
+
+def attempt(question: int, fn: Callable[..., Any], *args: Any, requires: Sequence[int] | None = None,
+            **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` once question `question` (whose answer `fn` is) passed its check;
+    otherwise, or when `fn` raises, print one sentence saying which question to fix and return None.
+
+    `requires`: the questions whose checks must have passed first, when not `question` itself (a
+    cell that runs question 2's function *before* its check, on question 1's result: ``requires=(1,)``).
+    """
+    if not needs(*(requires if requires is not None else (question,))):
+        return None
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as exc:
         m = re.search(r"第 (\d+) 题", str(exc))
         print(not_done_message(int(m.group(1)) if m else question))
-        return None
+    except Exception as exc:  # the learner's answer raised on this cell's inputs: say so, no traceback
+        print(raised_message(question, exc))
+    return None
 
 
 def ready(question: int, *values: Any) -> bool:
-    """True when every value is set; otherwise print that question `question` is not done."""
+    """True when question `question` passed its check and every value is set; otherwise print why."""
+    if not needs(question):
+        return False
     if any(v is None or v is Ellipsis for v in values):
         print(not_done_message(question))
         return False
@@ -149,6 +200,8 @@ class Workspace:
         self.repo = self.dir / "models"
         self.repo.mkdir()
         self.server: TritonServer | None = None
+        self._segments: dict[str, list[dict[str, Any]]] = {}
+        self._open: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
         _LIVE.add(self)
         try:
             for m in models:
@@ -213,6 +266,8 @@ class Workspace:
         kwargs.setdefault("startup_timeout", 120)
         load = list(models) if models is not None else self.models
         self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
+        for model in load:
+            self._open_segment(model)
         return self.server
 
     def reload(self, model: str, timeout: float = 60.0) -> None:
@@ -223,6 +278,7 @@ class Workspace:
         if self.server is None or not self.server.running:
             raise ServerError("the workspace's server is not running: call start() first")
         client = self.server.http_client()
+        self._close_segment(model)
         try:
             client.load_model(model)
         except Exception as exc:  # tritonclient's InferenceServerException
@@ -231,9 +287,56 @@ class Workspace:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if client.is_model_ready(model):
+                self._open_segment(model)
                 return
             time.sleep(0.05)
         raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
+
+    # -- what the server recorded ----------------------------------------------------------
+
+    def _counters(self, model: str) -> dict[str, int] | None:
+        try:
+            stats = self.server.http_client().get_inference_statistics(model)["model_stats"][0]
+        except Exception:  # model not loaded (yet), or the server is gone
+            return None
+        inf = stats.get("inference_stats", {})
+        return {"success": int(inf.get("success", {}).get("count", 0)),
+                "success_ns": int(inf.get("success", {}).get("ns", 0)),
+                "inference_count": int(stats.get("inference_count", 0)),
+                "execution_count": int(stats.get("execution_count", 0))}
+
+    def _open_segment(self, model: str) -> None:
+        counters = self._counters(model)
+        if counters is None:
+            return
+        try:
+            db = parse_config(self.read_config(model)).dynamic_batching
+            cfg = {"delay_us": int(db.max_queue_delay_microseconds), "preferred": [int(b) for b in db.preferred_batch_size]}
+        except ValueError:
+            cfg = {}
+        self._open[model] = (cfg, counters)
+
+    def _close_segment(self, model: str) -> None:
+        if model not in self._open or self.server is None or not self.server.running:
+            return
+        cfg, start = self._open.pop(model)
+        now = self._counters(model)
+        if now is not None:
+            seg = {k: now[k] - start[k] if now[k] >= start[k] else now[k] for k in now}
+            self._segments.setdefault(model, []).append({**cfg, **seg})
+
+    def history(self, model: str) -> list[dict[str, Any]]:
+        """What the server's statistics recorded for `model`, one entry per configuration it ran
+        between two `reload`s (the last one up to now): its ``delay_us`` and ``preferred`` batch
+        sizes (dynamic_batching), and the ``success`` count and time (``success_ns``),
+        ``inference_count`` and ``execution_count`` the server added while it was loaded."""
+        out = [dict(s) for s in self._segments.get(model, [])]
+        if model in self._open:
+            cfg, start = self._open[model]
+            now = self._counters(model)
+            if now is not None:
+                out.append({**cfg, **{k: now[k] - start[k] if now[k] >= start[k] else now[k] for k in now}})
+        return out
 
     def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
         """Make workspace model `model` (a copy of `lm_stream`) schedule with the function `admit`.

@@ -26,8 +26,15 @@ In every lab:
   lab end to end and the only cells allowed to fail are the learner's own TODOs;
 * a banner cell after the title says that it is generated and how to keep one's work.
 
-    python -m batchlab.tools.labgen solutions labs            # write labs/
-    python -m batchlab.tools.labgen solutions labs --check    # exit 1 listing stale labs (CI)
+The solutions carry nbgrader metadata (schema 3), so nbgrader and `batchlab.classroom` read
+the same labs: an answer cell is ``solution`` (grade_id ``labL-qN-answer``), the cell that calls
+question N's check is an autograded, locked ``grade`` cell (grade_id ``labL-qN``, the check's
+points), and every other cell is locked (read-only). `annotate_solutions` derives that metadata from the
+markers and the check calls; the lab copies it.
+
+    python -m batchlab.tools.labgen solutions labs             # write labs/ (make handout)
+    python -m batchlab.tools.labgen solutions labs --check     # exit 1 listing stale labs or metadata (CI)
+    python -m batchlab.tools.labgen solutions labs --annotate  # (re)write the solutions' nbgrader metadata
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from batchlab.labs import load_checks
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?:<!--\s*)?### BEGIN SOLUTION\b(?P<hint>.*?)(?:\s*-->)?\s*$")
 END = re.compile(r"^[ \t]*(?:<!--\s*)?### END SOLUTION\b.*$")
@@ -136,16 +145,85 @@ def replace_regions(source: str, kind: str, first_number: int, where: str) -> tu
 
 
 def banner(solution_name: str) -> dict[str, Any]:
-    """The markdown cell that tells a learner this file is generated."""
+    """The markdown cell that tells a learner how to work in this file."""
     text = (
-        "> **学员版**：本文件由 `make labs` 从 `solutions/" + solution_name + "` 自动生成。"
-        "带 `raise NotImplementedError(\"TODO…\")` 的格子是你的练习：删掉那一行，写出你的代码，"
-        "再运行紧跟其后的检查格（`check_…`），它会用中文告诉你对不对、哪里不对，并打印一行 `[score]`。\n"
+        "> **学员版**：带 `raise NotImplementedError(\"TODO…\")` 的格子是你的练习：删掉那一行，写出你的代码，"
+        "再运行紧跟其后的检查格（`check_…`），它会用中文告诉你对不对、哪里不对，并打印一行 `[score]`"
+        "（那一行只给你自己看：讲师批改时会在干净的环境里重新运行整本 notebook，由批改程序判分）。"
+        "只改 TODO 所在的格子：其余格子（说明、检查格）批改时会换回原样。\n"
         ">\n"
         "> 可以从任意一格重新开始（Kernel → Restart，然后从头运行到你想去的那格）。"
-        "`make labs` 会覆盖本文件：请先另存一份（例如 `my_" + solution_name + "`）或用 git 保存你的作答。"
+        "`make handout` 会覆盖本文件：请先另存一份（例如 `my_" + solution_name + "`）或用 git 保存你的作答。"
     )
-    return {"cell_type": "markdown", "id": BANNER_ID, "metadata": {}, "source": _split_source(text)}
+    return {"cell_type": "markdown", "id": BANNER_ID, "metadata": {"nbgrader": _locked(BANNER_ID)},
+            "source": _split_source(text)}
+
+
+NBGRADER_SCHEMA = 3
+_CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
+
+
+def _locked(grade_id: str) -> dict[str, Any]:
+    return {"grade": False, "grade_id": grade_id, "locked": True, "schema_version": NBGRADER_SCHEMA,
+            "solution": False, "task": False}
+
+
+def _lab_id(solution_name: str) -> str:
+    m = re.match(r"(lab\d+)_", solution_name)
+    if not m:
+        raise LabgenError(f"{solution_name}: a lab's file name starts with labN_")
+    return m.group(1)
+
+
+def nbgrader_metadata(solution: dict[str, Any], solution_name: str) -> list[dict[str, Any]]:
+    """The nbgrader metadata each cell of `solution` should carry (see module docstring)."""
+    lab = _lab_id(solution_name)
+    checks = {info["function"].__name__: (qid, info["points"]) for qid, info in load_checks().items()}
+    out, number = [], 0
+    for index, cell in enumerate(solution.get("cells", [])):
+        src = _source(cell)
+        cid = str(cell.get("id", index))
+        if "### BEGIN SOLUTION" in src:
+            number += 1
+            if cell.get("cell_type") == "code":
+                out.append({"grade": False, "grade_id": f"{lab}-q{number}-answer", "locked": False,
+                            "schema_version": NBGRADER_SCHEMA, "solution": True, "task": False})
+            else:  # a written answer: graded by the instructor, not by the checks
+                out.append({"grade": True, "grade_id": f"{lab}-q{number}-written", "locked": False, "points": 0,
+                            "schema_version": NBGRADER_SCHEMA, "solution": True, "task": False})
+            continue
+        called = [checks[n] for n in _CHECK_CALL.findall(src) if n in checks] if cell.get("cell_type") == "code" else []
+        if called:
+            if len(called) != 1 or not called[0][0].startswith(f"{lab}."):
+                raise LabgenError(f"{solution_name}, cell {index}: a check cell calls exactly one check of {lab}")
+            qid, points = called[0]
+            out.append({"grade": True, "grade_id": qid.replace(".", "-"), "locked": True, "points": points,
+                        "schema_version": NBGRADER_SCHEMA, "solution": False, "task": False})
+            continue
+        out.append(_locked(f"{lab}-{cid}"))
+    return out
+
+
+def metadata_problems(solution: dict[str, Any], solution_name: str) -> list[str]:
+    """Cells of `solution` whose nbgrader metadata is not what `nbgrader_metadata` derives."""
+    want = nbgrader_metadata(solution, solution_name)
+    return [f"{solution_name}, cell {i} ({cell.get('id')}): nbgrader metadata is not {w['grade_id']}'s"
+            for i, (cell, w) in enumerate(zip(solution.get("cells", []), want))
+            if cell.get("metadata", {}).get("nbgrader") != w]
+
+
+def annotate_solutions(solutions: Path) -> list[Path]:
+    """Write the derived nbgrader metadata into every solution notebook; the paths changed."""
+    changed = []
+    for path in sorted(Path(solutions).glob("*.ipynb")):
+        nb = read_notebook(path)
+        for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(nb, path.name)):
+            cell.setdefault("metadata", {})["nbgrader"] = meta
+        text = dumps(nb)
+        if text != path.read_text(encoding="utf-8"):
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    return changed
 
 
 def _clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +236,8 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     nb = copy.deepcopy(solution)
     if nb.get("nbformat") != 4:
         raise LabgenError(f"{solution_name}: only nbformat 4 notebooks are supported")
+    for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(solution, solution_name)):
+        cell.setdefault("metadata", {})["nbgrader"] = meta
     questions: list[LabQuestion] = []
     cells: list[dict[str, Any]] = []
     for index, cell in enumerate(nb.get("cells", [])):
@@ -185,7 +265,7 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     cells.insert(insert_at, banner(solution_name))
     nb["cells"] = cells
     meta = {k: v for k, v in nb.get("metadata", {}).items() if k in ("kernelspec", "language_info")}
-    meta[GENERATED_KEY] = {"generated_from": f"solutions/{solution_name}", "questions": len(questions)}
+    meta[GENERATED_KEY] = {"generated_by": "make handout", "questions": len(questions)}
     nb["metadata"] = meta
     return Lab(nb, questions)
 
@@ -227,6 +307,10 @@ def stale(solutions: Path, labs: Path) -> list[str]:
     """
     wanted = generate_labs(solutions, labs)
     problems = []
+    for path in sorted(Path(solutions).glob("*.ipynb")):
+        found = metadata_problems(read_notebook(path), path.name)
+        if found:
+            problems.append(f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)")
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")
@@ -259,12 +343,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("solutions", type=Path, help="folder of complete solution notebooks")
     p.add_argument("labs", type=Path, help="folder of generated learner notebooks")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if labs/ is out of date")
+    p.add_argument("--annotate", action="store_true", help="write the solutions' nbgrader metadata first")
     args = p.parse_args(argv)
     try:
+        if args.annotate:
+            for path in annotate_solutions(args.solutions):
+                print(f"annotated {path}")
         if args.check:
             problems = stale(args.solutions, args.labs)
             if problems:
-                print("labs/ is out of date; run `make labs`:", file=sys.stderr)
+                print("labs/ is out of date; run `make handout`:", file=sys.stderr)
                 for line in problems:
                     print(f"  {line}", file=sys.stderr)
                 return 1

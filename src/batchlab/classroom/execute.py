@@ -1,0 +1,123 @@
+"""Execute one notebook in a fresh kernel, cell by cell, going on past errors (runs in the sandbox).
+
+    python -m batchlab.classroom.execute IN.ipynb OUT.ipynb --cell-timeout 300 --memory-mb 2048
+
+Every cell runs; a cell that raises keeps its error output and the next cell runs; a cell that
+runs past the timeout is interrupted (its output says so) and the next cell runs. When the
+kernel's processes together use more than the memory limit, the kernel is stopped and the cells
+not run yet stay without outputs. The notebook is written to OUT with a summary in its metadata
+(``batchlab_execution``: cells run, the index of the cell where the kernel died, why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+
+from batchlab.labs._core import GRADING_ENV
+
+
+def _tree(root: int) -> tuple[list[int], float]:
+    """(process `root` and all its descendants, their resident memory in MiB), from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * page
+    total, todo, seen = 0, [root], []
+    while todo:
+        pid = todo.pop()
+        seen.append(pid)
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return seen, total / 2 ** 20
+
+
+def tree_rss_mb(root: int) -> float:
+    """Resident memory (MiB) of process `root` and all its descendants."""
+    return _tree(root)[1]
+
+
+def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        km = client.km
+        pid = getattr(getattr(km, "provisioner", None), "pid", None) if km is not None else None
+        if not pid:
+            continue
+        pids, mb = _tree(pid)
+        if mb > limit_mb:
+            state["reason"] = f"memory: the kernel's processes used more than {limit_mb:.0f} MiB"
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
+
+
+def execute_notebook(src: Path, dst: Path, cell_timeout: int, memory_mb: float) -> dict:
+    """Run `src`, write the executed notebook to `dst`, return the summary."""
+    nb = nbformat.read(src, as_version=4)
+    os.environ[GRADING_ENV] = "1"
+    client = NotebookClient(nb, timeout=cell_timeout, interrupt_on_timeout=True, allow_errors=True,
+                            kernel_name="python3", resources={"metadata": {"path": str(src.parent)}},
+                            startup_timeout=120)
+    state: dict = {"reason": ""}
+    stop = threading.Event()
+    t0 = time.monotonic()
+    ran = 0
+    try:
+        with client.setup_kernel():
+            watcher = threading.Thread(target=_watch, args=(client, memory_mb, state, stop), daemon=True)
+            watcher.start()
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+                ran = index + 1
+    except DeadKernelError:
+        state["reason"] = state["reason"] or "the kernel died"
+    except Exception as exc:  # nbclient gave up (kernel unresponsive): keep what ran
+        state["reason"] = state["reason"] or f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        stop.set()
+    summary = {"cells": len(nb.cells), "ran": ran, "stopped_at": None if ran == len(nb.cells) else ran,
+               "reason": state["reason"], "seconds": round(time.monotonic() - t0, 1)}
+    nb.metadata["batchlab_execution"] = summary
+    nbformat.write(nb, dst)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (see module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m batchlab.classroom.execute")
+    p.add_argument("src", type=Path)
+    p.add_argument("dst", type=Path)
+    p.add_argument("--cell-timeout", type=int, default=300)
+    p.add_argument("--memory-mb", type=float, default=2048)
+    args = p.parse_args(argv)
+    summary = execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

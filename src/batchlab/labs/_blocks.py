@@ -1,0 +1,128 @@
+"""A learner's config block, read the way Triton reads it, with errors a learner can act on.
+
+`read_block(g, text, base, at=..., what=...)` merges the learner's block into `base` with
+`batchlab.config_pbtxt.edit_config` (which parses the block on its own, so positions point into
+the learner's text) and, when Triton's parser refuses it, fails the check with one message that
+names the line and column *in the learner's block*, quotes that line with a caret under the
+column, and says in Chinese what Triton expected there. Unbalanced braces and brackets are found
+first, by scanning the block itself, and reported at the brace that has no partner.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from batchlab.config_pbtxt import ConfigError, edit_config, parse_config
+from batchlab.labs._core import Grader
+
+_PAIRS = {"}": "{", "]": "["}
+_OPEN = {"{": "}", "[": "]"}
+
+_TRANSLATIONS = [
+    (re.compile(r'^Expected identifier(?: or number)?, got:? (.*)$'), "这里应当是一个字段名，读到的却是 `{0}`"),
+    (re.compile(r'^Expected identifier\.?$'), "这里应当是一个字段名"),
+    (re.compile(r'^Expected ":"(?:, found "(.*)")?$'), "字段名后面应当是冒号 `:`（写成 `字段: 值`）"),
+    (re.compile(r'^Expected integer(?:, got:? (.*))?$'), "这里应当是一个整数"),
+    (re.compile(r"^Couldn't parse integer: (.*)$"), "`{0}` 不是整数（微秒、个数都写成不带小数点的整数）"),
+    (re.compile(r'^Expected "([}\]])"(?:, found "(.*)")?$'), "这里应当是 `{0}`"),
+    (re.compile(r'^Expected ","(?:, found "(.*)")?$'), "列表里的元素之间要用逗号隔开，写成 `[ 8, 16 ]`"),
+    (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
+     "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
+    (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
+    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
+]
+_QUOTED = re.compile(r"^'.*?': ")
+
+
+def _translate(message: str) -> str:
+    message = _QUOTED.sub("", message.strip())
+    for pattern, text in _TRANSLATIONS:
+        m = pattern.match(message)
+        if m:
+            return text.format(*m.groups())
+    return f"Triton 的解析器报告：{message}"
+
+
+def _quote(text: str, line: int, column: int) -> str:
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        return ""
+    src = lines[line - 1].rstrip()
+    caret = " " * max(column - 1, 0) + "^"
+    return f"\n      {line:>3} | {src}\n          | {caret}"
+
+
+def unbalanced(text: str) -> tuple[int, int, str] | None:
+    """(line, column, Chinese message) of the first brace or bracket without a partner, or None.
+
+    Strings ("..." and '...') and comments (# to the end of the line) are skipped, as Triton does.
+    """
+    stack: list[tuple[str, int, int]] = []
+    line, col, i, n = 1, 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+        elif ch == "#":
+            while i + 1 < n and text[i + 1] != "\n":
+                i += 1
+        elif ch in "\"'":
+            j = i + 1
+            while j < n and text[j] != ch and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            col += j - i
+            i = j
+        elif ch in _OPEN:
+            stack.append((ch, line, col))
+        elif ch in _PAIRS:
+            if not stack:
+                return line, col, f"多了一个 `{ch}`：它前面没有和它配对的 `{_PAIRS[ch]}`"
+            opener, ol, oc = stack.pop()
+            if _OPEN[opener] != ch:
+                return line, col, (f"这里的 `{ch}` 和第 {ol} 行第 {oc} 列的 `{opener}` 配不上对："
+                                   f"`{opener}` 要用 `{_OPEN[opener]}` 闭合")
+        i += 1
+    if stack:
+        opener, ol, oc = stack[-1]
+        return ol, oc, f"这个 `{opener}` 没有闭合：少了一个 `{_OPEN[opener]}`（每个 `{opener}` 都要有配对的 `{_OPEN[opener]}`）"
+    return None
+
+
+def explain(text: str, exc: ConfigError | None = None) -> str:
+    """One message about why Triton cannot read the learner's `text`: where, the quoted line, what it expected."""
+    found = unbalanced(text)
+    if found is not None:
+        line, col, why = found
+        return f"你的块第 {line} 行第 {col} 列：{why}。{_quote(text, line, col)}"
+    if exc is None:
+        return "Triton 读不懂这段文本"
+    hint = f" {exc.hint}" if exc.hint else ""
+    if exc.line:
+        what = exc.hint if exc.hint and "字段" in exc.hint else _translate(exc.message) + "。" + hint.strip()
+        return (f"你的块第 {exc.line} 行第 {exc.column} 列：{what.rstrip('。')}。"
+                f"{_quote(text, exc.line, exc.column)}")
+    return f"Triton 读不懂你的块：{_translate(exc.message)}。{hint}"
+
+
+def read_block(g: Grader, text: Any, base: str, at: str = "", what: str = "你的块", args: str = "") -> Any:
+    """`edit_config(base, text, at=at)`, or fail `g` with an `explain`ed message."""
+    if not isinstance(text, str):
+        g.fail(f"{what}应返回 config.pbtxt 文本（str），收到的是 {type(text).__name__}")
+    try:
+        return edit_config(base, text, at=at)
+    except ConfigError as exc:
+        g.fail(f"{what}{args}Triton 读不懂。" + explain(text, exc))
+    except ValueError as exc:
+        g.fail(f"{what}{args}有问题：{exc}")
+
+
+def read_config(g: Grader, text: Any, what: str = "改过的配置") -> Any:
+    """`parse_config(text)` (a whole config.pbtxt), or fail `g` with an `explain`ed message."""
+    if not isinstance(text, str):
+        g.fail(f"{what}应是 config.pbtxt 文本（str），收到的是 {type(text).__name__}")
+    try:
+        return parse_config(text)
+    except ConfigError as exc:
+        g.fail(f"{what}Triton 读不懂。" + explain(text, exc).replace("你的块", "配置"))

@@ -1,0 +1,178 @@
+"""The learner's path through every lab, executed as the classroom grader executes a submission.
+
+For each lab, in a sandbox of its own (parallel-safe: every run has its own folder, kernel and
+servers on free ports):
+
+* ``handout`` — the release as given: only the TODO cells may fail, every check says the question
+  is not done yet;
+* ``wrong`` (and ``wrong2`` where a question needs an earlier one right) — one planted wrong answer
+  per question, drawn from the lab's misconceptions: that question loses points with a message that
+  names the mistake, and the notebook runs to the end with no traceback;
+* ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
+  notebook runs to the end, no cell shows a traceback, every check says what is wrong.
+
+The solutions' full marks are checked on their stored outputs (tests/test_labs.py) and by the
+grading test (tests/test_classroom.py). Duration on the reference machine (2 cores): see the
+report printed by `--durations`; about a minute per lab.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from batchlab.classroom import notebook as cnb
+from batchlab.classroom.sandbox import pick
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: lab -> run -> {question: (text in the answer cell, replacement, message the check must print)}
+PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
+    "lab1": {"wrong": {
+        1: ('"instances": sum(g.get("count", 1) for g in cfg.get("instance_group", [])),',
+            '"instances": len(cfg.get("instance_group", [])),', "要把每组的 count 加起来"),
+        2: ('    return result.as_numpy("EMBEDDING")', "    return result", "InferResult"),
+        3: ('.as_numpy("EMBEDDING")', '.as_numpy("BATCH_SIZE")', "应得到形状"),
+        4: ('"mean_batch_size": inf / exe if exe', '"mean_batch_size": exe / inf if exe', "倒过来了"),
+        5: ("if pairs.get(\"model\") == f'\"{model}\"':", 'if model in pairs.get("model", ""):', "embed_nobatch"),
+        6: ('    try:\n        client.infer("embed", [inp])\n    except InferenceServerException as e:\n        return e\n'
+            '    return None', '    client.infer("embed", [inp])', "异常没有被接住"),
+    }},
+    "lab2": {"wrong": {
+        1: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
+            "pass", "preferred_batch_size 不对"),
+        3: ('"p95_ms": s["latency_ms"]["p95"] + overhead_ms', '"p95_ms": s["latency_ms"]["p95"]', "少了 overhead_ms"),
+        4: ('feasible = [r for r in rows if r["p95_ms"] <= slo_ms]', 'feasible = [r for r in rows if r["p95_ms"] < slo_ms]',
+            "<="),
+    }, "wrong2": {
+        2: ('"p95_ms": report.latency_ms()["p95"]', '"p95_ms": report.latency_ms()["p95"] / 1000', "单位是毫秒吗"),
+    }},
+    "lab3": {"wrong": {
+        1: ("sequence_start=start, sequence_end=end)", "sequence_start=start, sequence_end=False)", "序列没有结束"),
+        3: ('lines.append(f"    max_queue_delay_microseconds: {int(delay_us)}")',
+            'lines.append(f"    max_queue_delay_microseconds: {int(delay_us) / 1000}")', "不是整数"),
+    }, "wrong2": {
+        2: ("sid = first_id + i", "sid = first_id", "序列 ID 混用"),
+        4: ("time.sleep(idle_s)", "time.sleep(0.01)", "函数返回了 None"),
+    }},
+    "lab4": {"wrong": {
+        1: ("kv_token_budget:\n            break", "kv_token_budget:\n            continue", "插了队"),
+        2: ("return useful / total", "return total / useful", "倒过来了"),
+        3: ('(("max_active", max_active), ("kv_token_budget", kv_token_budget))', '(("max_active", max_active),)',
+            "kv_token_budget 应为"),
+    }},
+    "lab5": {"wrong": {
+        1: ("t += rng.exponential(1.0 / rate)", "t += 1.0 / rate", "等间隔"),
+        2: ('"    timeout_action: REJECT\\n"', '"    timeout_action: DELAY\\n"', "timeout_action 应为 REJECT"),
+        3: ("default_priority_level: 2", "default_priority_level: 1", "default_priority_level: 2"),
+        4: ("client.stop_stream(cancel_requests=True)", "client.stop_stream()", "cancel_requests=True"),
+        5: ("delta = np.where(delta < 0, c[1:], delta)", "delta = delta", "不是负数"),
+    }},
+    "lab6": {"wrong": {
+        1: ("return max(memory, compute)", "return memory + compute", "相加了"),
+        2: ("return ridge * bytes_per_param / 2", "return ridge", "屋脊点本身"),
+        3: ("knee = pairs[0][1] / slope", "knee = pairs[0][1] / slope / 4", "拐点应在 64 左右"),
+    }},
+}
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION.*$")
+END = re.compile(r"^[ \t]*### END SOLUTION.*$")
+
+
+def _src(cell: dict) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _answer_cells(nb: dict) -> dict[int, dict]:
+    out = {}
+    for cell in nb["cells"]:
+        m = re.search(r"-q(\d+)-answer$", cnb.nbgrader(cell).get("grade_id", ""))
+        if m:
+            out[int(m.group(1))] = cell
+    return out
+
+
+def _planted(solution: dict, plants: dict[int, tuple[str, str, str]]) -> dict:
+    nb = json.loads(json.dumps(solution))
+    cells = _answer_cells(nb)
+    for q, (old, new, _) in plants.items():
+        src = _src(cells[q])
+        assert src.count(old) == 1, f"question {q}: {old!r} is not once in its answer cell"
+        cells[q]["source"] = src.replace(old, new)
+    return nb
+
+
+def _wrong_type(solution: dict) -> dict:
+    nb = json.loads(json.dumps(solution))
+    for cell in _answer_cells(nb).values():
+        out, inside = [], False
+        for line in _src(cell).split("\n"):
+            b = BEGIN.match(line)
+            if b:
+                inside = True
+                out.append(f"{b.group('indent')}return [{{'wrong': 1}}]")
+            elif END.match(line):
+                inside = False
+            elif not inside:
+                out.append(line)
+        cell["source"] = "\n".join(out)
+    return nb
+
+
+def _executed_errors(nb: dict) -> list[str]:
+    return [f"cell {i} ({cnb.nbgrader(c).get('grade_id')}): {o.get('ename')}: {str(o.get('evalue'))[:200]}"
+            for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", sorted(PLANTED))
+def test_learner_path(tmp_path: Path, lab: str) -> None:
+    try:
+        pick("bwrap")
+    except Exception as exc:
+        pytest.skip(f"bubblewrap cannot run here: {exc}")
+    (release,) = (ROOT / "labs").glob(f"{lab}_*.ipynb")
+    (solution,) = (ROOT / "solutions").glob(f"{lab}_*.ipynb")
+    sol = json.loads(solution.read_text(encoding="utf-8"))
+    runs = {"handout": json.loads(release.read_text(encoding="utf-8")), "wrongtype": _wrong_type(sol)}
+    runs.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
+    subs = tmp_path / "subs"
+    for name, nb in runs.items():
+        (subs / name).mkdir(parents=True)
+        (subs / name / f"{lab}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "batchlab.classroom", "grade", str(subs), "--lab", lab,
+                           "--csv", str(out / "grades.csv"), "--release", str(ROOT / "labs"), "--keep", str(out / "kept"),
+                           "--jobs", "2", "--cell-timeout", "240"], capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
+    qs = cnb.questions(json.loads(release.read_text(encoding="utf-8")))
+    for name in runs:
+        executed = json.loads((out / "kept" / name / f"{lab}.ipynb").read_text(encoding="utf-8"))
+        info = executed["metadata"]["batchlab_execution"]
+        assert info["stopped_at"] is None and not info["reason"], (name, info)
+        outside = [e for e in _executed_errors(executed) if "-answer)" not in e]   # only a TODO cell may fail
+        assert outside == [], (name, outside)
+        feedback = (out / "feedback" / name / f"{lab}.md").read_text(encoding="utf-8")
+        sections = dict(re.findall(r"## (lab\d+\.q\d+) .*?\n\n```\n(.*?)```", feedback, re.S))
+        for q in qs:
+            text = sections[q.qid]
+            if name == "handout":
+                assert int(rows[name][q.qid]) == 0 and "尚未完成" in text, (q.qid, text)
+            elif name == "wrongtype":
+                assert int(rows[name][q.qid]) < q.points and "✗" in text and "尚未完成" not in text, (q.qid, text)
+        for number, (_, _, message) in PLANTED[lab].get(name, {}).items():
+            qid = f"{lab}.q{number}"
+            full = next(q.points for q in qs if q.qid == qid)
+            assert int(rows[name][qid]) < full and message in sections[qid], (name, qid, sections[qid])
+        if name != "handout":
+            cells_text = "".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(o.get("text", []))
+                                 for c in executed["cells"] for o in c.get("outputs", []))
+            assert "Traceback" not in cells_text
