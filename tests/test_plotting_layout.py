@@ -141,8 +141,10 @@ def test_the_check_rides_along_with_every_displayed_figure() -> None:
 
     shell = InteractiveShell.instance()
     select_figure_formats(shell, {"png"})                            # what the inline backend does
+    assert "image/png" in shell.display_formatter.active_types       # fixed before the check came
     try:
         assert install_figure_check() and install_figure_check()     # idempotent
+        select_figure_formats(shell, {"png"})    # the inline backend reconfigures at the first figure
         fig, ax = plt.subplots()
         _top_line(ax)
         ax.legend(loc="upper left")
@@ -155,4 +157,6 @@ def test_the_check_rides_along_with_every_displayed_figure() -> None:
         assert data[FIGURE_CHECK_MIME] == {"problems": []}
     finally:
         shell.display_formatter.formatters.pop(FIGURE_CHECK_MIME, None)
+        if FIGURE_CHECK_MIME in shell.display_formatter.active_types:
+            shell.display_formatter.active_types.remove(FIGURE_CHECK_MIME)
         InteractiveShell.clear_instance()

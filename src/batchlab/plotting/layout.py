@@ -412,14 +412,24 @@ def install_figure_check() -> bool:
     if shell is None or not hasattr(shell, "display_formatter"):
         return False
     formatters = shell.display_formatter.formatters
+    active = shell.display_formatter.active_types
     if FIGURE_CHECK_MIME in formatters:
+        if FIGURE_CHECK_MIME not in active:
+            active.append(FIGURE_CHECK_MIME)
         return True
     from IPython.core.formatters import JSONFormatter  # only inside IPython, which is loaded here
 
     class FigureCheckFormatter(JSONFormatter):
+        """Formats figures only; by isinstance, because the inline backend clears every
+        formatter's Figure entry when it (re)configures itself."""
+
         format_type = FIGURE_CHECK_MIME
 
+        def __call__(self, obj: Any) -> Any:
+            return _check_for_display(obj) if self.enabled and isinstance(obj, Figure) else None
+
     fmt = FigureCheckFormatter(parent=shell.display_formatter)
-    fmt.for_type(Figure, _check_for_display)
     formatters[FIGURE_CHECK_MIME] = fmt
+    if FIGURE_CHECK_MIME not in active:  # display() computes only the active mime types
+        active.append(FIGURE_CHECK_MIME)
     return True
