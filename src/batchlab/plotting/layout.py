@@ -120,16 +120,10 @@ class _Obstacles:
                 if tb is not None:
                     self.outside_boxes.append(tb)
                 continue
-            if other is not ax:
-                for axis in (other.xaxis, other.yaxis):
-                    tb = axis.get_tightbbox(renderer)
-                    if tb is not None and tb.width > 0 and axis.get_visible():
-                        self.own_axis_boxes.append(tb)
-            else:
-                for axis in (other.xaxis, other.yaxis):
-                    tb = axis.get_tightbbox(renderer)
-                    if tb is not None and tb.width > 0:
-                        self.own_axis_boxes.append(tb)
+            for axis in (other.xaxis, other.yaxis):   # tick labels: the axes' own and a twin's
+                tb = axis.get_tightbbox(renderer) if axis.get_visible() else None
+                if tb is not None and tb.width > 0:
+                    self.own_axis_boxes.append(tb)
             for art in other.get_children():
                 if not art.get_visible() or isinstance(art, Legend) or art is other.patch:
                     continue
@@ -300,7 +294,6 @@ def _legend_problems(fig: Figure, canvas: Any, renderer: Any) -> list[str]:
             for sp in ax.spines.values():
                 hide(sp)
         drawn = _render(canvas)
-        n_before = len(hidden)
         for ax in fig.axes:
             for art in ax.get_children():
                 if art is not ax.patch:
@@ -309,7 +302,6 @@ def _legend_problems(fig: Figure, canvas: Any, renderer: Any) -> list[str]:
             if art is not fig.patch and not isinstance(art, Axes):
                 hide(art)
         bare = _render(canvas)
-        del n_before
     finally:
         for art in hidden:
             art.set_visible(True)

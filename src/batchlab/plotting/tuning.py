@@ -50,8 +50,7 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
         pos = data[data > 0]
         vmin = float(pos.min()) if pos.size else 1.0
         norm = mcolors.LogNorm(vmin=vmin, vmax=vmax or float(data.max()))
-    cm = matplotlib.colormaps[cmap].copy()
-    cm.set_bad("#dddddd")
+    cm = matplotlib.colormaps[cmap].with_extremes(bad="#dddddd")
     im = ax.imshow(data, origin="lower", aspect="auto", cmap=cm, norm=norm,
                    vmax=None if log else vmax)
     for i in range(data.shape[0]):
