@@ -340,9 +340,10 @@ def test_stored_notebook_has_no_tofu_no_emoji_and_clean_figures(browser, stored_
     emoji = sorted(set(EMOJI.findall(page.inner_text("body"))))
     page.close()
     assert got["checked"] > 0, "no non-ASCII text found: the page did not render"
-    assert got["tofu"] == [], f"drawn as tofu: {got['tofu'][:10]}"
-    assert emoji == [], f"emoji in the page (draw status marks as text, e.g. ✓ ✗): {emoji}"
-    assert _figure_problems(nb_path) == []
+    problems = [f"drawn as tofu: {t['ch']!r} (U+{ord(t['ch']):04X}) in {t['font']}" for t in got["tofu"]]
+    problems += [f"emoji in the page (draw status marks as text, e.g. ✓ ✗): {e!r}" for e in emoji]
+    problems += _figure_problems(nb_path)
+    assert problems == [], "\n".join(problems)
 
 
 def _figure_problems(nb_path: Path) -> list[str]:
