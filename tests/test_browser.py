@@ -1,10 +1,18 @@
 """The course as a learner meets it: JupyterLab in a real Chromium, driven by Playwright.
 
-It starts what `make start` starts (JupyterLab with a token plus the embedded Triton server), opens
-chapter 00 and the quiz notebook, runs all cells, and checks what a person would see: no error
-output, the animation's play/step controls exist and stepping changes the frame, a quiz answer
-click shows feedback, and the Chinese text is drawn with a CJK font (the fonts Chromium actually
-resolved, not only the DOM text). Screenshots go to build/browser/.
+Every chapter, lab handout and lab solution, as stored (nbconvert HTML of the notebooks with their
+outputs), is opened in Chromium and screenshotted (build/browser/<dir>_<name>.png). A page fails
+on any character drawn as tofu (each distinct non-ASCII character is drawn on a canvas in the font
+of the element it sits in and compared with the drawing of a code point no font has, i.e. the
+.notdef box), on an emoji (the CI browser has no emoji font: status marks are text), and on a
+figure whose stored figure check (`batchlab.plotting.layout`, recorded next to each figure when
+the notebook ran) found a legend over data, a cut marker or a stray label, or is missing.
+
+It also starts what `make start` starts (JupyterLab with a token plus the embedded Triton
+server), opens chapter 00 and the quiz notebook, runs all cells, and checks what a person would
+see: no error output, the animation's play/step controls exist and stepping changes the frame, a
+quiz answer click shows feedback, and the Chinese text is drawn with a CJK font (the fonts
+Chromium actually resolved, not only the DOM text). Screenshots go to build/browser/.
 
 It needs Debian's Chromium at /usr/bin/chromium (`.ci/run` installs it); elsewhere it is skipped
 with a message saying so.
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +34,7 @@ import psutil
 import pytest
 
 from batchlab.paths import repo_root
+from batchlab.plotting.layout import FIGURE_CHECK_MIME
 from batchlab.server import free_port
 
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
@@ -37,7 +47,6 @@ CHROMIUM_FLAGS = [
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.server,
     pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"browser test skipped: no Chromium at {CHROMIUM} (apt-get install chromium fonts-noto-cjk; .ci/run does)"),
 ]
@@ -176,6 +185,7 @@ def _assert_cjk_font(page, element, what: str) -> None:
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"{what} drawn without a CJK font: {fonts}"
 
 
+@pytest.mark.server
 def test_chapter_00_runs_and_animates(course, browser) -> None:
     page = _run_notebook(browser, course, "notebooks/00_visual_demo.ipynb")
     step = page.locator(".batchlab-step button, button.batchlab-step").first
@@ -201,6 +211,7 @@ def test_chapter_00_runs_and_animates(course, browser) -> None:
     page.screenshot(path=str(SHOTS / "chapter00.png"))
 
 
+@pytest.mark.server
 def test_quiz_answer_shows_feedback(course, browser) -> None:
     page = _run_notebook(browser, course, "quiz/quiz.ipynb")
     quiz = page.locator(".batchlab-quiz").first
@@ -218,3 +229,137 @@ def test_quiz_answer_shows_feedback(course, browser) -> None:
     _assert_cjk_font(page, feedback, "quiz feedback")
     question.screenshot(path=str(SHOTS / "quiz_feedback.png"))
     page.screenshot(path=str(SHOTS / "quiz.png"))
+
+
+# --------------------------------------------------------------------------- every stored notebook
+
+STORED = sorted((repo_root() / "notebooks").glob("*.ipynb")) + sorted((repo_root() / "labs").glob("*.ipynb")) \
+    + sorted((repo_root() / "solutions").glob("*.ipynb"))
+
+NO_GLYPH = "\u0378"
+"""A code point no font has (unassigned): Chromium draws it as the font's .notdef box."""
+
+# Characters with Emoji_Presentation=Yes in the BMP (Unicode 15 emoji-data), plus every code point
+# from U+1F000 up: drawn as colour pictures where an emoji font exists, as tofu where none does.
+_EMOJI_BMP = ("\u231a\u231b\u23e9-\u23ec\u23f0\u23f3\u25fd\u25fe\u2614\u2615\u2648-\u2653\u267f\u2693\u26a1"
+              "\u26aa\u26ab\u26bd\u26be\u26c4\u26c5\u26ce\u26d4\u26ea\u26f2\u26f3\u26f5\u26fa\u26fd\u2705"
+              "\u270a\u270b\u2728\u274c\u274e\u2753-\u2755\u2757\u2795-\u2797\u27b0\u27bf\u2b1b\u2b1c\u2b50\u2b55")
+EMOJI = re.compile(f"[{_EMOJI_BMP}\U0001F000-\U0001FAFF]")
+
+_TOFU_JS = """(noGlyph) => {
+    const skip = /[\\s\\p{M}\\p{Cf}\\p{Cc}\\p{Co}]/u;
+    const groups = new Map();
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+        const node = walker.currentNode, el = node.parentElement;
+        if (!el || el.closest('script, style')) continue;
+        const cs = getComputedStyle(el);
+        if (cs.display === 'none' || cs.visibility === 'hidden') continue;
+        const font = `${cs.fontStyle} ${cs.fontWeight} 40px ${cs.fontFamily}`;
+        for (const ch of node.textContent) {
+            if (ch.codePointAt(0) < 128 || skip.test(ch)) continue;
+            if (!groups.has(font)) groups.set(font, new Set());
+            groups.get(font).add(ch);
+        }
+    }
+    const canvas = document.createElement('canvas');
+    canvas.width = 96; canvas.height = 64;
+    const ctx = canvas.getContext('2d', {willReadFrequently: true});
+    const draw = (font, ch) => {
+        ctx.clearRect(0, 0, 96, 64);
+        ctx.font = font; ctx.fillStyle = '#000'; ctx.textBaseline = 'middle';
+        ctx.fillText(ch, 8, 32);
+        return {w: ctx.measureText(ch).width, px: ctx.getImageData(0, 0, 96, 64).data};
+    };
+    const same = (a, b) => Math.abs(a.w - b.w) < 0.01 && a.px.every((v, i) => v === b.px[i]);
+    const tofu = [];
+    let checked = 0;
+    for (const [font, chars] of groups) {
+        const box = draw(font, noGlyph);
+        for (const ch of chars) {
+            checked += 1;
+            if (same(draw(font, ch), box)) tofu.push({ch, font});
+        }
+    }
+    return {checked, tofu};
+}"""
+
+
+def _tofu(page) -> dict:
+    return page.evaluate(_TOFU_JS, NO_GLYPH)
+
+
+@pytest.fixture(scope="module")
+def stored_html(tmp_path_factory):
+    """Every stored chapter, lab and solution as nbconvert HTML (lab template), by notebook path."""
+    from nbconvert import HTMLExporter  # the test's own tool; imported only when the browser test runs
+    import nbformat
+
+    out = tmp_path_factory.mktemp("html")
+    exporter = HTMLExporter(template_name="lab")
+    pages = {}
+    for nb_path in STORED:
+        body, _ = exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))
+        html = out / f"{nb_path.parent.name}_{nb_path.stem}.html"
+        html.write_text(body, encoding="utf-8")
+        pages[nb_path] = html
+    return pages
+
+
+def _offline_page(context):
+    """A page that loads only local files (nbconvert's pages link CDNs; CI has no network)."""
+    page = context.new_page()
+    page.route(re.compile(r"^(?!file:|data:).*"), lambda route: route.abort())
+    return page
+
+
+def test_the_tofu_check_sees_a_missing_glyph(browser, tmp_path) -> None:
+    """The check itself: characters with a font pass, ones without a font (and emoji) are caught."""
+    page = _offline_page(browser)
+    html = tmp_path / "probe.html"
+    html.write_text("<html><head><meta charset=\"utf-8\"></head><body><p>拼锅 ✓ ✗ – · × →</p><p>\U00010000 \U00016A40</p><p>\u2705\u274c</p></body></html>",
+                    encoding="utf-8")
+    page.goto(html.as_uri())
+    got = _tofu(page)
+    missing = {t["ch"] for t in got["tofu"]}
+    assert got["checked"] >= 10
+    assert "\U00010000" in missing and "\U00016A40" in missing            # Linear B, Mro: no font here
+    assert not missing & set("拼锅✓✗–·×→"), missing
+    assert EMOJI.findall(page.inner_text("body")) == ["\u2705", "\u274c"]
+    assert not EMOJI.search("✓ ✗ → ● ▶ ★ ①")                               # text symbols are fine
+    page.close()
+
+
+@pytest.mark.parametrize("nb_path", STORED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_stored_notebook_has_no_tofu_no_emoji_and_clean_figures(browser, stored_html, nb_path) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _offline_page(browser)
+    page.goto(stored_html[nb_path].as_uri(), wait_until="load", timeout=60_000)
+    page.screenshot(path=str(SHOTS / f"{nb_path.parent.name}_{nb_path.stem}.png"), full_page=True)
+    got = _tofu(page)
+    emoji = sorted(set(EMOJI.findall(page.inner_text("body"))))
+    page.close()
+    assert got["checked"] > 0, "no non-ASCII text found: the page did not render"
+    problems = [f"drawn as tofu: {t['ch']!r} (U+{ord(t['ch']):04X}) in {t['font']}" for t in got["tofu"]]
+    problems += [f"emoji in the page (draw status marks as text, e.g. ✓ ✗): {e!r}" for e in emoji]
+    problems += _figure_problems(nb_path)
+    assert problems == [], "\n".join(problems)
+
+
+def _figure_problems(nb_path: Path) -> list[str]:
+    """Each stored figure's check (recorded when the notebook ran): problems, or a missing check."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    out = []
+    for i, cell in enumerate(nb["cells"]):
+        for o in cell.get("outputs", []):
+            data = o.get("data", {})
+            if "image/png" not in data:
+                continue
+            check = data.get(FIGURE_CHECK_MIME)
+            if check is None:
+                out.append(f"cell {i}: figure stored without its check (re-execute the notebook)")
+            else:
+                out += [f"cell {i}: {p}" for p in check.get("problems", [])]
+                if check.get("error"):
+                    out.append(f"cell {i}: the check failed: {check['error']}")
+    return out

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from batchlab.load import (RequestSpec, SequenceSpec, fetch_stats, poisson_arrivals, run_closed_loop,
-                           run_open_loop, scrape)
+from batchlab.load import (ClientFellBehind, RequestSpec, SequenceSpec, fetch_stats, poisson_arrivals,
+                           run_closed_loop, run_open_loop, scrape)
 from batchlab.server import TritonServer
 
 from conftest import TEST_REPOS
@@ -97,6 +97,18 @@ def test_open_loop_rate_is_met(server) -> None:
     assert rep.offered_rate == 400.0
     assert rep.throughput_rps == pytest.approx(400.0, rel=0.15)
     assert rep.server.inference_count == 600
+
+
+def test_an_impossible_rate_is_reported_as_not_offered(server) -> None:
+    """50 000 req/s is far beyond one Python client: the run says what it really sent, and warns."""
+    with pytest.warns(ClientFellBehind, match="客户端跟不上，这不是 50000 请求/秒下的测量") as got:
+        rep = run_open_loop(server, "echo", echo_spec, rate=50_000.0, n_requests=3000, seed=2, progress=False)
+    assert rep.n_ok == 3000 and rep.server.inference_count == 3000    # every request was still served
+    assert rep.client_fell_behind() and rep.sent_rate_rps() < 0.5 * 50_000, rep.sent_rate_rps()
+    s = rep.summary()
+    assert s["note"] == rep.rate_note() == str(got[0].message) and s["client_fell_behind"] is True
+    assert s["sent_rate_rps"] == pytest.approx(rep.sent_rate_rps(), rel=1e-3)
+    assert rep.describe().startswith(f"注意：实际发出速率 {rep.sent_rate_rps():.0f} 请求/秒，比要求的")
 
 
 def test_stream_tokens_ttft_and_errors(server) -> None:

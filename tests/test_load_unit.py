@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import time
+import warnings
 
 import numpy as np
 import pytest
 
 from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, RequestRecord, RequestSpec,
                            SequenceSpec, is_rejection, poisson_arrivals, uniform_arrivals)
-from batchlab.load import MetricsTimeline, timeline_rows
+from batchlab.load import ClientFellBehind, Endpoints, MetricsTimeline, run_open_loop, timeline_rows
+from batchlab.load import runner
+from batchlab.load.open_loop import drive_open
 from batchlab.load.workload import Stage, as_factory, staged_poisson
 from batchlab.sim.lengths import capped_exponential
 
@@ -269,3 +274,124 @@ def test_pool_reports_lays_runs_end_to_end() -> None:
     with pytest.raises(ValueError, match="same model"):
         pool_reports([a, LoadReport(model="x", mode="closed", protocol="grpc", records=_records(), wall_s=1,
                                     client_cpu_s=0)])
+
+
+# --------------------------------------------------------------------------- the rate actually offered
+
+
+class _SlowSender:
+    """A transport whose client spends `cost_s` of blocking CPU on every send (serialising a big
+    request, say): it cannot send faster than 1 / cost_s requests per second."""
+
+    protocol = "fake"
+    saw_sequences = False
+
+    def __init__(self, cost_s: float) -> None:
+        self.cost_s = cost_s
+
+    async def open(self) -> "_SlowSender":
+        return self
+
+    async def close(self) -> None:
+        return None
+
+    async def execute(self, spec, rec: RequestRecord) -> None:
+        rec.sent = time.perf_counter()
+        time.sleep(self.cost_s)           # blocks the event loop, as real client work does
+        rec.first = rec.last = time.perf_counter()
+        rec.tokens = rec.responses = 1
+
+
+def _open_report(cost_s: float, arrivals: np.ndarray, rate: float | None) -> LoadReport:
+    records: list[RequestRecord] = []
+    t0 = time.perf_counter()
+    asyncio.run(drive_open(_SlowSender(cost_s), lambda i: None, arrivals, records, t0))
+    recs = Records.from_list(records)
+    for arr in (recs.sent, recs.first, recs.last):
+        arr -= t0
+    return LoadReport(model="m", mode="open", protocol="fake", records=recs, wall_s=float(recs.last.max()),
+                      client_cpu_s=0.0, offered_rate=rate)
+
+
+def test_a_client_that_cannot_keep_up_says_so() -> None:
+    """1000 req/s asked of a client that needs 4 ms per send: it offers ~250 req/s, and says so."""
+    arrivals = uniform_arrivals(1000.0, n=100)
+    rep = _open_report(0.004, arrivals, rate=1000.0)
+    assert rep.scheduled_rate_rps() == pytest.approx(1000.0, rel=0.02)
+    assert 150 < rep.sent_rate_rps() < 260, rep.sent_rate_rps()
+    assert rep.rate_shortfall() == pytest.approx(1 - rep.sent_rate_rps() / rep.scheduled_rate_rps())
+    assert rep.rate_shortfall() > 0.7 and rep.client_fell_behind() is True
+    assert rep.client_kept_up() is False                         # the lateness says the same
+    note = rep.rate_note()
+    pct = round(100 * rep.rate_shortfall())
+    assert note.startswith(f"注意：实际发出速率 {rep.sent_rate_rps():.0f} 请求/秒，比要求的 1000 请求/秒低 {pct}%")
+    assert "客户端跟不上，这不是 1000 请求/秒下的测量" in note and "最晚" in note
+    s = rep.summary()
+    json.dumps(s, allow_nan=False)
+    assert s["note"] == note and s["client_fell_behind"] is True
+    assert s["sent_rate_rps"] == pytest.approx(rep.sent_rate_rps(), abs=1e-3)
+    assert s["scheduled_rate_rps"] == pytest.approx(rep.scheduled_rate_rps(), abs=1e-3)
+    assert rep.describe().splitlines()[0] == note and str(rep) == rep.describe()
+    assert "开环负载：要求 1000 请求/秒，实际发出" in rep.describe()
+    assert "CLIENT FELL BEHIND" in repr(rep) and s["requested_rate_rps"] == 1000.0
+
+
+def test_a_client_that_keeps_up_adds_no_note() -> None:
+    arrivals = uniform_arrivals(200.0, n=40)
+    rep = _open_report(0.0, arrivals, rate=200.0)
+    assert rep.sent_rate_rps() == pytest.approx(200.0, rel=0.05)
+    assert abs(rep.rate_shortfall()) < 0.05 and rep.client_fell_behind() is False
+    assert rep.rate_note() is None and "note" not in rep.summary()
+    assert "注意" not in rep.describe() and "FELL BEHIND" not in repr(rep)
+
+
+def test_poisson_schedule_is_compared_with_itself_not_with_lambda() -> None:
+    """20 Poisson arrivals at λ = 50/s have their own rate (here 65/s): a client that sent every
+    request on time did not fall behind; one that sent 20 % slow is judged against the 65/s."""
+    arrivals = poisson_arrivals(50.0, n=20, seed=5)
+    sched = np.array(arrivals)
+    recs = Records.from_list([RequestRecord(index=i, sent=t + 0.0003, scheduled=t, first=t + 0.002, last=t + 0.002,
+                                            tokens=1, responses=1) for i, t in enumerate(sched)])
+    rep = LoadReport(model="m", mode="open", protocol="grpc", records=recs, wall_s=1.0, client_cpu_s=0.0,
+                     offered_rate=50.0)
+    assert rep.scheduled_rate_rps() == pytest.approx(65.16, abs=0.01)  # chance, not the client
+    assert rep.client_fell_behind() is False and rep.rate_note() is None
+    late = Records.from_list([RequestRecord(index=i, sent=t * 1.2, scheduled=t, first=t * 1.2, last=t * 1.2,
+                                            tokens=1, responses=1) for i, t in enumerate(sched)])
+    rep = LoadReport(model="m", mode="open", protocol="grpc", records=late, wall_s=1.0, client_cpu_s=0.0,
+                     offered_rate=50.0)
+    assert rep.rate_shortfall() == pytest.approx(1 - 1 / 1.2)
+    sent = rep.sent_rate_rps()
+    assert rep.rate_note().startswith(f"注意：实际发出速率 {sent:.1f} 请求/秒，比要求的 65.2 请求/秒"
+                                      "（这份泊松时间表本身的速率；设定的 λ = 50.0）低 17%——客户端跟不上，"
+                                      "这不是 50.0 请求/秒下的测量")
+
+
+def test_closed_loop_and_tiny_lags_are_not_judged() -> None:
+    closed = LoadReport(model="m", mode="closed", protocol="grpc", records=_records(), wall_s=9.91,
+                        client_cpu_s=0.0, concurrency=4)
+    assert closed.client_fell_behind() is None and closed.rate_note() is None
+    assert closed.sent_rate_rps() == pytest.approx(99 / 9.9)
+    assert "scheduled_rate_rps" not in closed.summary() and "note" not in closed.summary()
+    # a burst of 4 within 0.9 ms sent over 1.8 ms: 50 % "slower", but 0.9 ms is jitter, not a slow client
+    recs = Records.from_list([RequestRecord(index=i, sent=0.001 + i * 0.0006, scheduled=i * 0.0003,
+                                            first=0.01, last=0.01, tokens=1, responses=1) for i in range(4)])
+    burst = LoadReport(model="m", mode="open", protocol="grpc", records=recs, wall_s=0.01, client_cpu_s=0.0)
+    assert burst.rate_shortfall() == pytest.approx(0.5) and burst.client_fell_behind() is False
+
+
+def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
+    """The whole run_open_loop path (a fake server and transport): the warning carries the note."""
+    monkeypatch.setattr(runner, "check_model_ready", lambda url, model: None)
+    monkeypatch.setattr(runner, "make_transport", lambda *a, **k: _SlowSender(0.004))
+    server = Endpoints(http_url="127.0.0.1:1", grpc_url="127.0.0.1:2")
+    spec = RequestSpec({"X": np.ones((1, 1), np.float32)})
+    with pytest.warns(ClientFellBehind, match=r"注意：实际发出速率 .* 请求/秒，比要求的 .*客户端跟不上") as got:
+        rep = run_open_loop(server, "m", spec, rate=800.0, n_requests=60, stats=False, progress=False)
+    assert str(got[0].message) == rep.rate_note() and got[0].filename == __file__
+    assert rep.client_fell_behind() and rep.offered_rate == 800.0
+    monkeypatch.setattr(runner, "make_transport", lambda *a, **k: _SlowSender(0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClientFellBehind)
+        rep = run_open_loop(server, "m", spec, rate=100.0, n_requests=20, stats=False, progress=False)
+    assert rep.client_fell_behind() is False

@@ -27,6 +27,7 @@ from batchlab.sim import Affine, simulate_dynamic  # noqa: E402
 from batchlab.sim.workload import poisson  # noqa: E402
 from batchlab.theory import formulas as F  # noqa: E402
 from batchlab.theory import padding as P  # noqa: E402
+from plotting_check import assert_clean  # noqa: E402
 
 RED, C0 = "#d9534f", to_hex("C0")
 
@@ -81,6 +82,7 @@ def test_plot_wait_vs_load_draws_curves_then_points():
     assert [to_hex(ln.get_color()) for ln in ax.lines] == [to_hex(f"C{i}") for i in range(4)]
     assert legend(ax) == [*curves, "模拟 max_batch_size=16"]
     assert_lines_inside(ax)
+    assert_clean(ax)
 
     # the chapter's call: its own labels, linear axis, no simulated points
     ax = TP.plot_wait_vs_load(rates, {"a": md1}, xlabel="到达率 λ（req/s）", ylabel="平均延迟（ms）", logy=False)
@@ -112,6 +114,7 @@ def test_plot_heatmap_writes_each_cell_where_it_belongs():
     assert rect.get_xy() == (1.5, 0.5) and rect.get_width() == rect.get_height() == 1
     assert to_hex(rect.get_edgecolor()) == "#ff0000" and not rect.get_fill()
     assert len(ax.figure.axes) == 2                                # heatmap + colorbar
+    assert_clean(ax)
 
     # the heavy-load call: log colours and a cap: cells above vmax read ">cap"
     z2 = np.array([[5.0, 50.0], [500.0, 5000.0]])
@@ -119,6 +122,7 @@ def test_plot_heatmap_writes_each_cell_where_it_belongs():
     (im,) = ax.images
     assert isinstance(im.norm, LogNorm) and (im.norm.vmin, im.norm.vmax) == (5.0, 1000.0)
     assert texts(ax.texts) == ["5", "50", "500", ">1000"]
+    assert_clean(ax)
     assert [to_hex(t.get_color()) for t in ax.texts] == ["#ffffff", "#ffffff", "#000000", "#000000"]
     assert not ax.patches
 
@@ -136,6 +140,7 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert [t.xy for t in ax.texts] == [(r, i) for i, r in enumerate(rates)]
     assert ax.get_legend() is None and not ax.lines
     assert max(rates) <= ax.get_xlim()[1]
+    assert_clean(ax)
 
     ax = TP.plot_slo_capacity(labels, rates, best=2, measured={1: 300.0, 3: 80.0})
     assert [to_hex(b.get_facecolor()) for b in ax.patches] == [C0, C0, RED, C0]
@@ -143,6 +148,7 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert all(ln.get_marker() == "D" for ln in ax.lines)
     assert legend(ax) == ["实测"]
     assert_lines_inside(ax)
+    assert_clean(ax)
 
 
 # ----------------------------------------------------------------------------- padding (chapter 03)
@@ -162,6 +168,7 @@ def test_plot_padded_batch_real_tokens_and_padding():
     assert texts(ax.get_yticklabels()) == ["#1  L=5", "#2  L=12", "#3  L=8", "#4  L=3"]
     assert ax.yaxis_inverted() and legend(ax) == ["真实 token", "补齐（padding）"]
     assert ax.get_xlim()[1] >= 12
+    assert_clean(ax)
     assert PP.plot_padded_batch([4, 4], title="T").get_title() == "T"
 
 
@@ -193,6 +200,7 @@ def test_plot_eta_curve_exact_mc_ratio_and_limit():
                                          f"B→∞ 极限 {limit:.3f}"])
     for y in (exact, ratio, mc):
         assert_inside(ax, sizes, y)
+    assert_clean(ax)
 
     ax = PP.plot_eta_curve(sizes, exact)
     assert len(ax.lines) == 1 and not ax.containers and legend(ax) == ["E[η] 精确值"]
@@ -210,6 +218,7 @@ def test_plot_scheme_bars_groups_skip_nan_and_label_values():
     assert texts(ax.texts) == ["120", "480", "110", "101", "455"]
     assert legend(ax) == list(series)
     assert ax.get_ylim()[1] >= 480
+    assert_clean(ax)
     ax = PP.plot_scheme_bars(["a"], {"s": [0.25]}, "η", fmt="{:.2f}")
     assert texts(ax.texts) == ["0.25"] and ax.patches[0].get_width() == pytest.approx(0.8)
 
@@ -222,6 +231,7 @@ def test_plot_kv_per_token_log_bars_in_kib_and_mib():
     assert texts(ax.get_yticklabels()) == names and ax.yaxis_inverted()
     assert texts(ax.texts) == [" 524,288 B = 512 KiB = 0.5 MiB", " 131,072 B = 128 KiB", " 4,096 B = 4 KiB"]
     assert ax.get_xlim() == pytest.approx((2048.0, 524288.0 * 15))
+    assert_clean(ax)
 
 
 def test_plot_concurrency_vs_context_log_log():
@@ -231,6 +241,7 @@ def test_plot_concurrency_vs_context_log_log():
     assert ax.get_xlabel() == "每条序列的 token 数（提示 + 输出）" and ax.get_ylabel() == "可并发的序列数"
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2 and ax.get_yscale() == "log"
     assert len(ax.lines) == 2 and legend(ax) == list(series)
+    assert_clean(ax)
     for ln, y in zip(ax.lines, series.values()):
         np.testing.assert_allclose(ln.get_xdata(), ctx)
         np.testing.assert_allclose(ln.get_ydata(), y)
@@ -256,6 +267,7 @@ def test_plot_percentiles_measured_then_simulated_on_one_axes():
     assert [ln.get_marker() for ln in ax.lines] == ["o"] * 3 + ["x"] * 3
     assert [ln.get_linestyle() for ln in ax.lines] == ["-"] * 3 + ["--"] * 3
     assert_lines_inside(ax)
+    assert_clean(ax)
 
     ax = EV.plot_percentiles([0.1, 0.5, 0.9], {"模拟 p99": [1, 2, 9]}, xlabel="负载 ρ = λ / 满批容量", logy=False)
     assert ax.get_xlabel() == "负载 ρ = λ / 满批容量" and ax.get_yscale() == "linear"
@@ -274,6 +286,7 @@ def test_plot_latency_vs_length_one_scatter_per_scheme():
         np.testing.assert_allclose(coll.get_facecolor()[0][:3], to_rgba(c)[:3])
     for name in latency:
         assert_inside(ax, lengths[name], latency[name])
+    assert_clean(ax)
 
 
 def test_plot_amdahl_fit_affine_ceiling_ideal():
@@ -299,6 +312,7 @@ def test_plot_amdahl_fit_affine_ceiling_ideal():
     assert ax.get_ylim() == pytest.approx((0.8, max(ceiling * 1.4, measured.max() * 1.3)))
     assert_inside(ax, sizes, measured)
     assert_inside(ax, grid, fit.get_ydata())
+    assert_clean(ax)
 
     ax = EV.plot_amdahl(sizes, measured, f)                      # no affine curve, grid to 4·max B
     assert len(ax.lines) == 4 and ax.lines[1].get_xdata()[-1] == pytest.approx(4 * 64)
@@ -317,6 +331,7 @@ def test_plot_batch_time_points_and_fit():
     np.testing.assert_allclose(fit.get_xdata(), np.linspace(0, 16, 50))
     np.testing.assert_allclose(fit.get_ydata(), F.affine_batch_time(fit.get_xdata(), a_ms, b_ms))
     assert_lines_inside(ax)
+    assert_clean(ax)
 
 
 # ----------------------------------------------------------------------------- speedup (chapter 02)
@@ -346,6 +361,7 @@ def test_plot_batch_times_points_range_fit_and_one_by_one():
     assert ax.get_xlim() == pytest.approx((0, 16.8)) and ax.get_ylim()[0] == 0
     assert_inside(ax, sizes, hi)
     assert_inside(ax, sizes, t_ms)
+    assert_clean(ax)
 
     _, ax = plt.subplots()
     SP.plot_batch_times(ax, sizes, t_ms, a_ms, b_ms)
@@ -375,13 +391,15 @@ def test_plot_speedup_derived_ceiling_ideal_and_points():
     np.testing.assert_allclose(meas.get_ydata(), measured)
     np.testing.assert_allclose(sim.get_ydata(), simulated)
     assert [meas.get_marker(), sim.get_marker()] == ["o", "x"]
-    assert ax.get_xlim() == (1, 32) and ax.get_ylim() == pytest.approx((0, ceiling * 1.3 * 1.05))
+    pad = 0.04 * 31                                              # the end points' markers stay whole
+    assert ax.get_xlim() == pytest.approx((1 - pad, 32 + pad)) and ax.get_ylim() == pytest.approx((0, ceiling * 1.3 * 1.08))
     for ln in (curve, meas, sim):
         assert_inside(ax, ln.get_xdata(), ln.get_ydata())
+    assert_clean(ax)
 
     _, ax = plt.subplots()                                       # b = 0: no ceiling, linear speedup
     SP.plot_speedup(ax, sizes, 1.0, 0.0, max_b=64)
-    assert len(ax.lines) == 2 and ax.get_xlim() == (1, 64)
+    assert len(ax.lines) == 2 and ax.get_xlim() == pytest.approx((1 - 0.04 * 63, 64 + 0.04 * 63))
     np.testing.assert_allclose(ax.lines[0].get_ydata(), np.linspace(1, 64, 200))
 
 
@@ -402,6 +420,7 @@ def test_plot_hotpot_example_minutes_per_dish(t_single, b_batch, t_batch, max_b)
     assert legend(ax) == [f"下限 b = {b:g} 分钟", "每份平均用时 t(B)/B（分钟）"]  # lines before bars
     assert list(ax.get_xticks()) == list(xs)
     assert ax.get_ylim()[1] >= t_single
+    assert_clean(ax)
 
 
 # ----------------------------------------------------------------------------- timeline (chapters 00, 02)
@@ -447,6 +466,7 @@ def test_plot_timeline_rows_in_arrival_order():
     assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
     for ln in runs + waits:
         assert_inside(ax, ln.get_xdata(), ln.get_ydata())
+    assert_clean(ax)
 
     _, ax = plt.subplots()                                        # seconds, no batches, no window
     TL.plot_timeline(ax, a, s, f, bid, unit="s")
@@ -473,6 +493,7 @@ def test_plot_sim_timeline_reads_the_result_and_its_delay():
     np.testing.assert_allclose(ax.lines[-1].get_xdata(), [r["arrival"].min() * 1e3 + 2.0] * 2)
     assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
     assert len(ax.patches) == b.size
+    assert_clean(ax)
     fig, ax = plt.subplots()
     TL.plot_sim_timeline(ax, res, delay_s=0.0, unit="s")
     assert ax.get_legend() is None and len(ax.lines) == 3 * len(res) and ax.get_xlabel() == "时间 (s)"
@@ -509,6 +530,7 @@ def test_stacked_latency_parts_stack_in_order():
     assert sorted(legend(ax)) == sorted(["排队 T_queue", "预填充 T_prefill", "解码 T_decode", "开销 T_overhead",
                                          "客户端实测 T_total"])
     assert ax.get_ylim()[1] >= 57.0
+    assert_clean(ax)
 
     _, ax = plt.subplots()
     BN.stacked_latency(ax, labels[:2], rows[:2], parts=("decode",))
@@ -532,6 +554,7 @@ def test_token_staircase_one_step_per_token():
     np.testing.assert_allclose(dots.get_ydata(), np.arange(1, 26))
     assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
     assert_lines_inside(ax)
+    assert_clean(ax)
     _, ax = plt.subplots()
     BN.token_staircase(ax, [5.0, 9.0], label="lm_stream", color="C2")
     assert ax.lines[0].get_label() == "lm_stream" and to_hex(ax.lines[0].get_color()) == to_hex("C2")
@@ -557,3 +580,5 @@ def test_step_cost_bars_and_per_sequence_line():
     assert legend(ax) == ["一步 t_step(B)", "每条序列分摊 t_step/B"]
     assert_inside(twin, per.get_xdata(), per.get_ydata())
     assert ax.get_ylim()[1] >= step_ms.max()
+    assert_clean(ax)
+

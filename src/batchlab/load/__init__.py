@@ -14,7 +14,7 @@ from batchlab.load.closed_loop import closed_loop, run_closed_loop
 from batchlab.load.metrics import MetricsSnapshot, MetricsTimeline, scrape, timeline_rows
 from batchlab.load.open_loop import open_loop, run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
-from batchlab.load.report import LoadReport, pool_reports
+from batchlab.load.report import ClientFellBehind, LoadReport, pool_reports
 from batchlab.load.runner import Endpoints, fetch_stats
 from batchlab.load.stats import ModelStats, read_stats
 from batchlab.load.workload import (
@@ -29,7 +29,7 @@ from batchlab.load.workload import (
 __all__ = [
     "RequestSpec", "SequenceSpec", "poisson_arrivals", "uniform_arrivals", "staged_poisson", "Stage",
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
-    "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports",
+    "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports", "ClientFellBehind",
     "ModelStats", "read_stats", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
     "Endpoints",
 ]

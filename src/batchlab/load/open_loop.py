@@ -3,19 +3,23 @@
 The sender sleeps until each scheduled time and fires without waiting for earlier answers, so a
 slow server cannot slow the arrivals: queues grow as they would in front of real users. Each
 record keeps its scheduled time; the gap to the actual send (lateness) tells whether the client
-kept up with the schedule.
+kept up with the schedule. When the client sent more than 5 % slower than its schedule (too many
+requests for one Python client on a busy machine), the report says so (`LoadReport.rate_note`)
+and the run warns with that sentence (`ClientFellBehind`), so every cell that runs open-loop load
+shows it, whatever it prints.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
 
 from batchlab.load.records import RequestRecord
-from batchlab.load.report import LoadReport
+from batchlab.load.report import ClientFellBehind, LoadReport
 from batchlab.load.runner import measure, run_sync
 from batchlab.load.transport import now
 from batchlab.load.workload import RequestSource, as_factory, poisson_arrivals
@@ -74,19 +78,29 @@ def _arrivals(rate: float | None, arrivals: Sequence[float] | None, n_requests: 
     return poisson_arrivals(rate, n=n_requests, duration=duration_s, seed=seed)
 
 
+def warn_if_behind(report: LoadReport, stacklevel: int = 3) -> LoadReport:
+    """Warn (`ClientFellBehind`, the report's Chinese `rate_note`) when the client fell behind."""
+    note = report.rate_note()
+    if note:
+        warnings.warn(note, ClientFellBehind, stacklevel=stacklevel)
+    return report
+
+
 async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: float | None = None,
                     arrivals: Sequence[float] | None = None, n_requests: int | None = None,
                     duration_s: float | None = None, seed: int = 0, warmup_s: float = 0.0,
                     protocol: str = "grpc", request_timeout_s: float = 60.0, stats: bool = True,
                     metrics: bool = False, progress: bool | None = None,
                     record_token_times: bool = False, label: str = "",
-                    transport_options: dict[str, Any] | None = None) -> LoadReport:
+                    transport_options: dict[str, Any] | None = None, warn: bool = True) -> LoadReport:
     """Open-loop load (async; `run_open_loop` is the blocking form).
 
     Either Poisson arrivals at `rate` req/s (seeded; bounded by `n_requests` and/or
     `duration_s`) or an explicit `arrivals` schedule (send times in seconds from the start).
     A warm-up of `warmup_s` seconds at the same rate (its own schedule) runs first and is
-    drained and left out. Other arguments as for `closed_loop`.
+    drained and left out. Other arguments as for `closed_loop`. With `warn`, a run whose client
+    sent more than 5 % below its schedule's rate warns `ClientFellBehind` (the report's
+    `rate_note`).
     """
     sched = _arrivals(rate, arrivals, n_requests, duration_s, seed)
     if warmup_s < 0:
@@ -103,16 +117,19 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_open(tr, factory, sched, recs, t0, record_token_times)
 
-    return await measure(
+    report = await measure(
         server, model, protocol, drive=drive, warmup=warm, mode="open", total=len(sched),
         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
         label=label, offered_rate=offered, transport_options=transport_options,
         config={"n_requests": n_requests, "duration_s": duration_s, "seed": seed, "warmup_s": warmup_s},
     )
+    return warn_if_behind(report) if warn else report
 
 
 def run_open_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
     """Blocking `open_loop` (works in scripts and inside Jupyter); same arguments."""
     _arrivals(kwargs.get("rate"), kwargs.get("arrivals"), kwargs.get("n_requests"), kwargs.get("duration_s"),
               kwargs.get("seed", 0))
-    return run_sync(lambda: open_loop(server, model, requests, **kwargs))
+    warn = kwargs.pop("warn", True)
+    report = run_sync(lambda: open_loop(server, model, requests, warn=False, **kwargs))
+    return warn_if_behind(report, stacklevel=3) if warn else report

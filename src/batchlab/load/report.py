@@ -23,6 +23,17 @@ from batchlab.load.stats import ModelStats
 
 PERCENTILES = (50, 90, 95, 99)
 
+RATE_TOLERANCE = 0.05
+"""An open-loop run whose client sent more than this fraction below its schedule's rate fell behind."""
+
+MIN_LAG_S = 0.005
+"""...and whose sending took at least this much longer than scheduled: a few ms are timer jitter,
+not a client that cannot keep up (this matters only for schedules a few ms long)."""
+
+
+class ClientFellBehind(UserWarning):
+    """An open-loop client sent its requests slower than the rate it was asked for."""
+
 
 def _pct(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
     x = x[np.isfinite(x)]
@@ -128,6 +139,53 @@ class LoadReport:
         """How late open-loop sends left after their scheduled times (ms); NaN for closed loop."""
         return _pct(self.records.lateness)
 
+    def sent_rate_rps(self) -> float:
+        """The rate the client actually offered: requests sent / sending span, counted as the gaps
+        between the first and the last send per second (NaN with fewer than two sends)."""
+        return _span_rate(self.records.sent)
+
+    def scheduled_rate_rps(self) -> float:
+        """Open loop: the rate of the schedule the client was given, counted like `sent_rate_rps`
+        over the scheduled send times; NaN for closed loop.
+
+        For Poisson arrivals it differs from the requested λ by chance (about 1/sqrt(n)); judging
+        the client against it, not against λ, leaves only what the client itself lost.
+        """
+        return _span_rate(self.records.scheduled)
+
+    def rate_shortfall(self) -> float:
+        """Open loop: 1 - sent rate / scheduled rate (0.2: the client sent 20 % slower than its
+        schedule); NaN for closed loop."""
+        return 1.0 - self.sent_rate_rps() / self.scheduled_rate_rps()
+
+    def client_fell_behind(self) -> bool | None:
+        """Open loop: True when the client sent more than `RATE_TOLERANCE` below its schedule's
+        rate and its sending took at least `MIN_LAG_S` longer than scheduled; None for closed loop
+        or fewer than two sends."""
+        short = self.rate_shortfall()
+        if math.isnan(short):
+            return None
+        sent, sched = self.records.sent, self.records.scheduled
+        stretch = (np.nanmax(sent) - np.nanmin(sent)) - (np.nanmax(sched) - np.nanmin(sched))
+        return bool(short > RATE_TOLERANCE and stretch >= MIN_LAG_S)
+
+    def requested_rate_rps(self) -> float:
+        """What the run asked for: the `rate` given (λ), else the schedule's own rate."""
+        return float(self.offered_rate) if self.offered_rate else self.scheduled_rate_rps()
+
+    def rate_note(self) -> str | None:
+        """A plain Chinese sentence saying that the client fell behind (None when it kept up)."""
+        if not self.client_fell_behind():
+            return None
+        sent, asked, sched = self.sent_rate_rps(), self.requested_rate_rps(), self.scheduled_rate_rps()
+        base, own = asked, ""
+        if abs(sched - asked) > 0.02 * asked:  # a Poisson draw off its λ: judge against the draw
+            base, own = sched, f"（这份泊松时间表本身的速率；设定的 λ = {_fmt_rate(asked)}）"
+        late = self.lateness_ms()
+        return (f"注意：实际发出速率 {_fmt_rate(sent)} 请求/秒，比要求的 {_fmt_rate(base)} 请求/秒{own}"
+                f"低 {100 * (1 - sent / base):.0f}%——客户端跟不上，这不是 {_fmt_rate(asked)} 请求/秒下的测量"
+                f"（发送比时间表平均晚 {late['mean']:.1f} ms，最晚 {late['max']:.1f} ms）。")
+
     def client_kept_up(self, tolerance_ms: float = 10.0) -> bool | None:
         """Open loop: True when the p95 send lateness stayed under `tolerance_ms`.
 
@@ -194,8 +252,13 @@ class LoadReport:
         if self.unit != "request" or self.tokens > self.n_ok:  # streams, sequences, generation
             out.update(tokens=self.tokens, tokens_per_s=self.tokens_per_s,
                        ttft_ms=self.ttft_ms(), tpot_ms=self.tpot_ms())
+        out["sent_rate_rps"] = self.sent_rate_rps()
         if self.mode == "open":
-            out.update(send_lateness_ms=self.lateness_ms(), client_kept_up=self.client_kept_up())
+            out.update(requested_rate_rps=self.requested_rate_rps(), scheduled_rate_rps=self.scheduled_rate_rps(), rate_shortfall=self.rate_shortfall(),
+                       client_fell_behind=self.client_fell_behind(), send_lateness_ms=self.lateness_ms(),
+                       client_kept_up=self.client_kept_up())
+            if self.rate_note():
+                out["note"] = self.rate_note()
         out["client_cpu_s"] = self.client_cpu_s
         out["client_cpu_us_per_request"] = self.client_cpu_s / self.n * 1e6 if self.n else math.nan
         if self.server is not None:
@@ -205,11 +268,48 @@ class LoadReport:
             out["metrics"] = self.metrics
         return _clean(out)
 
+    def describe(self) -> str:
+        """The report as a learner reads it (Chinese, a few lines); a client that fell behind is
+        said so in the first line."""
+        lat = self.latency_ms()
+        lines = [self.rate_note()] if self.rate_note() else []
+        if self.mode == "open":
+            head = (f"开环负载：要求 {_fmt_rate(self.requested_rate_rps())} 请求/秒，"
+                    f"实际发出 {_fmt_rate(self.sent_rate_rps())} 请求/秒")
+        else:
+            head = f"闭环负载：并发 {self.concurrency}"
+        lines.append(f"{self.label or self.model}（{self.protocol}）{head}；{self.n_ok}/{self.n} 个成功，"
+                     f"吞吐 {self.throughput_rps:.1f} 请求/秒")
+        lines.append(f"延迟 p50 {lat['p50']:.2f} ms，p95 {lat['p95']:.2f} ms，p99 {lat['p99']:.2f} ms"
+                     + (f"；平均批大小 {self.mean_batch_size():.2f}" if self.server else ""))
+        if self.n_errors:
+            lines.append(f"失败 {self.n_errors} 个（其中被拒绝 {self.n_rejected} 个）：{self.records.errors()}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
     def __repr__(self) -> str:
         lat = self.latency_ms()
         extra = f", mean batch {self.mean_batch_size():.1f}" if self.server else ""
+        behind = (f", CLIENT FELL BEHIND: sent {self.sent_rate_rps():.1f} of {self.scheduled_rate_rps():.1f} req/s"
+                  if self.client_fell_behind() else "")
         return (f"<LoadReport {self.label or self.model} {self.mode}/{self.protocol}: {self.n_ok}/{self.n} ok, "
-                f"{self.throughput_rps:.1f} req/s, p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms{extra}>")
+                f"{self.throughput_rps:.1f} req/s, p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms{extra}{behind}>")
+
+
+def _span_rate(times: np.ndarray) -> float:
+    """Events per second over the span of `times`: (n - 1) gaps / (last - first); NaN if undefined."""
+    t = times[np.isfinite(times)]
+    span = float(t.max() - t.min()) if t.size > 1 else 0.0
+    return (t.size - 1) / span if span > 0 else math.nan
+
+
+def _fmt_rate(r: float | None) -> str:
+    """A rate for a sentence: 1 decimal below 100 req/s, whole numbers above."""
+    if r is None or not math.isfinite(r):
+        return "?"
+    return f"{r:.1f}" if r < 100 else f"{r:.0f}"
 
 
 def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from batchlab.plotting.fonts import zh
+from batchlab.plotting.layout import legend
 
 PART_STYLE = {
     "queue": ("#e74c3c", ("排队 T_queue", "queue T_queue")),
@@ -44,8 +45,9 @@ def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float
                 label=zh("客户端实测 T_total", "client-measured T_total"))
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xlim(-0.6, len(rows) - 0.4)                 # the outer total markers stay whole
     ax.set_ylabel(zh("每请求平均耗时 (ms)", "mean time per request (ms)"))
-    ax.legend(fontsize=8, loc="upper left")
+    legend(ax, fontsize=8, prefer="upper left")
 
 
 def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
@@ -77,6 +79,4 @@ def step_cost(ax, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
     ax2.set_ylabel(zh("每条序列每个 token (ms)", "per sequence per token (ms)"), color="C3")
     ax2.set_ylim(0, None)
     ax2.grid(False)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center")
+    legend(ax, fontsize=8, prefer="upper center", axes=[ax2])

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.layout import legend
 
 __all__ = ["plot_ecommerce", "plot_fairness", "plot_utilisation_readings"]
 
@@ -24,12 +25,14 @@ def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], la
                     (article["p95_after_s"], zh("文章：改造后", "article: after"))):
         axes[0].axhline(v, ls="--", color="k", lw=1)
         axes[0].annotate(name, (len(rows) - 0.5, v), ha="right", va="bottom", fontsize=8)
+    axes[0].set_ylim(0, max([r["p95_s"] for r in rows] + [article["p95_before_s"], article["p95_after_s"]]) * 1.15)
     axes[0].set_ylabel("P95 (s)")
     axes[1].bar(x, [100 * r["gpu_util"] for r in rows], color="C2")
     for v, name in ((article["util_before"], zh("文章：22%", "article: 22%")),
                     (article["util_after"], zh("文章：67%", "article: 67%"))):
         axes[1].axhline(100 * v, ls="--", color="k", lw=1)
         axes[1].annotate(name, (len(rows) - 0.5, 100 * v), ha="right", va="bottom", fontsize=8)
+    axes[1].set_ylim(0, max([100 * r["gpu_util"] for r in rows] + [100 * article["util_after"], 100.0]) * 1.1)
     axes[1].set_ylabel(zh("GPU 利用率 (%)", "GPU utilisation (%)"))
     for ax in axes:
         ax.set_xticks(x, names, rotation=12, fontsize=8)
@@ -51,10 +54,12 @@ def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None 
         for b, v in zip(bars, vals):
             ax.annotate(f"{v:.2g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
     ax.set_yscale("log")
+    top = max(r["p99_s"] for r in rows)
+    ax.set_ylim(top=top * 2.5)                            # the value labels stay inside
     ax.set_xticks(x, [(labels or {}).get(s, s) for s in scheds])
     ax.set_ylabel(zh("p99 延迟 (s)", "p99 latency (s)"))
     ax.set_title(zh("短单与长单同锅：各租户的 p99", "short and long tenants: p99 each"))
-    ax.legend()
+    legend(ax)
     fig.tight_layout()
     return fig
 
@@ -73,6 +78,7 @@ def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, art
     ax.set_xlabel(zh("平均批大小 B", "mean batch size B"))
     ax.set_ylabel(zh("GPU 利用率 (%)", "GPU utilisation (%)"))
     ax.set_xlim(b.min(), b.max())
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 105)
+    legend(ax, fontsize=8, prefer="lower right")
     fig.tight_layout()
     return fig

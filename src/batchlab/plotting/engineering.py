@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.layout import legend
 
 __all__ = ["plot_metrics_timeline", "plot_starvation", "plot_delay_bound", "plot_kv_plan", "plot_cost"]
 
@@ -56,7 +57,7 @@ def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", 
         ax.set_xlabel(zh("到达时刻 (s)", "arrival (s)"))
         ax.set_title((labels or {}).get(run.policy, run.policy))
     axes[0][0].set_ylabel(zh("排队等待 (ms)", "queue wait (ms)"))
-    axes[0][-1].legend(markerscale=4, loc="upper left", fontsize=8)
+    legend(axes[0][-1], markerscale=4, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -73,7 +74,7 @@ def plot_delay_bound(rows: Sequence[dict[str, Any]]):
     ax.set_xlabel(zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"))
     ax.set_ylabel(zh("排队时间 (ms)", "queue time (ms)"))
     ax.set_title(zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
-    ax.legend()
+    legend(ax)
     fig.tight_layout()
     return fig
 
@@ -93,7 +94,10 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
     ax.set_xlabel(zh("每条序列 token 数", "tokens per sequence"))
     ax.set_ylabel(zh("最多并发序列", "max concurrent sequences"))
     ax.set_title(f"{rows[0]['gpu']}: " + zh("KV Cache 决定并发上限", "KV cache sets the concurrency"))
-    ax.legend()
+    xs, ys = [r["seq_len"] for r in rows], [r["max_sequences"] for r in rows]
+    ax.set_xlim(min(xs) / 1.4, max(xs) * 2.0)              # the counts written right of each point stay inside
+    ax.set_ylim(max(min(ys), 1) / 2, max(ys) * 3)
+    legend(ax, prefer="upper right")
     fig.tight_layout()
     return fig
 
@@ -108,6 +112,6 @@ def plot_cost(items: Sequence[Any], unit: str = "$"):
     ax.bar(x + 0.2, [c.per_request_wall * 1e3 for c in items], 0.4, label=zh("按租用时长（实际账单）", "wall time (bill)"))
     ax.set_xticks(x, [c.label for c in items])
     ax.set_ylabel(zh(f"每千请求成本 ({unit})", f"cost per 1000 requests ({unit})"))
-    ax.legend()
+    legend(ax)
     fig.tight_layout()
     return fig

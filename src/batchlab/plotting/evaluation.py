@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from batchlab.plotting.fonts import new_axes, zh
+from batchlab.plotting.layout import legend
 
 
 _ax = new_axes
@@ -27,7 +28,7 @@ def plot_percentiles(x: Sequence[float], pcts: Mapping[str, Sequence[float]], ax
         ax.set_yscale("log")
     ax.set_xlabel(xlabel or zh("吞吐（req/s）", "throughput (req/s)"))
     ax.set_ylabel(zh("延迟（ms）", "latency (ms)"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     return ax
 
 
@@ -39,7 +40,7 @@ def plot_latency_vs_length(lengths: Mapping[str, Sequence[float]], latency: Mapp
         ax.scatter(lengths[name], latency[name], s=6, alpha=alpha, color=f"C{i}", label=name)
     ax.set_xlabel(zh("请求自己的输出长度（token）", "own output length (tokens)"))
     ax.set_ylabel(zh("端到端延迟（ms）", "latency (ms)"))
-    ax.legend(fontsize=8, markerscale=3)
+    legend(ax, fontsize=8, markerscale=3)
     return ax
 
 
@@ -66,7 +67,7 @@ def plot_amdahl(batch_sizes: Sequence[float], measured: Sequence[float], f: floa
     ax.set_ylim(0.8, max(1 / (1 - f) * 1.4 if f < 1 else 10, float(np.max(measured)) * 1.3))
     ax.set_xlabel(zh("批大小 B", "batch size B"))
     ax.set_ylabel(zh("加速比 S", "speedup S"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     return ax
 
 
@@ -81,5 +82,5 @@ def plot_batch_time(batch_sizes: Sequence[float], times_ms: Sequence[float], a_m
             label=zh(f"拟合 t = {a_ms:.2f} + {b_ms:.3f}·B ms", f"fit t = {a_ms:.2f} + {b_ms:.3f}·B ms"))
     ax.set_xlabel(zh("批大小 B", "batch size B"))
     ax.set_ylabel(zh("一次执行耗时（ms）", "execution time (ms)"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     return ax

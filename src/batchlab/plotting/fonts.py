@@ -13,6 +13,8 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 from matplotlib import font_manager
 
+from batchlab.plotting.layout import install_figure_check
+
 try:
     import mplfonts
 except ImportError:  # optional: the wheel that ships Noto Sans CJK SC
@@ -36,8 +38,10 @@ def _mplfonts_file() -> Path | None:
 def setup(style: bool = True) -> str | None:
     """Configure matplotlib for Chinese text; return the CJK family used (None if none exists).
 
-    With `style`, also sets the course's figure defaults (size, dpi, grid). Idempotent.
+    With `style`, also sets the course's figure defaults (size, dpi, grid). Idempotent. Inside
+    IPython it also attaches the figure check (`layout.install_figure_check`) to displayed figures.
     """
+    install_figure_check()
     if not _STATE["done"]:
         family = None
         shipped = _mplfonts_file()

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.layout import legend
 
 __all__ = ["plot_batch_size", "plot_llm_batch", "plot_combination", "plot_delay_sweep", "plot_kv_growth", "plot_day"]
 
@@ -28,9 +29,7 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]):
     tw.plot(b, [r["t_full_ms"] for r in sub], "-s", color="C3", label=zh("满批一次执行 t(B)", "full execution t(B)"))
     tw.set_ylabel(zh("满批执行时间 (ms)", "full-batch time (ms)"), color="C3")
     tw.grid(False)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = tw.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center right", fontsize=8)
+    legend(ax, fontsize=8, prefer="center right", axes=[tw])
     fig.tight_layout()
     return fig
 
@@ -60,7 +59,7 @@ def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None):
     ax.set_xlabel(zh("最多同时运行的序列", "max running sequences"))
     ax.set_ylabel("GiB")
     ax.set_title(zh("KV Cache 随并发线性增长", "KV grows with concurrency"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -99,7 +98,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
     axes[0].set_title(zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set_ylabel(zh("每请求占用实例时间 (ms)", "busy ms per request"))
     axes[1].set_title(zh("小延迟的真实代价：更多执行", "the real cost: more executions"))
-    axes[1].legend(fontsize=8)
+    legend(axes[1], fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -116,7 +115,7 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
     axes[0].set_xlabel(zh("并发序列数", "concurrent sequences"))
     axes[0].set_ylabel("MiB")
     axes[0].set_title(zh("课程玩具模型（实测）", "toy LM (measured)"))
-    axes[0].legend(fontsize=8)
+    legend(axes[0], fontsize=8)
     ns = [r["n"] for r in scaled]
     for key in [k for k in scaled[0] if k != "n"]:
         axes[1].plot(ns, [r[key] for r in scaled], "-o", label=key)
@@ -125,7 +124,7 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
     axes[1].set_xlabel(zh("并发序列数", "concurrent sequences"))
     axes[1].set_ylabel("GiB")
     axes[1].set_title(zh("真实模型（公式）", "real models (formula)"))
-    axes[1].legend(fontsize=8)
+    legend(axes[1], fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -148,7 +147,7 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         if bad.any():
             axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3)
     axes[1].set_ylabel(zh("实例数", "instances"))
-    axes[1].legend(fontsize=8)
+    legend(axes[1], fontsize=8)
     axes[2].axhline(slo_ms, ls="--", color="k", label="SLO")
     axes[2].set_yscale("log")
     axes[2].set_ylabel("p99 (ms)")

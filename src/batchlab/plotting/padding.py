@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from batchlab.plotting.fonts import new_axes, zh
+from batchlab.plotting.layout import legend
 
 
 _ax = new_axes
@@ -56,7 +57,7 @@ def plot_eta_curve(batch_sizes: Sequence[int], exact: Sequence[float], mc_mean: 
     ax.set_xlabel(zh("批大小 B", "batch size B"))
     ax.set_ylabel(zh("有效率 η", "efficiency η"))
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8, prefer="lower left")
     return ax
 
 
@@ -78,7 +79,10 @@ def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]]
                         ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, list(names))
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
+    top = np.nanmax([np.nanmax(np.asarray(v, float)) for v in series.values()] + [0.0])
+    if top > 0:
+        ax.set_ylim(0, top * 1.15)                      # the value labels stay inside
+    legend(ax, fontsize=8)
     ax.grid(axis="x", visible=False)
     return ax
 
@@ -111,5 +115,5 @@ def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str,
     ax.set_yscale("log")
     ax.set_xlabel(zh("每条序列的 token 数（提示 + 输出）", "tokens per sequence"))
     ax.set_ylabel(zh("可并发的序列数", "concurrent sequences"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8, prefer="upper right")
     return ax

@@ -11,6 +11,7 @@ import numpy as np
 
 from batchlab.theory.formulas import affine_batch_time, affine_speedup
 from batchlab.plotting.fonts import zh
+from batchlab.plotting.layout import legend
 
 
 def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: float, b: float,
@@ -33,7 +34,7 @@ def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: flo
     ax.set_ylabel(zh("一次执行耗时 (ms)", "time of one execution (ms)"))
     ax.set_xlim(0, x.max() * 1.05)
     ax.set_ylim(0, None)
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
 
 
 def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
@@ -54,10 +55,12 @@ def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequenc
         ax.plot(x, simulated, "x", color="C2", markersize=8, label=zh("仿真", "simulated"))
     ax.set_xlabel(zh("批大小 B", "batch size B"))
     ax.set_ylabel(zh("加速比 S", "speedup S"))
-    ax.set_xlim(1, top)
+    pad = 0.04 * (top - 1) if top > 1 else 0.5          # room for the end points' markers
+    ax.set_xlim(1 - pad, top + pad)
     lim = ceiling * 1.3 if np.isfinite(ceiling) else top
-    ax.set_ylim(0, min(top, max(lim, 2.0)) * 1.05)
-    ax.legend(fontsize=8)
+    shown = [np.nanmax(np.asarray(v, float)) for v in (measured, simulated) if v is not None and np.any(np.isfinite(v))]
+    ax.set_ylim(0, max([min(top, max(lim, 2.0)), *shown]) * 1.08)
+    legend(ax, fontsize=8)
 
 
 def plot_hotpot_example(ax, t_single: float = 10.0, b_batch: int = 3, t_batch: float = 18.0,
@@ -72,4 +75,4 @@ def plot_hotpot_example(ax, t_single: float = 10.0, b_batch: int = 3, t_batch: f
     ax.set_xlabel(zh("一锅几份 B", "dishes per pot B"))
     ax.set_ylabel(zh("分钟 / 份", "minutes per dish"))
     ax.set_xticks(xs)
-    ax.legend(fontsize=8, loc="upper right")
+    legend(ax, fontsize=8, prefer="upper right")

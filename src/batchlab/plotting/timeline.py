@@ -13,6 +13,7 @@ import matplotlib
 import numpy as np
 
 from batchlab.plotting.fonts import zh
+from batchlab.plotting.layout import legend
 
 
 def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
@@ -43,7 +44,7 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
         # the first window opens with the first request
         ax.axvline(a[order[0]] + delay_s * scale, color="#e67e22", linestyle="--", linewidth=1,
                    label=zh(f"最老请求的窗口到期（{delay_s * 1e3:.0f} ms）", f"oldest request's window ({delay_s * 1e3:.0f} ms)"))
-        ax.legend(fontsize=8, loc="upper right")
+        legend(ax, fontsize=8, prefer=("upper right", "outside below"))
     ax.set_yticks(range(a.size))
     ax.set_yticklabels([f"#{int(i)}" for i in order], fontsize=7)
     ax.invert_yaxis()

@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from batchlab.plotting.fonts import new_axes, zh
+from batchlab.plotting.layout import legend
 
 
 _ax = new_axes
@@ -33,7 +34,7 @@ def plot_wait_vs_load(x: Sequence[float], curves: Mapping[str, Sequence[float]],
         ax.set_yscale("log")
     ax.set_xlabel(xlabel or zh("负载 ρ = λ / 容量", "load ρ = λ / capacity"))
     ax.set_ylabel(ylabel or zh("平均排队时间（ms）", "mean wait (ms)"))
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     return ax
 
 
@@ -49,8 +50,7 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
         pos = data[data > 0]
         vmin = float(pos.min()) if pos.size else 1.0
         norm = mcolors.LogNorm(vmin=vmin, vmax=vmax or float(data.max()))
-    cm = matplotlib.colormaps[cmap].copy()
-    cm.set_bad("#dddddd")
+    cm = matplotlib.colormaps[cmap].with_extremes(bad="#dddddd")
     im = ax.imshow(data, origin="lower", aspect="auto", cmap=cm, norm=norm,
                    vmax=None if log else vmax)
     for i in range(data.shape[0]):
@@ -86,9 +86,10 @@ def plot_slo_capacity(labels: Sequence[str], rates: Sequence[float], best: int =
     if measured:
         for i, v in measured.items():
             ax.plot([v], [i], "kD", ms=6, label=zh("实测", "measured") if i == min(measured) else None)
-        ax.legend(fontsize=8, loc="lower right")
+        legend(ax, fontsize=8, prefer="lower right")
     ax.set_yticks(y, list(labels), fontsize=7)
     ax.invert_yaxis()
+    ax.set_xlim(0, max([*rates, *(measured or {}).values(), 1.0]) * 1.12)   # the value labels stay inside
     ax.set_xlabel(zh("满足 SLO 的最高到达率（req/s）", "highest rate within the SLO (req/s)"))
     ax.grid(axis="y", visible=False)
     return ax

@@ -14,9 +14,11 @@ from typing import Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from batchlab.plotting import setup, zh
+from batchlab.plotting.layout import legend
 from batchlab.viz.frames import Frame, Lane, frame_at, utilization_series
 
 QUEUE_SHOWN = 10
@@ -34,7 +36,7 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
     m = lane.slots
     ax.clear()
     ax.set_xlim(-QUEUE_SHOWN - 1.6, m + (5.2 if stats else 0.6))
-    ax.set_ylim(-0.05, 1.25)
+    ax.set_ylim(-0.22, 1.25)                  # room for the window label under its bar
     ax.set_axis_off()
     if title:
         ax.text(-QUEUE_SHOWN - 1.5, 1.12, lane.name, fontsize=10, va="center")
@@ -82,7 +84,10 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
 
 def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None = None,
                      window_s: float | None = None) -> None:
-    """Fill (solid) and busy (dashed) of each lane in windows of ``window_s`` over [0, horizon]."""
+    """Fill (solid) and busy (dashed) of each lane in windows of ``window_s`` over [0, horizon].
+
+    The lines reach 100 %, so the legend sits under the axes (always there, so an animation's
+    frames do not jump)."""
     ax.clear()
     w = window_s if window_s else max(horizon / 20.0, 1e-3)
     edges = np.arange(0.0, horizon + w / 2, w)
@@ -100,9 +105,10 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
     ax.set_ylim(0, 105)
     ax.set_xlabel(zh("时间 (s)", "time (s)"))
     ax.set_ylabel(zh("利用率 (%)", "utilisation (%)"))
-    ax.legend(fontsize=7, loc="upper left", ncol=3, frameon=False)
-    ax.text(0.995, 0.97, zh("实线：满锅率　虚线：忙碌率", "solid: fill   dashed: busy"), transform=ax.transAxes,
-            ha="right", va="top", fontsize=7, color="0.35")
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="0.35", linewidth=1.8), Line2D([], [], color="0.35", linewidth=1.0, linestyle="--")]
+    labels += [zh("实线：满锅率", "solid: fill"), zh("虚线：忙碌率", "dashed: busy")]
+    legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, prefer="outside below")
 
 
 def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
@@ -172,4 +178,4 @@ def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, b
     ax.set_ylim(0, 105)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.17))
+    legend(ax, fontsize=7, prefer=("lower right", "center right"))
