@@ -5,5 +5,6 @@ Chinese label when a CJK font is available and the English one otherwise.
 """
 
 from batchlab.plotting.fonts import cjk_available, setup, zh
+from batchlab.plotting.layout import legend
 
-__all__ = ["setup", "zh", "cjk_available"]
+__all__ = ["setup", "zh", "cjk_available", "legend"]
