@@ -106,6 +106,17 @@ def quiz_page(banks):
     return "\n".join(out) + "\n"
 
 
+def readme_commands(src_root):
+    """The README's two commands (the first ```bash block under "## Two commands"), verbatim."""
+    text = (src_root / "README.md").read_text(encoding="utf-8")
+    head = text.find("## Two commands")
+    start = text.find("```bash", head)
+    end = text.find("```", start + 7)
+    if head < 0 or start < 0 or end < 0 or "make start" not in text[start:end]:
+        sys.exit("book: README.md has no '## Two commands' ```bash block with `make start`")
+    return text[start:end + 3]
+
+
 def stage(src_root, stage_dir):
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
@@ -141,6 +152,9 @@ def stage(src_root, stage_dir):
     toc += ["```"]
     index = stage_dir / "notebooks" / "index.ipynb"
     nb = json.loads(index.read_text(encoding="utf-8"))
+    nb["cells"].insert(2, md_cell("## 两条命令\n\n这本书不用安装就能读。要在自己的机器上运行课程（JupyterLab + 内置的 Triton 服务器）：\n\n"
+                                  + readme_commands(src_root)
+                                  + "\n\n详见[在 JupyterLab 中打开](../docs/open_in_jupyterlab.md)。"))
     nb["cells"].append(md_cell("\n".join(["## 全书目录", *toc])))
     index.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
 
