@@ -6,6 +6,7 @@ installed `book` extra.
 """
 import copy
 import json
+import re
 import shutil
 import string
 import subprocess
@@ -44,6 +45,27 @@ def md_cell(text):
 md_cell.n = 0
 
 
+H2 = re.compile(r"^## (?!\d+\.\d+ )(.+)$", re.M)
+
+
+def number_sections(cells, chapter):
+    """Chapters 00-05 write "## 2.1 …"; give the others the same "N.k" numbers (render only)."""
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells]
+    md = [s for s, c in zip(sources, cells) if c["cell_type"] == "markdown"]
+    if any(re.search(rf"^## {chapter}\.\d+ ", s, re.M) for s in md):
+        return
+    k = 0
+    for cell, src in zip(cells, sources):
+        if cell["cell_type"] != "markdown":
+            continue
+
+        def repl(m):
+            nonlocal k
+            k += 1
+            return f"## {chapter}.{k} {m.group(1)}"
+        cell["source"] = H2.sub(repl, src)
+
+
 def stage_notebook(src, dst, rel, extra_top=""):
     """Copy one notebook: drop widget-view outputs (they need a live kernel), add notes."""
     nb = json.loads(src.read_text(encoding="utf-8"))
@@ -71,6 +93,8 @@ def stage_notebook(src, dst, rel, extra_top=""):
     note = OPEN_NOTE.format(path=rel) + extra_top
     # the note goes right after the title cell so the page title stays the notebook's H1
     cells.insert(1 if cells and cells[0]["cell_type"] == "markdown" else 0, md_cell(note))
+    if re.fullmatch(r"notebooks/\d\d_.*", rel):
+        number_sections(cells, int(Path(rel).name[:2]))
     nb["cells"] = cells
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
@@ -141,7 +165,7 @@ def stage(src_root, stage_dir):
     stage_notebook(src_root / "quiz" / "quiz.ipynb", stage_dir / "quiz" / "quiz.ipynb", "quiz/quiz.ipynb")
     banks = sorted((src_root / "quiz").glob("ch*.json")) + [src_root / "quiz" / "interview.json"]
     (stage_dir / "quiz" / "bank.md").write_text(quiz_page(banks), encoding="utf-8")
-    toc = ["", "```{toctree}", ":caption: 章节", ":numbered:", ":maxdepth: 2", ""]
+    toc = ["", "```{toctree}", ":caption: 章节", ":maxdepth: 2", ""]  # the notebooks number their own sections (2.1, 2.2 …)
     toc += [f"{c.stem}" for c in chapters]
     toc += ["```", "", "```{toctree}", ":caption: 实验（学员版）", ":maxdepth: 1", ""]
     toc += [f"../labs/{l.stem}" for l in labs]

@@ -97,7 +97,10 @@ def test_chapter_pages_keep_errata_numbers_navigation_and_open_in_lab(book) -> N
         html = ch.read_text(encoding="utf-8")
         assert "open_in_jupyterlab.html" in html, f"{ch.name}: no 'open in JupyterLab' link"
         assert 'class="prev-next-area"' in html or "prev-next" in html, f"{ch.name}: no prev/next navigation"
-        assert 'class="section-number"' in html, f"{ch.name}: no section numbers"
+        n = int(ch.stem[:2])
+        numbered = re.findall(rf"<h2>{n}\.\d+ ", html)
+        assert len(numbered) >= 3, f"{ch.name}: sections not numbered {n}.1, {n}.2 …"
+        assert "3.1. 2.1" not in html and 'class="section-number"' not in html, "doubled section numbers"
         src = (ROOT / "notebooks" / f"{ch.stem}.ipynb").read_text(encoding="utf-8")
         n_errata = src.count("> **勘误**")
         assert html.count('class="erratum"') == n_errata, f"{ch.name}: {n_errata} 勘误 boxes in the notebook"
