@@ -266,3 +266,19 @@ def test_book_in_chromium_with_network_blocked(book) -> None:
         finally:
             browser.close()
     assert blocked == [], f"pages tried to load from the network: {blocked[:10]}"
+
+
+def test_a_broken_image_fails_the_build(tmp_path) -> None:
+    """Warnings are errors: a notebook pointing at a missing image stops the build."""
+    _repo_copy(tmp_path)
+    nb_path = tmp_path / "notebooks" / "01_bottleneck.ipynb"
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    nb["cells"].append({"cell_type": "markdown", "id": "broken-image", "metadata": {},
+                        "source": "![没有这张图](no_such_figure.png)"})
+    nb_path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "book/build.py", "build/book"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=2 * BUILD_LIMIT_S,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert proc.returncode != 0
+    assert "no_such_figure.png" in proc.stderr + proc.stdout
+    assert "warnings are errors" in proc.stderr
