@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.batchlab-installed
+BOOK_STAMP := $(VENV)/.batchlab-book-installed
 
-.PHONY: start test venv handout labs check-labs execute bench clean help
+.PHONY: start test book venv handout labs check-labs execute bench clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
@@ -12,6 +13,7 @@ help:
 	@echo "make handout the learner release: labs/ from solutions/ (TODO stubs, nbgrader metadata)"
 	@echo "make check-labs  fail if labs/ or the solutions' nbgrader metadata is stale"
 	@echo "make execute NB=notebooks/02_dynamic_batching.ipynb   re-execute a notebook in place"
+	@echo "make book    the course as a static site in build/book/ (stored outputs, offline; open build/book/index.html)"
 	@echo "make bench   the course's benchmarks (each prints one JSON object)"
 
 # Create or update the virtual environment whenever pyproject.toml changes.
@@ -26,8 +28,17 @@ venv: $(STAMP)
 start: $(STAMP)
 	$(PY) -m batchlab.start
 
-test: $(STAMP)
+# The book's toolchain (the `book` extra) is not part of `make start`; `make test` installs it so
+# CI builds the book (tests/test_book.py).
+$(BOOK_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[test,book]"
+	@touch $(BOOK_STAMP)
+
+test: $(STAMP) $(BOOK_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+book: $(BOOK_STAMP)
+	$(PY) book/build.py build/book
 
 handout: $(STAMP)
 	$(PY) -m batchlab.tools.labgen solutions labs --annotate
