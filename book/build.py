@@ -16,6 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 WIDGET = "application/vnd.jupyter.widget-view+json"
+#: Machine-readable outputs for the tests (the figure check), never shown to a reader.
+TEST_ONLY_MIME = ("application/vnd.batchlab.figure-check+json",)
 LETTERS = string.ascii_uppercase
 
 OPEN_LAB = "[在 JupyterLab 中打开](../docs/open_in_jupyterlab.md)"
@@ -78,6 +80,8 @@ def stage_notebook(src, dst, rel, extra_top=""):
             kept = []
             for out in cell.get("outputs", []):
                 data = out.get("data", {})
+                for mime in TEST_ONLY_MIME:
+                    data.pop(mime, None)
                 if WIDGET in data:
                     had_widget = True
                     data.pop(WIDGET)
