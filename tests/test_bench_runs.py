@@ -44,6 +44,9 @@ def test_dynamic_small(via_env) -> None:
     assert out["speedup"] == pytest.approx(out["results"][out["best_dynamic"]]["throughput_rps"]
                                            / out["results"]["none"]["throughput_rps"], rel=1e-2)
     assert isinstance(out["goal_met"], bool)
+    busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
+    assert out["machine_busy"] is busy and ("machine busy" in out["goal_verdict"]) is busy
+    assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
 
 
 def test_continuous_small_same_tokens_everywhere(via_env) -> None:
