@@ -71,3 +71,29 @@ def test_decode_is_weight_bound_batch_is_cheap(model) -> None:
     t1, t32 = t(1), t(32)
     per_row = (t32 - t1) / 31
     assert (t1 / max(per_row, 1e-9)) > 3.3
+
+
+@pytest.mark.server
+def test_decode_on_the_server_batches_and_answers_like_the_class(triton, model) -> None:
+    from concurrent.futures import ThreadPoolExecutor  # reason: only the server test needs threads
+
+    import tritonclient.http as httpclient  # reason: only the server test builds inputs
+
+    def infer(tok: int) -> tuple[int, int]:
+        x = httpclient.InferInput("TOKEN", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[tok]], np.int32))
+        res = triton.http_client().infer("decode", [x])
+        return int(res.as_numpy("NEXT_TOKEN")[0, 0]), int(res.as_numpy("BATCH_SIZE")[0, 0])
+
+    toks = [4 + (i * 7) % 90 for i in range(96)]
+    with fake_pb.installed():
+        want = model.step(np.asarray(toks, np.int32)).tolist()
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(infer, toks))
+    assert [g for g, _ in got] == want
+    assert max(b for _, b in got) > 1, "16 concurrent clients never shared an execution"
+    x = httpclient.InferInput("TOKEN", [1, 1], "INT32")
+    x.set_data_from_numpy(np.array([[VOCAB_SIZE + 1]], np.int32))
+    with pytest.raises(Exception, match="TOKEN"):
+        triton.http_client().infer("decode", [x])
+    assert infer(toks[0])[0] == want[0]
