@@ -48,9 +48,7 @@ def test_dynamic_small(via_env) -> None:
                                                / fam["results"]["none"]["throughput_rps"], rel=1e-2)
         assert fam["speedup_ceiling_from_batch_times"]["speedup"] > 1
         assert fam["speedup_ceiling_from_overhead"]["speedup"] > 0
-    dec, emb = out["models"]["decode"], out["models"]["embed"]
-    assert out["speedup"] == dec["speedup"]
-    assert (dec["speedup_ceiling_from_batch_times"]["speedup"] > emb["speedup_ceiling_from_batch_times"]["speedup"])
+    assert out["speedup"] == out["models"]["decode"]["speedup"]
     assert isinstance(out["goal_met"], bool)
     busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
     assert out["machine_busy"] is busy and ("machine busy" in out["goal_verdict"]) is busy
