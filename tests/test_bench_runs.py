@@ -34,16 +34,25 @@ def test_dynamic_small(via_env) -> None:
     from batchlab.bench.dynamic import run
 
     out = _json(run(rounds=1, round_s=1.0, warmup_s=0.3, extra=False))
-    assert set(out["results"]) == {"none", "dynamic", "delay_preferred"}
-    for name, r in out["results"].items():
-        assert r["errors"] == 0 and r["requests"] > 0 and r["throughput_rps"] > 0
-        assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
-    assert out["results"]["none"]["mean_batch_size"] == 1.0
-    assert out["results"]["none"]["batch_histogram"] == {"1": out["results"]["none"]["requests"]}
-    assert out["results"]["dynamic"]["mean_batch_size"] > 1.0
-    assert out["speedup"] == pytest.approx(out["results"][out["best_dynamic"]]["throughput_rps"]
-                                           / out["results"]["none"]["throughput_rps"], rel=1e-2)
+    assert set(out["models"]) == {"decode", "embed"} and out["headline_model"] == "decode"
+    assert set(out["models"]["embed"]["results"]) == {"none", "dynamic", "delay_preferred"}
+    assert set(out["models"]["decode"]["results"]) == {"none", "dynamic"}
+    for fam in out["models"].values():
+        for name, r in fam["results"].items():
+            assert r["errors"] == 0 and r["requests"] > 0 and r["throughput_rps"] > 0
+            assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
+            assert r["overhead_cpu_ms_per_request"] is not None and r["overhead_cpu_ms_per_request"] >= 0
+        assert fam["results"]["none"]["mean_batch_size"] == 1.0
+        assert fam["results"]["dynamic"]["mean_batch_size"] > 1.0
+        assert fam["speedup"] == pytest.approx(fam["results"][fam["best_dynamic"]]["throughput_rps"]
+                                               / fam["results"]["none"]["throughput_rps"], rel=1e-2)
+        assert fam["speedup_ceiling_from_batch_times"]["speedup"] > 1
+        assert fam["speedup_ceiling_from_overhead"]["speedup"] > 0
+    assert out["speedup"] == out["models"]["decode"]["speedup"]
     assert isinstance(out["goal_met"], bool)
+    busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
+    assert out["machine_busy"] is busy and ("machine busy" in out["goal_verdict"]) is busy
+    assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
 
 
 def test_continuous_small_same_tokens_everywhere(via_env) -> None:

@@ -28,11 +28,11 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m batchlab.bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="bench", metavar="{" + ",".join(BENCHES) + "}", parser_class=_Parser)
-    d = sub.add_parser("dynamic", help="embed: no batching vs dynamic batching vs delay + preferred sizes")
+    d = sub.add_parser("dynamic", help="decode and embed: no batching vs dynamic batching (embed: + delay, preferred)")
     d.add_argument("--concurrency", type=int, default=16)
     d.add_argument("--rounds", type=int, default=3)
-    d.add_argument("--round-s", type=float, default=6.0)
-    d.add_argument("--no-extra", action="store_true", help="skip the 2-instance configuration")
+    d.add_argument("--round-s", type=float, default=4.0)
+    d.add_argument("--extra", action="store_true", help="also run embed with 2 instances")
     c = sub.add_parser("continuous", help="generate vs lm_step vs lm_iterative vs lm_stream")
     c.add_argument("--requests", type=int, default=240)
     c.add_argument("--concurrency", type=int, default=8)
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
         if args.bench == "dynamic":
             result = dynamic.run(concurrency=args.concurrency, rounds=args.rounds, round_s=args.round_s,
-                         extra=not args.no_extra)
+                         extra=args.extra)
         elif args.bench == "continuous":
             result = continuous.run(n_requests=args.requests, concurrency=args.concurrency, mean_tokens=args.mean_tokens,
                          cap=args.cap, seed=args.seed)

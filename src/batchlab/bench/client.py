@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3
+from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
 from batchlab.load import RequestSpec, run_closed_loop, run_open_loop
 
 LAB_MAX_RATE_RPS = 1300.0
@@ -85,9 +85,9 @@ def run(duration_s: float = 5.0, concurrency: int = 64, lab_max_rate: float = LA
             "latency_ms": {k: r3(v) for k, v in chk.latency_ms().items() if k in ("p50", "p99")},
         },
         "goal": "capacity >= 5 x the highest lab rate (and the open loop at that rate kept on schedule)",
-        "goal_met": bool(capacity >= 5 * lab_max_rate and chk.client_kept_up()
-                         and abs(chk.throughput_rps / target - 1) < 0.05 and chk.n_errors == 0),
         "elapsed_s": r3(clock()),
         "machine": machine(watch),
     })
+    out.update(verdict(capacity >= 5 * lab_max_rate and chk.client_kept_up()
+                       and abs(chk.throughput_rps / target - 1) < 0.05 and chk.n_errors == 0, out["machine"]))
     return out

@@ -179,6 +179,34 @@ class CpuWatch:
                 "load_avg_1m_at_start": r3(self.load0)}
 
 
+BUSY_CORES = 0.3
+"""Other processes using more than this many CPU cores on average make a run too noisy to claim a goal."""
+
+
+def verdict(measured_met: bool, mach: dict[str, Any]) -> dict[str, Any]:
+    """The goal fields of a benchmark's JSON: a goal is claimed only on a quiet machine.
+
+    `measured_met` is what the figures of this run say; `mach` is `machine(watch)`. When other
+    processes used more than `BUSY_CORES` cores (or the load could not be measured), `goal_met` is
+    false and `goal_verdict` says the run cannot decide; `goal_met_as_measured` keeps the figures' answer.
+    """
+    other = mach.get("cpu_cores_used_by_other_processes")
+    if other is None:
+        quiet, why = False, "machine load not measured (no /proc): goal not claimed"
+    elif other > BUSY_CORES:
+        quiet, why = False, (f"machine busy: other processes used {other:.2f} cores (> {BUSY_CORES}) during the run; "
+                             "the figures cannot decide the goal: rerun on a quiet machine")
+    else:
+        quiet, why = True, f"machine quiet: other processes used {other:.2f} cores (<= {BUSY_CORES})"
+    met = bool(measured_met)
+    if quiet:
+        why += "; goal " + ("met" if met else "not met")
+    else:
+        why += "; as measured the goal would be " + ("met" if met else "not met")
+    return {"goal_met": bool(met and quiet), "goal_met_as_measured": met, "machine_busy": not quiet,
+            "busy_threshold_cores": BUSY_CORES, "goal_verdict": why}
+
+
 class Timer:
     """Wall-clock seconds since creation."""
 

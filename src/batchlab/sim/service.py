@@ -9,11 +9,11 @@ token counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from batchlab._validate import integer, non_negative, times_array
+from batchlab._validate import integer, non_negative, rng_of, times_array
 
 US = 1e-6  # seconds per microsecond
 
@@ -107,6 +107,63 @@ class Table:
     def throughput(self, b: int) -> float:
         """Requests per second one instance serves with full batches of ``b``."""
         return b / self.time(b)
+
+
+@dataclass(frozen=True)
+class Lognormal:
+    """Batch times that vary from one execution to the next, seeded: t(b) · X with X lognormal, E[X] = 1.
+
+    ``mean`` is a batch-level model (`Affine`, `Table`) giving the mean time of a batch of b;
+    ``cv`` the coefficient of variation (standard deviation / mean) of one execution's time, one
+    number for every batch size. `time` and `batch_times` return the mean (so capacity and the
+    chapters' derivations are unchanged); the simulator calls `sampler` for one draw per
+    execution, which is what gives the latency tail its weight. ``cv = 0`` is the fixed-time model.
+    `fit` estimates ``cv`` from per-execution times measured on the server.
+    """
+
+    mean: BatchService
+    cv: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_batch_service(self.mean)
+        if isinstance(self.mean, Lognormal):
+            raise ValueError("mean must be a fixed-time model (Affine or Table), not another Lognormal")
+        object.__setattr__(self, "cv", non_negative("cv", self.cv))
+        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
+
+    def time(self, b: int) -> float:
+        """Mean seconds for a batch of ``b``."""
+        return self.mean.time(b)
+
+    def batch_times(self, b: np.ndarray) -> np.ndarray:
+        """Mean seconds for each batch size in ``b``."""
+        return service_times(self.mean, b)
+
+    def sampler(self) -> Callable[[int], float]:
+        """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
+        rng = rng_of(self.seed)
+        sigma = float(np.sqrt(np.log1p(self.cv ** 2)))
+        mu = -sigma ** 2 / 2
+        mean = self.mean
+
+        def draw(b: int) -> float:
+            return mean.time(b) * float(rng.lognormal(mu, sigma))
+        return draw
+
+    @classmethod
+    def fit(cls, mean: BatchService, samples_us: Mapping[int, Sequence[float]], seed: int = 0) -> "Lognormal":
+        """Fit ``cv`` to measured execution times (microseconds) per batch size: the pooled standard
+        deviation of log(time), sizes with at least 2 samples; ``sigma² = log(1 + cv²)``."""
+        logs = [np.log(times_array(f"samples_us[{b}]", v, sorted_required=False)) for b, v in samples_us.items()]
+        logs = [x for x in logs if x.size >= 2]
+        if not logs:
+            raise ValueError("samples_us needs at least 2 measured times for one batch size")
+        if any(np.any(~np.isfinite(x)) for x in logs):
+            raise ValueError("samples_us times must all be > 0")
+        ss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+        dof = sum(x.size - 1 for x in logs)
+        return cls(mean, float(np.sqrt(np.expm1(ss / dof))), seed)
 
 
 def service_times(service: BatchService, b: np.ndarray) -> np.ndarray:

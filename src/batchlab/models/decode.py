@@ -1,0 +1,73 @@
+"""`decode`: a stateless decode-regime model, one toy-LM decode step per row over a fixed KV context.
+
+Input TOKEN INT32 [1] (one token id per row), outputs NEXT_TOKEN INT32 [1] (greedy next token
+after the fixed context followed by that token) and BATCH_SIZE INT32 [1] (rows in the execution).
+Every row attends to the same fixed context of `context_tokens` tokens (parameter, default 32),
+prefilled once at load time; after each step the caches are truncated back to the context, so a
+request's answer depends on its token only (stateless: the dynamic batcher may group any rows).
+One step reads all the weights once whatever the batch, like an LLM's decode: t(B) = a + b·B with a
+large a and a small b, the regime where dynamic batching pays most.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlab.lm import BOS_ID
+from batchlab.models.base import LMModelBase
+from batchlab.models.triton_io import (InputError, batch_size_column, check_token_rows, error, int_param, ok,
+                                       one_line, require)
+
+CONTEXT_SEED = 20
+
+
+class TritonPythonModel(LMModelBase):
+    """Triton entry point for `decode`."""
+
+    def initialize(self, args: dict) -> None:
+        super().initialize(args)
+        if self.input_dims("TOKEN") != [1]:
+            raise ValueError(f"TOKEN dims must be [1], got {self.input_dims('TOKEN')}")
+        self.context_len = int_param(self.params, "context_tokens", 32, 1, self.max_seq_len - 1)
+        self.max_rows = int(self.model_config.get("max_batch_size", 0)) or 1
+        rng = np.random.default_rng(CONTEXT_SEED)
+        self.context = np.concatenate([[BOS_ID], rng.integers(4, self.vocab_size, self.context_len - 1)])
+        self.caches = []
+        for _ in range(self.max_rows):
+            _, cache = self.lm.prefill(self.context, self.lm.new_cache(self.context_len + 1))
+            self.caches.append(cache)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Greedy next token for each row's token after the fixed context (rows <= max_batch_size)."""
+        caches = self.caches[:tokens.shape[0]]
+        try:
+            logits = self.lm.decode_step(caches, tokens)
+        finally:
+            for c in caches:
+                c.truncate(self.context_len)
+        return np.argmax(logits, axis=1).astype(np.int32)
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        batch: list[tuple[int, np.ndarray]] = []
+        for i, request in enumerate(requests):
+            try:
+                batch.append((i, check_token_rows(require(request, "TOKEN"), "TOKEN", self.vocab_size, 1)))
+            except InputError as exc:
+                responses[i] = error(str(exc))
+        if batch:
+            rows = sum(t.shape[0] for _, t in batch)
+            try:
+                flat = np.concatenate([t[:, 0] for _, t in batch])
+                nxt = np.concatenate([self.step(flat[s:s + self.max_rows])
+                                      for s in range(0, flat.size, self.max_rows)])
+                start = 0
+                for i, tokens in batch:
+                    n = tokens.shape[0]
+                    responses[i] = ok({"NEXT_TOKEN": nxt[start:start + n, None],
+                                       "BATCH_SIZE": batch_size_column(n, rows)})
+                    start += n
+            except Exception as exc:  # never let one bad batch kill the stub
+                for i, _ in batch:
+                    responses[i] = error(f"decode failed: {one_line(exc)}")
+        return responses

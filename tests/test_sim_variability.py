@@ -1,0 +1,75 @@
+"""Seeded service-time variability (`Lognormal`): mean kept, tail heavier, reproducible, fixed time the default."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from batchlab.sim import Affine, Lognormal, simulate_dynamic
+from batchlab.sim.workload import poisson
+
+BASE = Affine(2000.0, 150.0)
+
+
+def _arr(rate: float = 1500.0, n: int = 20000, seed: int = 1) -> np.ndarray:
+    return poisson(rate, n, seed=seed)
+
+
+def test_draws_have_the_mean_and_cv_asked_for() -> None:
+    draw = Lognormal(BASE, 0.4, seed=3).sampler()
+    x = np.array([draw(8) for _ in range(40000)])
+    assert x.mean() == pytest.approx(BASE.time(8), rel=0.01)
+    assert x.std() / x.mean() == pytest.approx(0.4, rel=0.03)
+
+
+def test_same_seed_same_run_other_seed_other_run() -> None:
+    a = _arr()
+    r1 = simulate_dynamic(a, Lognormal(BASE, 0.3, seed=5), 16).summary()
+    r2 = simulate_dynamic(a, Lognormal(BASE, 0.3, seed=5), 16).summary()
+    r3 = simulate_dynamic(a, Lognormal(BASE, 0.3, seed=6), 16).summary()
+    assert r1 == r2 and r1 != r3
+
+
+def test_cv_zero_is_the_fixed_time_model() -> None:
+    a = _arr()
+    fixed = simulate_dynamic(a, BASE, 16).summary()
+    zero = simulate_dynamic(a, Lognormal(BASE, 0.0), 16).summary()
+    assert zero["throughput_rps"] == pytest.approx(fixed["throughput_rps"], rel=1e-9)
+    for key in ("p50", "p99"):
+        assert zero["latency_ms"][key] == pytest.approx(fixed["latency_ms"][key], rel=1e-9), key
+
+
+def test_variability_fattens_the_tail_not_the_throughput() -> None:
+    a = _arr(rate=2500.0)
+    fixed = simulate_dynamic(a, BASE, 16)
+    var = simulate_dynamic(a, Lognormal(BASE, 0.5, seed=2), 16)
+    sf, sv = fixed.summary(), var.summary()
+    assert sv["latency_ms"]["p99"] > 1.2 * sf["latency_ms"]["p99"]
+    assert sv["throughput_rps"] == pytest.approx(sf["throughput_rps"], rel=0.03)
+
+
+def test_fit_recovers_cv() -> None:
+    rng = np.random.default_rng(0)
+    sigma = np.sqrt(np.log1p(0.25 ** 2))
+    samples = {b: BASE.time(b) * 1e6 * rng.lognormal(-sigma ** 2 / 2, sigma, 400) for b in (1, 4, 16)}
+    assert Lognormal.fit(BASE, samples).cv == pytest.approx(0.25, rel=0.08)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mean=BASE, cv=-0.1), "cv"),
+    (dict(mean="fast", cv=0.1), "service must be"),
+    (dict(mean=Lognormal(BASE, 0.1), cv=0.1), "fixed-time model"),
+])
+def test_bad_arguments_are_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Lognormal(**kwargs)
+
+
+def test_fast_engine_refuses_variable_times() -> None:
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(_arr(n=100), Lognormal(BASE, 0.2), 16, engine="fast")
+
+
+def test_fit_needs_two_samples() -> None:
+    with pytest.raises(ValueError, match="at least 2"):
+        Lognormal.fit(BASE, {4: [100.0]})
