@@ -81,15 +81,18 @@ def test_session_seeded_numbers_follow_the_learner() -> None:
 
 
 def test_session_save(tmp_path: Path) -> None:
-    s = QuizSession("ch02", learner="zhao6", questions=["ch02-4", "ch02-1"])
-    inst = s.instances["ch02-4"]
-    shown_letter = inst.letter_of("toplevel")         # the letter this learner sees for the key
-    assert s.answer("ch02-4", shown_letter).correct
-    s.answer("ch02-1", 1.67)
+    s = QuizSession("ch02", learner="zhao6", n=3)
+    ids = [q.id for q in s.questions]
+    choice = next(qid for qid in ids if s.bank[qid].kind != "numeric")
+    inst = s.instances[choice]
+    key = s.bank[choice].expected_ids()
+    assert s.answer(choice, inst.letter_of(key)).correct      # the letter this learner sees
     p = s.save(tmp_path / "sub" / "me.json")
     data = json.loads(p.read_text("utf-8"))
-    assert data == {"_bank": "ch02", "_learner": "zhao6", "_shown": ["ch02-4", "ch02-1"],
-                    "ch02-4": "toplevel", "ch02-1": 1.67}
+    assert data == {"_bank": "ch02", "_learner": "zhao6", "_shown": ids, choice: key}
+    hand_picked = QuizSession("ch02", learner="zhao6", questions=["ch02-4", "ch02-1"])
+    with pytest.raises(ValueError, match="用 n=… 按学员 id 抽题"):
+        hand_picked.to_submission()
 
 
 def test_partial_quiz_export_counts_only_the_shown_questions() -> None:

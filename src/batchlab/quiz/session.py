@@ -260,6 +260,11 @@ class QuizSession:
         if self.learner is None and self.seed is not None and any(q.seeded for q in self.questions):
             return ("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
                     "（remember_learner），或给本测验传 learner=…")
+        ids = [q.id for q in self.questions]
+        if (self.learner is not None and len(ids) < len(self.bank)
+                and sorted(ids) != sorted(self.bank.pick(len(ids), self.seed))):
+            return ("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
+                    "用 n=… 按学员 id 抽题")
         return None
 
     def to_submission(self) -> dict[str, Any]:
