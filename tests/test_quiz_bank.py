@@ -152,6 +152,19 @@ def test_interview_corrections_are_accurate() -> None:
         text = bank[qid].explanation
         assert "iterative_sequence" in text and "TensorRT-LLM" in text, qid
     assert "oneof" in bank["Q9"].explanation
+    q9 = bank["Q9"].erratum          # issue 15: say where option B is false, and why
+    assert q9.startswith("B「序列批处理负责计算层的 token 调度」按 Triton 不成立")
+    assert "oneof" in q9 and "不等于连续批处理" in q9
+    assert "oldest 策略不保证" in bank["Q2"].explanation   # same slot only with `direct`
+
+
+def test_every_option_has_a_stable_id_and_interview_ids_are_fixed() -> None:
+    for b in ALL.values():
+        for q in b:
+            if q.kind != "numeric":
+                assert len(q.option_ids) == len(set(q.option_ids)) == len(q.options)
+    q1 = ALL["interview"]["Q1"]
+    assert q1.option_ids == ["split", "merge", "more-gpus", "cpu"] and q1.key_ids == ["merge"]
 
 
 # --- the loader rejects malformed banks -----------------------------------------------------
@@ -159,8 +172,9 @@ def test_interview_corrections_are_accurate() -> None:
 GOOD = {
     "id": "ch02-1", "kind": "single", "type": "multiple_choice", "difficulty": "easy",
     "chapter": "02", "question": "Q?",
-    "answers": [{"answer": "x", "correct": False, "feedback": "不对，再想想。"},
-                {"answer": "y", "correct": True, "feedback": "正确。because"}],
+    "answers": [{"id": "wrong-x", "answer": "x", "correct": False, "misconception": "以为 x",
+                 "feedback": "不对。误解：以为 x。因为 y。"},
+                {"id": "right-y", "answer": "y", "correct": True, "feedback": "正确。because"}],
     "answer": "B", "explanation": "because",
 }
 
@@ -189,6 +203,16 @@ def test_good_minimal_bank_loads(tmp_path: Path) -> None:
     ({"colour": "red"}, "unknown keys"),
     ({"id": "Q1"}, "'id' must match"),
     ({"tolerance": {"abs": 1}}, "only apply to numeric"),
+    ({"answers": [{**GOOD["answers"][0], "id": "B"}, GOOD["answers"][1]]}, "needs an 'id'"),
+    ({"answers": [{**GOOD["answers"][0], "id": "right-y"}, GOOD["answers"][1]]}, "appears twice"),
+    ({"answers": [{k: v for k, v in GOOD["answers"][0].items() if k != "misconception"},
+                  GOOD["answers"][1]]}, "name the 'misconception'"),
+    ({"answers": [{**GOOD["answers"][0], "feedback": "不对，再想想。"}, GOOD["answers"][1]]},
+     "name its misconception"),
+    ({"answers": [GOOD["answers"][0], {**GOOD["answers"][1], "misconception": "m"}]},
+     "is correct but names a misconception"),
+    ({"numbers": {"3.5": {"guess": "x"}}}, "'numbers'"),
+    ({"numbers": {"about 3": {"source": "x"}}}, "not a number as written"),
 ])
 def test_malformed_question_is_rejected_naming_file_and_id(tmp_path, change, problem) -> None:
     p = _write(tmp_path, [{**GOOD, **change}])

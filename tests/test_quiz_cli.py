@@ -107,3 +107,28 @@ def test_check_banks(tmp_path: Path) -> None:
     bad.write_text('[{"id": "ch03-1", "kind": "single"}]', "utf-8")
     r = run("check", str(bad))
     assert r.returncode == 2 and "ch03-1: missing" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_show_shuffles_chapter_options_per_learner_and_keeps_article_order_on_request() -> None:
+    def options(out: str, qid: str) -> list[str]:
+        block = out.split(f"\n\n{qid} ")[1].split("\n\n")[0]
+        return [line.strip()[3:] for line in block.splitlines()[1:] if line.startswith("  ")]
+
+    art = run("show", "--bank", "ch06", "--article-order").stdout
+    q = load_bank("ch06")["ch06-5"]
+    assert options(art, "ch06-5") == list(q.options.values())
+    mine = {tuple(options(run("show", "--bank", "ch06", "--learner", f"l{i}").stdout, "ch06-5"))
+            for i in range(4)}
+    assert len(mine) > 1 and all(sorted(m) == sorted(q.options.values()) for m in mine)
+    iv = run("show", "--bank", "interview", "--learner", "l1").stdout
+    assert options(iv, "Q1") == list(load_bank("interview")["Q1"].options.values())
+    a = run("show", "--bank", "ch06", "--learner", "l1", "--answers").stdout
+    block = a.split("\n\nch06-5 ")[1].split("\n\n")[0]
+    letter = next(line.strip()[0] for line in block.splitlines()
+                  if line.startswith("  ") and line.strip()[3:] == q.option("reject")["answer"])
+    assert f"答案：{letter}" in block
+
+
+def test_check_reports_keys_and_blind_strategies() -> None:
+    r = run("check")
+    assert r.returncode == 0 and "keys: A " in r.stdout and "always-first" in r.stdout

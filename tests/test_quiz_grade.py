@@ -65,15 +65,23 @@ def test_letter_case_and_spaces_are_normalised() -> None:
 @pytest.mark.parametrize("sub, problem", [
     (["B"], "must be a JSON object"),
     ({"Q11": "B"}, "unknown question id 'Q11'"),
-    ({"Q1": "E"}, "Q1: 'E' is not among the options A–D"),
-    ({"Q1": ["B"]}, "Q1: a single-choice answer must be one letter, not a list"),
-    ({"Q1": 2}, "Q1: a single-choice answer must be a letter"),
-    ({"Q3": "A"}, "Q3: a multi-choice answer must be a list of letters"),
+    ({"Q1": "E"}, "Q1: 'E' is not among the options (A–D or ids split, merge"),
+    ({"Q1": ["B"]}, "Q1: a single-choice answer must be one option, not a list"),
+    ({"Q1": 2}, "Q1: a single-choice answer must be one option"),
+    ({"Q3": "A"}, "Q3: a multi-choice answer must be a list of options"),
     ({"Q3": ["A", "Z"]}, "Q3: 'Z' is not among the options"),
-    ({"Q3": ["A", "A"]}, "Q3: a letter is repeated"),
+    ({"Q3": ["A", "A"]}, "Q3: an option is repeated"),
+    ({"Q3": ["A", "longer-wait"]}, "Q3: an option is repeated"),
     ({"_name": "x"}, "unknown key '_name'"),
-    ({"_seed": -3}, "_seed must be a non-negative integer"),
-    ({"_learner": ""}, "_learner must be a non-empty string"),
+    ({"_seed": -3}, "_seed is not accepted"),
+    ({"_learner": ""}, "_learner: a learner id must not be empty"),
+    ({"_learner": "x" * 65}, "at most 64 characters"),
+    ({"_learner": "=cmd|calc"}, "may only use letters"),
+    ({"_learner": "a\nb"}, "may only use letters"),
+    ({"_shown": ["Q1", "Q1"]}, "_shown repeats"),
+    ({"_shown": ["Q99"]}, "_shown: unknown question id"),
+    ({"_shown": ["Q1"], "Q2": "B"}, "answers question 'Q2', which _shown does not list"),
+    ({"_order": "shuffled"}, "_order must be"),
     ({"_bank": "ch02"}, "answers are for bank 'ch02' but are graded against 'interview'"),
 ])
 def test_malformed_submission_raises_one_line(sub, problem) -> None:
@@ -94,7 +102,7 @@ def test_wrong_type_for_numeric(given, problem) -> None:
 
 
 def test_bank_comes_from_submission_when_not_given() -> None:
-    r = grade_submission({"_bank": "ch05", "ch05-4": "A"})
+    r = grade_submission({"_bank": "ch05", "ch05-4": "right"})
     assert r["bank"] == "ch05" and r["score"] == 1 and r["total"] == len(load_bank("ch05"))
     with pytest.raises(SubmissionError, match="_bank: unknown bank 'ch99'"):
         grade_submission({"_bank": "ch99"})
@@ -122,19 +130,59 @@ def test_seeded_question_is_graded_with_the_learners_numbers_and_tolerance() -> 
     assert r["correct"] and r["expected"] == pytest.approx(want)
 
 
-def test_seed_selection_rules() -> None:
+def test_seed_derives_from_the_learner_id_alone() -> None:
     default = AMDAHL.expected(None)
-    assert default == pytest.approx(1 / 0.2125)       # no seed: the bank's default numbers
+    assert default == pytest.approx(1 / 0.2125)       # no learner: the bank's default numbers
     assert grade_submission({"ch05-1": default}, "ch05")["results"]["ch05-1"]["correct"]
-    # _seed wins over _learner
-    s = 12345
-    r = grade_submission({"_learner": "zhang3", "_seed": s, "ch05-1": AMDAHL.expected(s)}, "ch05")
+    own = seed_for("zhang3")
+    # an old export that wrote the learner's own seed still grades …
+    r = grade_submission({"_learner": "zhang3", "_seed": own, "ch05-1": AMDAHL.expected(own)}, "ch05")
     assert r["results"]["ch05-1"]["correct"] and r["learner"] == "zhang3"
-    # some learner gets numbers different from the default, and is graded on them
+    # … but a _seed that borrows other numbers is refused, with or without a learner
     other = next(n for n in (f"s{i}" for i in range(100))
-                 if AMDAHL.expected(seed_for(n)) != pytest.approx(default, rel=0.02))
+                 if AMDAHL.expected(seed_for(n)) != pytest.approx(AMDAHL.expected(own), rel=0.02))
+    theirs = {"ch05-1": AMDAHL.expected(seed_for(other)), "_seed": seed_for(other)}
+    for sub in ({"_learner": "zhang3", **theirs}, theirs):
+        with pytest.raises(SubmissionError, match="_seed"):
+            grade_submission(sub, "ch05")
+    # and a learner is graded on their own numbers, not the defaults
     r = grade_submission({"_learner": other, "ch05-1": default}, "ch05")
     assert not r["results"]["ch05-1"]["correct"]
+
+
+# --- option ids and letters -------------------------------------------------------------------
+
+
+def test_choice_answers_by_stable_id_for_every_bank() -> None:
+    for name in ("interview", "ch02", "ch06"):
+        b = load_bank(name)
+        key = {q.id: q.expected_ids() for q in b if q.kind != "numeric"}
+        r = grade_submission({"_bank": name, **key})
+        assert r["score"] == len(key) and r["total"] == len(b)
+
+
+def test_interview_letters_are_the_articles_and_chapter_letters_need_article_order() -> None:
+    assert grade_submission({"Q1": "B"})["results"]["Q1"]["correct"]          # article letters
+    assert grade_submission({"Q1": "merge"})["results"]["Q1"] == {
+        "correct": True, "expected": "B", "given": "B"}                        # reported as letters
+    q = load_bank("ch02")["ch02-4"]                                            # key: toplevel = D
+    with pytest.raises(SubmissionError, match="ch02-4: 'D' is a letter, but this bank's options are shuffled"):
+        grade_submission({"ch02-4": "D"}, "ch02")
+    r = grade_submission({"_order": "article", "ch02-4": "D"}, "ch02")
+    assert r["results"]["ch02-4"] == {"correct": True, "expected": "toplevel", "given": "toplevel"}
+    assert q.letter_of("toplevel") == "D"
+
+
+def test_shown_questions_only_are_graded_and_counted() -> None:
+    b = load_bank("ch02")
+    shown = b.pick(5, seed_for("li4"))
+    right = {qid: b[qid].expected_ids(seed_for("li4")) for qid in shown[:2]}
+    r = grade_submission({"_bank": "ch02", "_learner": "li4", "_shown": shown, **right})
+    assert (r["score"], r["total"], r["shown"], r["bank_total"]) == (2, 5, 5, 7)
+    assert list(r["results"]) == shown
+    other = [qid for qid in b.ids if qid not in shown][:1] + shown[1:]
+    with pytest.raises(SubmissionError, match="_shown does not match the 5 questions"):
+        grade_submission({"_bank": "ch02", "_learner": "li4", "_shown": other})
 
 
 def test_plain_numeric_tolerance() -> None:
@@ -191,4 +239,21 @@ def test_csv_has_one_row_per_file(files, tmp_path: Path) -> None:
     assert (good["score"], good["total"], good["learner"], good["Q10"]) == ("10", "10", "zhang3", "1")
     assert (partial["score"], partial["Q1"], partial["Q3"], partial["Q2"]) == ("1", "1", "0", "0")
     assert bad["score"] == "" and "not valid JSON" in bad["error"]
-    assert list(rows[0])[:5] == ["file", "bank", "learner", "score", "total"]
+    assert list(rows[0])[:7] == ["file", "bank", "learner", "score", "total", "shown", "bank_total"]
+    assert list(rows[0])[7:17] == [f"Q{i}" for i in range(1, 11)]
+
+
+def test_csv_says_how_many_were_shown(tmp_path: Path) -> None:
+    b = load_bank("ch03")
+    shown = b.pick(3, seed_for("wang5"))
+    p = tmp_path / "wang5.json"
+    p.write_text(json.dumps({"_bank": "ch03", "_learner": "wang5", "_shown": shown,
+                             shown[0]: b[shown[0]].expected_ids(seed_for("wang5"))}), "utf-8")
+    full = tmp_path / "zhao6.json"
+    full.write_text(json.dumps({"_bank": "ch03", "_learner": "zhao6"}), "utf-8")
+    reports, errors = grade_files([p, full])
+    row, row2 = list(csv.DictReader(write_csv(tmp_path / "c.csv", reports, errors).open(encoding="utf-8")))
+    assert (row["score"], row["total"], row["shown"], row["bank_total"]) == ("1", "3", "3", "7")
+    hidden = [qid for qid in b.ids if qid not in shown]
+    assert all(row[qid] == "" for qid in hidden) and row[shown[1]] == "0"
+    assert (row2["total"], row2["shown"]) == ("7", "7")

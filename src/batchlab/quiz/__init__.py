@@ -1,7 +1,9 @@
-"""Quizzes: question banks (quiz/*.json), grading, the notebook widget and a CLI.
+"""Quizzes: question banks (quiz/*.json), grading, the notebook widget, exports and a CLI.
 
     from batchlab.quiz import load_bank, grade_submission, show_quiz, display_chapter_quiz
     python -m batchlab.quiz grade FILE [FILE...] [--bank interview] [--csv OUT]
+    python -m batchlab.quiz export --bank ch02 --format moodle|qti
+    python -m batchlab.quiz stats FILE [FILE...] --bank ch02
 
 The widget parts (`Quiz`, `show_quiz`, `display_chapter_quiz`) import ipywidgets on first use.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from batchlab.quiz.bank import Bank, Question, list_banks, load_all, load_bank, quiz_dir
+from batchlab.quiz.export import check_moodle, check_qti, moodle_xml, parse_moodle, parse_qti, qti_package
 from batchlab.quiz.grade import (
     SubmissionError,
     check_answer,
@@ -19,14 +22,18 @@ from batchlab.quiz.grade import (
     grade_submission,
     write_csv,
 )
+from batchlab.quiz.learner import check_learner, current_learner, forget_learner, remember_learner
 from batchlab.quiz.params import FORMULAS, seed_for
 from batchlab.quiz.session import Feedback, QuizSession, render_text
+from batchlab.quiz.stats import item_stats, stats_table
 
 __all__ = [
     "Bank", "FORMULAS", "Feedback", "Question", "Quiz", "QuizSession", "SubmissionError",
-    "check_answer", "display_chapter_quiz", "grade_file", "grade_files", "grade_submission",
-    "list_banks", "load_all", "load_bank", "quiz_dir", "render_text", "seed_for", "show_quiz",
-    "write_csv",
+    "check_answer", "check_learner", "check_moodle", "check_qti", "current_learner",
+    "display_chapter_quiz", "forget_learner", "grade_file", "grade_files", "grade_submission",
+    "item_stats", "list_banks", "load_all", "load_bank", "moodle_xml", "parse_moodle", "parse_qti",
+    "qti_package", "quiz_dir", "remember_learner", "render_text", "seed_for", "show_quiz",
+    "stats_table", "write_csv",
 ]
 
 _WIDGET = ("Quiz", "show_quiz", "display_chapter_quiz", "headless")

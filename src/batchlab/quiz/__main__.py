@@ -1,12 +1,16 @@
-"""Command line: grade submissions, print a bank, check or sync bank files.
+"""Command line: grade submissions, item statistics, export or print a bank, check or sync banks.
 
     python -m batchlab.quiz grade FILE [FILE...] [--bank interview] [--csv OUT]
-    python -m batchlab.quiz show [--bank interview] [--answers] [--learner ID | --seed N]
+    python -m batchlab.quiz stats FILE [FILE...] [--bank ch02] [--json]
+    python -m batchlab.quiz export --bank ch02 --format moodle|qti [-o OUT]
+    python -m batchlab.quiz show [--bank interview] [--answers] [--learner ID | --seed N] [--article-order]
+    python -m batchlab.quiz learner [ID | --forget]
     python -m batchlab.quiz check [BANK_FILE...]
     python -m batchlab.quiz sync [BANK_FILE...]
 
 `grade` prints one JSON object per valid file on stdout and one line per bad file on stderr;
-it exits 0 when every file was valid, 2 otherwise. Usage errors: one line on stderr, exit 2.
+it exits 0 when every file was valid, 2 otherwise. `stats` does the same for its table. Usage
+errors: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
+from batchlab.quiz.audit import audit, blind_scores, key_positions
 from batchlab.quiz.bank import list_banks, load_all, load_bank, quiz_dir, sync_file
+from batchlab.quiz.export import moodle_xml, qti_package
 from batchlab.quiz.grade import grade_files, write_csv
+from batchlab.quiz.learner import current_learner, forget_learner, learner_file, remember_learner
+from batchlab.quiz.safe_json import display_name
 from batchlab.quiz.session import render_text
+from batchlab.quiz.stats import item_stats, stats_table
 
 PROG = "python -m batchlab.quiz"
 
@@ -35,40 +44,106 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _report_bad(files: Sequence[str], errors: Sequence[tuple[str, str]]) -> None:
+    bad = dict(errors)
+    for f in files:
+        if f in bad:
+            print(f"{display_name(f)}: {bad[f]}", file=sys.stderr)
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     try:
         reports, errors = grade_files(args.files, args.bank)
     except ValueError as e:  # a bad --bank: nothing can be graded
         return _fail(str(e))
     by_file = {r["file"]: r for r in reports}
-    bad = dict(errors)
-    for f in args.files:
-        f = str(f)
+    files = [str(f) for f in args.files]
+    for f in files:
         if f in by_file:
             print(json.dumps(by_file[f], ensure_ascii=False))
-        elif f in bad:
-            print(f"{f}: {bad[f]}", file=sys.stderr)
+    _report_bad(files, errors)
     if args.csv:
         try:
-            write_csv(args.csv, reports, errors, order=[str(f) for f in args.files])
+            write_csv(args.csv, reports, errors, order=files)
         except OSError as e:
             return _fail(f"cannot write {args.csv}: {e.strerror or e}")
     return 2 if errors else 0
 
 
+def _cmd_stats(args: argparse.Namespace) -> int:
+    try:
+        reports, errors = grade_files(args.files, args.bank)
+    except ValueError as e:
+        return _fail(str(e))
+    files = [str(f) for f in args.files]
+    _report_bad(files, errors)
+    names = {r["bank"] for r in reports}
+    if len(names) > 1:
+        return _fail(f"the files answer different banks ({', '.join(sorted(names))}): give --bank")
+    if not reports:
+        return _fail("no valid submission to compute statistics from")
+    bank = load_bank(args.bank or names.pop())
+    rows = item_stats(reports, bank)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        sys.stdout.write(stats_table(rows, bank, len(reports)))
+    return 2 if errors else 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    try:
+        bank = load_bank(args.bank)
+    except ValueError as e:
+        return _fail(str(e))
+    data = moodle_xml(bank).encode("utf-8") if args.format == "moodle" else qti_package(bank)
+    if args.output:
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as e:
+            return _fail(f"cannot write {args.output}: {e.strerror or e}")
+        print(f"wrote {args.output}: {len(bank)} questions ({args.format})", file=sys.stderr)
+        return 0
+    if args.format == "qti" and sys.stdout.isatty():
+        return _fail("a QTI package is a zip file: give -o ch02-qti.zip (or redirect stdout)")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     try:
-        text = render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers)
+        text = render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers,
+                           article_order=args.article_order)
     except ValueError as e:
         return _fail(str(e))
     sys.stdout.write(text)
     return 0
 
 
+def _cmd_learner(args: argparse.Namespace) -> int:
+    if args.forget:
+        gone = forget_learner()
+        print("已删除记住的学员 id" if gone else "没有记住的学员 id")
+        return 0
+    if args.id is not None:
+        try:
+            path = remember_learner(args.id)
+        except ValueError as e:
+            return _fail(str(e))
+        print(f"学员 id 已记住：{args.id.strip()}（{path}）")
+        return 0
+    who = current_learner()
+    print(f"学员 id：{who}" if who else f"还没有设置学员 id（{learner_file()}）")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
         if args.files:
-            banks = {str(p): load_bank(p) for p in args.files}
+            banks = {load_bank(p).name: load_bank(p) for p in args.files}
         else:
             banks = load_all()
             if not banks:
@@ -80,7 +155,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
         seeded = sum(q.seeded for q in b)
         print(f"ok {b.name}: {len(b)} questions ({kinds['single']} single, {kinds['multi']} multi, "
               f"{kinds['numeric']} numeric of which {seeded} seeded)")
-    return 0
+    problems = audit(banks)
+    shares = key_positions(banks)
+    if shares:
+        print("keys: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+        row = blind_scores(banks).get("all", {})
+        print("blind: " + ", ".join(f"{s} {row[s]:.0%} (chance {row[s + ':chance']:.0%})"
+                                    for s in ("always-first", "always-longest", "all-of-the-above")
+                                    if s in row))
+    for p in problems:
+        print(f"{PROG}: audit: {p}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def _cmd_sync(args: argparse.Namespace) -> int:
@@ -96,7 +181,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    p = _Parser(prog=PROG, description="batchlab quizzes: grade submissions, show or check banks")
+    p = _Parser(prog=PROG, description="batchlab quizzes: grade, analyse, export, show or check banks")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     g = sub.add_parser("grade", help="grade submission JSON files")
     g.add_argument("files", nargs="+", metavar="FILE")
@@ -104,14 +189,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bank to grade against (default: each file's _bank, else interview)")
     g.add_argument("--csv", metavar="OUT", help="also write one CSV row per file")
     g.set_defaults(func=_cmd_grade)
+    st = sub.add_parser("stats", help="item statistics over a class's submissions")
+    st.add_argument("files", nargs="+", metavar="FILE")
+    st.add_argument("--bank", default=None, help="bank (default: the files' _bank)")
+    st.add_argument("--json", action="store_true", help="one JSON object per question")
+    st.set_defaults(func=_cmd_stats)
+    e = sub.add_parser("export", help="export a bank as Moodle XML or a QTI 2.1 package")
+    e.add_argument("--bank", required=True)
+    e.add_argument("--format", required=True, choices=("moodle", "qti"))
+    e.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    e.set_defaults(func=_cmd_export)
     s = sub.add_parser("show", help="print a bank's questions for self-study")
     s.add_argument("--bank", default="interview")
     s.add_argument("--answers", action="store_true", help="also print keys and explanations")
+    s.add_argument("--article-order", action="store_true",
+                   help="options in the bank file's order, not the learner's")
     who = s.add_mutually_exclusive_group()
-    who.add_argument("--learner", help="learner id: seeds the numeric questions")
-    who.add_argument("--seed", type=int, help="seed for the numeric questions")
+    who.add_argument("--learner", help="learner id: seeds the numbers and the option order")
+    who.add_argument("--seed", type=int, help="seed for the numbers and the option order")
     s.set_defaults(func=_cmd_show)
-    c = sub.add_parser("check", help="validate banks (default: all in quiz/)")
+    le = sub.add_parser("learner", help="show or remember the learner id the notebooks share")
+    le.add_argument("id", nargs="?", help="the id to remember")
+    le.add_argument("--forget", action="store_true", help="forget the remembered id")
+    le.set_defaults(func=_cmd_learner)
+    c = sub.add_parser("check", help="validate and audit banks (default: all in quiz/)")
     c.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
     c.set_defaults(func=_cmd_check)
     y = sub.add_parser("sync", help="fill the jupyterquiz fields derived from ours (authors)")

@@ -3,9 +3,11 @@
 A bank is a JSON array of question objects (see quiz/README.md). Each question carries our
 fields (`id`, `kind`, `answer`, `explanation`, `difficulty`, `chapter`, …) and jupyterquiz's
 (`question`, `type`, `answers` with `answer`/`correct`/`feedback`), so the same file can be
-passed to `jupyterquiz.display_quiz`. Options are the `answers[].answer` texts; their letters
-are A, B, C… in file order. Everything is validated on load; a problem raises a `ValueError`
-naming the file, the question id and the problem.
+passed to `jupyterquiz.display_quiz`. Options are the `answers[].answer` texts; each has a
+stable `id` (what submissions record) and an article letter A, B, C… in file order (the order
+`--article-order` shows). Chapter banks present their options in a per-learner seeded order
+(`Question.option_order`); the interview bank keeps the article's order. Everything is validated
+on load; a problem raises a `ValueError` naming the file, the question id and the problem.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 from batchlab.paths import repo_root
 from batchlab.quiz import params as P
+from batchlab.quiz.safe_json import read_json_file
 
 __all__ = [
     "Bank",
@@ -47,10 +52,15 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _REQUIRED = ("id", "kind", "type", "difficulty", "chapter", "question", "answers", "answer",
              "explanation")
 _OPTIONAL = ("see", "tolerance", "unit", "formula", "params", "defaults", "template",
-             "erratum", "article_explanation", "key_note")
+             "erratum", "article_explanation", "key_note", "numbers")
 _KEY_ORDER = ("id", "kind", "type", "difficulty", "chapter", "see", "template", "params",
               "defaults", "formula", "question", "answers", "answer", "tolerance", "unit",
-              "explanation", "erratum", "key_note", "article_explanation")
+              "explanation", "erratum", "key_note", "numbers", "article_explanation")
+_OPTION_KEYS = ("id", "answer", "correct", "misconception", "feedback")
+OPTION_ID = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+"""Stable option ids: lowercase words joined by '-', 2–24 characters (never a bare letter)."""
+UNSHUFFLED = frozenset({"interview"})
+"""Banks whose options always keep the article's order (the interview bank is the article's)."""
 _SEEDED = ("formula", "params", "defaults", "template")
 
 FEEDBACK = {
@@ -59,6 +69,7 @@ FEEDBACK = {
     "multi_wrong": "这一项不应选。",
     "numeric_wrong": "不对，再算一遍。",
 }
+_WRONG_PREFIX = {"single": "不对。", "multi": "这一项不应选。"}
 """Default jupyterquiz feedback texts that `sync` writes where a bank has none."""
 
 _BANK_RE = re.compile(r"^(interview|ch(\d\d))$")
@@ -90,7 +101,8 @@ def bank_path(bank: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class Instance:
-    """A question as one learner sees it: the stem with their parameters and the key."""
+    """A question as one learner sees it: the stem with their parameters, the options in their
+    order (displayed letter → text, and displayed letter → stable id) and the key."""
 
     qid: str
     kind: str
@@ -99,6 +111,18 @@ class Instance:
     expected: Any
     explanation: str
     params: dict[str, Any] = field(default_factory=dict)
+    option_ids: dict[str, str] = field(default_factory=dict)
+
+    def letter_of(self, oid: str) -> str:
+        """The displayed letter of option `oid` in this instance."""
+        for letter, i in self.option_ids.items():
+            if i == oid:
+                return letter
+        raise KeyError(oid)
+
+
+def _option_seed(qid: str) -> int:
+    return P.qid_key("options:" + qid)
 
 
 @dataclass
@@ -151,26 +175,84 @@ class Question:
         return "formula" in self.raw
 
     @property
+    def shuffled(self) -> bool:
+        """Whether a learner's seed reorders this question's options (chapter choice questions)."""
+        return self.kind != "numeric" and self.bank not in UNSHUFFLED
+
+    @property
     def options(self) -> dict[str, str]:
-        """Letter → option text (empty for numeric questions)."""
+        """Article letter → option text, in file order (empty for numeric questions)."""
         if self.kind == "numeric":
             return {}
         return {LETTERS[i]: a["answer"] for i, a in enumerate(self.raw["answers"])}
 
-    def expected(self, seed: int | None = None) -> Any:
-        """The key: a letter, a sorted list of letters, or the number for this seed."""
-        return self.instance(seed).expected
+    @property
+    def option_ids(self) -> list[str]:
+        """The stable option ids in file (article) order."""
+        if self.kind == "numeric":
+            return []
+        return [a["id"] for a in self.raw["answers"]]
 
-    def instance(self, seed: int | None = None) -> Instance:
-        """The question for one learner: stem and key with parameters drawn from `seed`."""
+    def option(self, oid: str) -> dict[str, Any]:
+        """The stored option with id `oid` (KeyError if none)."""
+        for a in self.raw.get("answers", []):
+            if a.get("id") == oid:
+                return a
+        raise KeyError(oid)
+
+    def letter_of(self, oid: str) -> str:
+        """The article letter of option `oid`."""
+        return LETTERS[self.option_ids.index(oid)]
+
+    def id_of_letter(self, letter: str) -> str:
+        """The id of the option with article letter `letter`."""
+        return self.option_ids[LETTERS.index(letter)]
+
+    @property
+    def key_ids(self) -> list[str]:
+        """The ids of the correct options, in file order."""
+        return [a["id"] for a in self.raw.get("answers", []) if a.get("correct") is True
+                and self.kind != "numeric"]
+
+    def option_order(self, seed: int | None, article_order: bool = False) -> list[str]:
+        """Option ids in the order a learner with `seed` sees them: a seeded permutation for
+        chapter choice questions, the article's order for the interview bank, with no seed or
+        with `article_order`."""
+        ids = self.option_ids
+        if seed is None or article_order or not self.shuffled:
+            return ids
+        rng = np.random.default_rng([int(seed), _option_seed(self.id)])
+        return [ids[i] for i in rng.permutation(len(ids))]
+
+    def expected(self, seed: int | None = None) -> Any:
+        """The key in article terms: a letter, a sorted list of letters, or the number for this
+        seed."""
+        if self.kind == "numeric":
+            return self.instance(seed).expected
+        ans = self.raw["answer"]
+        return sorted(ans) if self.kind == "multi" else ans
+
+    def expected_ids(self, seed: int | None = None) -> Any:
+        """The key as stable ids: one id, a list of ids in file order, or the number."""
+        if self.kind == "numeric":
+            return self.instance(seed).expected
+        return self.key_ids[0] if self.kind == "single" else self.key_ids
+
+    def instance(self, seed: int | None = None, article_order: bool = False) -> Instance:
+        """The question for one learner: stem, options in their order and the key (displayed
+        letters), with parameters drawn from `seed`."""
         if not self.seeded:
-            ans = self.raw["answer"]
-            if self.kind == "multi":
-                ans = sorted(ans)
-            elif self.kind == "numeric":
-                ans = float(ans)
-            return Instance(self.id, self.kind, self.raw["question"], self.options, ans,
-                            self.explanation)
+            if self.kind == "numeric":
+                return Instance(self.id, self.kind, self.raw["question"], {},
+                                float(self.raw["answer"]), self.explanation)
+            order = self.option_order(seed, article_order)
+            shown = {LETTERS[i]: oid for i, oid in enumerate(order)}
+            texts = {k: self.option(oid)["answer"] for k, oid in shown.items()}
+            back = {oid: k for k, oid in shown.items()}
+            keys = sorted(back[oid] for oid in self.key_ids)
+            ans: Any = keys[0] if self.kind == "single" else keys
+            return Instance(self.id, self.kind, self.raw["question"], texts, ans,
+                            self.explanation, {}, shown)
         values = P.draw_params(self.raw["params"], self.raw["defaults"], self.id, seed)
         stem = P.render_template(self.raw["template"], values)
         value = P.formula(self.raw["formula"])(**values)
@@ -223,6 +305,21 @@ class Bank:
     def ids(self) -> list[str]:
         return [q.id for q in self.questions]
 
+    def pick(self, n: int | None, seed: int | None) -> list[str]:
+        """The ids a quiz of `n` questions shows (bank order): all of them when `n` is None or
+        covers the bank, the first `n` without a seed, else `n` drawn by the seed. The grader
+        recomputes this draw to check a learner's `_shown`."""
+        ids = self.ids
+        if n is None or n >= len(ids):
+            return ids
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a whole number ≥ 1, got {n!r}")
+        if seed is None:
+            return ids[:n]
+        rng = np.random.default_rng(seed)
+        keep = set(rng.choice(len(ids), size=n, replace=False).tolist())
+        return [qid for i, qid in enumerate(ids) if i in keep]
+
     def to_jupyterquiz(self) -> list[dict[str, Any]]:
         """The questions as plain dicts, ready for `jupyterquiz.display_quiz` (extra keys kept)."""
         return [dict(q.raw) for q in self.questions]
@@ -244,7 +341,40 @@ def _nonempty_str(q: dict, key: str) -> None:
         raise _Problem(f"'{key}' must be a non-empty string")
 
 
-def _check_choices(q: dict) -> list[str]:
+def _check_options(q: dict, bank: str) -> None:
+    """Option ids, and for chapter banks the misconception each distractor stands for."""
+    chapter_bank = bank not in UNSHUFFLED
+    ids = []
+    for i, a in enumerate(q["answers"]):
+        oid = a.get("id")
+        if not isinstance(oid, str) or not OPTION_ID.match(oid) or not 2 <= len(oid) <= 24:
+            raise _Problem(f"option {LETTERS[i]} needs an 'id': 2–24 lowercase letters/digits "
+                           "joined by '-', e.g. \"toplevel\"")
+        ids.append(oid)
+        wrong = not a["correct"]
+        m = a.get("misconception")
+        if m is not None and (not isinstance(m, str) or not m.strip()):
+            raise _Problem(f"option {LETTERS[i]}: 'misconception' must be a non-empty string")
+        if m is not None and a["correct"]:
+            raise _Problem(f"option {LETTERS[i]} is correct but names a misconception")
+        if chapter_bank and wrong:
+            if m is None:
+                raise _Problem(f"option {LETTERS[i]} is a distractor: name the 'misconception' "
+                               "it stands for")
+            prefix = _WRONG_PREFIX[q["kind"]]
+            if not a["feedback"].startswith(prefix) or m not in a["feedback"]:
+                raise _Problem(f"feedback of option {LETTERS[i]} must start with {prefix!r} and "
+                               "name its misconception")
+        if chapter_bank and q["kind"] == "multi" and a["correct"] and (
+                not a["feedback"].startswith("这一项应选") or a["feedback"] == FEEDBACK["multi_right"]):
+            raise _Problem(f"feedback of option {LETTERS[i]} must say why it is right "
+                           "(\"这一项应选：…\")")
+    dup = [x for x in set(ids) if ids.count(x) > 1]
+    if dup:
+        raise _Problem(f"option id {dup[0]!r} appears twice")
+
+
+def _check_choices(q: dict, bank: str = "") -> list[str]:
     answers = q["answers"]
     if not isinstance(answers, list) or len(answers) < 2:
         raise _Problem("'answers' must list at least 2 options")
@@ -254,7 +384,7 @@ def _check_choices(q: dict) -> list[str]:
     for i, a in enumerate(answers):
         if not isinstance(a, dict):
             raise _Problem(f"option {LETTERS[i]} must be an object")
-        extra = set(a) - {"answer", "correct", "feedback"}
+        extra = set(a) - set(_OPTION_KEYS)
         if extra:
             raise _Problem(f"option {LETTERS[i]} has unknown keys {sorted(extra)}")
         if not isinstance(a.get("answer"), str) or not a["answer"].strip():
@@ -290,13 +420,28 @@ def _check_choices(q: dict) -> list[str]:
         )
     for i, a in enumerate(answers):
         stale = FEEDBACK["multi_wrong"] if a["correct"] else FEEDBACK["multi_right"]
-        if a["feedback"] == stale or (not a["correct"] and a["feedback"].startswith("正确。")):
+        if (a["feedback"] == stale or (not a["correct"] and a["feedback"].startswith("正确。"))
+                or (q["kind"] == "multi" and not a["correct"] and a["feedback"].startswith("这一项应选"))
+                or (q["kind"] == "multi" and a["correct"] and a["feedback"].startswith("这一项不应选"))):
             raise _Problem(f"feedback of option {LETTERS[i]} contradicts the key "
                            "(run `python -m batchlab.quiz sync`)")
     if q["kind"] == "single" and answers[letters.index(ans)]["feedback"] != right_feedback(q):
         raise _Problem("feedback of the correct option is not 正确。+ explanation "
                        "(run `python -m batchlab.quiz sync`)")
+    _check_options(q, bank)
     return letters
+
+
+def _check_numbers(q: dict) -> None:
+    nums = q["numbers"]
+    if not isinstance(nums, dict) or not nums:
+        raise _Problem("'numbers' must map each quoted number to {\"expr\": …} or {\"source\": …}")
+    for k, v in nums.items():
+        if not re.fullmatch(r"\d+(?:,\d{3})*(?:\.\d+)?", k):
+            raise _Problem(f"'numbers' key {k!r} is not a number as written in the text")
+        if not isinstance(v, dict) or len(v) != 1 or next(iter(v)) not in ("expr", "source") \
+                or not isinstance(next(iter(v.values())), str) or not next(iter(v.values())).strip():
+            raise _Problem(f"'numbers'[{k!r}] must be {{\"expr\": \"…\"}} or {{\"source\": \"…\"}}")
 
 
 def _check_numeric(q: dict) -> None:
@@ -431,7 +576,9 @@ def _validate(q: Any, bank: str) -> None:
         extra = [k for k in ("tolerance", "unit", *_SEEDED) if k in q]
         if extra:
             raise _Problem(f"{extra} only apply to numeric questions")
-        _check_choices(q)
+        _check_choices(q, bank)
+    if "numbers" in q:
+        _check_numbers(q)
 
 
 def _id_pattern(bank: str) -> re.Pattern[str]:
@@ -473,20 +620,12 @@ def parse_bank(data: Any, name: str, where: str) -> list[Question]:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; ValueError with a one-line problem (no such file, not valid JSON, …)
-    that the caller prefixes with what the file is."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError("no such file") from None
-    except IsADirectoryError:
-        raise ValueError("is a directory") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read: {e}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    """Parse a bank file; ValueError with a one-line problem (no such file, not valid JSON,
+    duplicate key, …) that the caller prefixes with what the file is."""
+    return read_json_file(path, max_bytes=_MAX_BANK_BYTES, max_depth=16)
+
+
+_MAX_BANK_BYTES = 4 << 20
 
 
 def _read_json(path: Path) -> Any:
@@ -580,7 +719,10 @@ def derive_fields(q: dict[str, Any]) -> dict[str, Any]:
                 fb = FEEDBACK["single_wrong"]
             else:
                 fb = FEEDBACK["multi_right"] if correct else FEEDBACK["multi_wrong"]
-        answers.append({"answer": text, "correct": correct, "feedback": fb})
+        opt = dict(a) if isinstance(a, dict) else {}
+        opt.update(answer=text, correct=correct, feedback=fb)
+        answers.append({k: opt[k] for k in _OPTION_KEYS if k in opt}
+                       | {k: v for k, v in opt.items() if k not in _OPTION_KEYS})
     out["answers"] = answers
     return out
 

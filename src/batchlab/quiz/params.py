@@ -30,6 +30,7 @@ __all__ = [
     "fmt_value",
     "formula",
     "placeholders",
+    "qid_key",
     "render_template",
     "seed_for",
 ]
@@ -231,7 +232,9 @@ def seed_for(learner: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def _qid_key(qid: str) -> int:
+def qid_key(qid: str) -> int:
+    """A stable non-negative integer for a question id (sha256, first 8 bytes): one of the two
+    words that seed a learner's draw for that question."""
     return int.from_bytes(hashlib.sha256(qid.encode("utf-8")).digest()[:8], "big") >> 1
 
 
@@ -249,7 +252,7 @@ def draw_params(
     if seed is None:
         return dict(defaults)
     count("seed", seed, lo=0)
-    rng = np.random.default_rng([int(seed), _qid_key(qid)])
+    rng = np.random.default_rng([int(seed), qid_key(qid)])
     return {name: choices[int(rng.integers(len(choices)))] for name, choices in params.items()}
 
 

@@ -2,18 +2,25 @@
 
 `QuizSession` is what the notebook widget drives (the widget is a thin view over it), and what
 tests exercise directly. Its `to_submission()` is exactly the format the grader reads.
+
+A learner id fixes everything a learner sees: the numbers of seeded questions, which `n`
+questions a short quiz shows, and the order of each chapter question's options. Answers are
+recorded by option id, so the export grades the same whatever order was shown. Without a learner
+id a `seed` does the same for self-study, but such a session cannot be exported for grading when
+it drew numbers (the grader derives numbers from the learner id alone).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from batchlab._validate import optional_count
-from batchlab.quiz.bank import Bank, Instance, Question, load_bank
-from batchlab.quiz.grade import check_answer
+from batchlab.quiz.bank import FEEDBACK, Bank, Instance, Question, load_bank
+from batchlab.quiz.grade import SubmissionError, check_answer, normalize_answer
+from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import fmt_number, seed_for
 
 __all__ = [
@@ -21,6 +28,7 @@ __all__ = [
 ]
 
 KIND_LABEL = {"single": "单选", "multi": "多选", "numeric": "数值"}
+_DEFAULT_FEEDBACK = set(FEEDBACK.values())
 
 
 def format_answer(value: Any) -> str:
@@ -36,7 +44,9 @@ def format_answer(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Feedback:
-    """The outcome of one answer, with the explanation to show after it."""
+    """The outcome of one answer, with the explanation to show after it. `expected` and `given`
+    use the letters this learner saw; `notes` holds the feedback of each option the learner got
+    wrong (chosen distractors, missed keys): `(letter, text)`."""
 
     qid: str
     correct: bool
@@ -46,6 +56,7 @@ class Feedback:
     erratum: str | None = None
     key_note: str | None = None
     tolerance: str | None = None
+    notes: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     @property
     def verdict(self) -> str:
@@ -53,14 +64,17 @@ class Feedback:
         return "正确" if self.correct else "错误"
 
     def text(self) -> str:
-        """Feedback as plain text: verdict, the key, the explanation, and any 勘误/key note."""
+        """Feedback as plain text: verdict, the key, what each wrong choice misunderstood, the
+        explanation, and any 勘误/key note."""
         head = f"{self.qid} {self.verdict}。"
         if not self.correct:
             head += f"你的答案：{format_answer(self.given)}；正确答案：{format_answer(self.expected)}"
             if self.tolerance:
                 head += f"（容差 {self.tolerance}）"
             head += "。"
-        lines = [head, f"解析：{self.explanation}"]
+        lines = [head]
+        lines += [f"{letter}：{text}" for letter, text in self.notes]
+        lines.append(f"解析：{self.explanation}")
         if self.erratum:
             lines.append(f"勘误：{self.erratum}")
         if self.key_note:
@@ -80,9 +94,11 @@ def question_header(q: Question, inst: Instance) -> str:
     return f"{q.id} [{' · '.join(tags)}] {inst.stem}"
 
 
-def render_question(q: Question, seed: int | None = None, answers: bool = False) -> str:
-    """One question as text: header line, options, and with `answers=True` the key and why."""
-    inst = q.instance(seed)
+def render_question(q: Question, seed: int | None = None, answers: bool = False,
+                    article_order: bool = False) -> str:
+    """One question as text: header line, options (in the order `seed` gives them), and with
+    `answers=True` the key and why."""
+    inst = q.instance(seed, article_order)
     lines = [question_header(q, inst)]
     lines += [f"  {k}. {v}" for k, v in inst.options.items()]
     if answers:
@@ -97,46 +113,66 @@ def render_question(q: Question, seed: int | None = None, answers: bool = False)
 
 def render_text(
     bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
-    answers: bool = False, questions: Sequence[str] | None = None,
+    answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
 ) -> str:
-    """A bank (or the listed question ids) as plain text; answers hidden unless `answers`."""
+    """A bank (or the listed question ids) as plain text; answers hidden unless `answers`.
+    A learner id (or a seed) draws the numbers and, for chapter banks, the option order;
+    `article_order` keeps the options in the bank file's order."""
     b = bank if isinstance(bank, Bank) else load_bank(bank)
-    if seed is None and learner:
+    if learner is not None:
+        learner = check_learner(learner)
         seed = seed_for(learner)
     qs = [b[qid] for qid in questions] if questions is not None else list(b)
     head = f"题库 {b.name}（{len(qs)} 题）"
+    who = f"学员 {learner}，" if learner else ""
     if any(q.seeded for q in qs):
-        who = f"学员 {learner}，" if learner else ""
-        head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设 seed）"
-    blocks = [head] + [render_question(q, seed, answers) for q in qs]
+        head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设学员 id）"
+        who = ""
+    if any(q.shuffled for q in qs):
+        if article_order or seed is None:
+            head += "，选项按原顺序"
+        elif learner:
+            head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
+        else:
+            head += "，选项按 seed 打乱（未设学员 id）"
+    blocks = [head] + [render_question(q, seed, answers, article_order) for q in qs]
     return "\n\n".join(blocks) + "\n"
 
 
 class QuizSession:
     """A learner's run through a bank: record answers, give feedback, keep the score.
 
-    `seed` (or a `learner` id it is derived from) fixes the numbers of seeded questions.
-    `questions` limits the session to some ids (default: the whole bank).
+    `learner` (an id: numbers, question draw and option order derive from it) or, without one,
+    `seed` fixes what is shown. `n` shows `n` questions drawn by that seed (the first `n`
+    without one); `questions` names the ids instead. `article_order` keeps the options in the
+    bank file's order.
     """
 
     def __init__(
         self, bank: Bank | str = "interview", seed: int | None = None,
         learner: str | None = None, questions: Sequence[str] | None = None,
+        n: int | None = None, article_order: bool = False,
     ) -> None:
         self.bank = bank if isinstance(bank, Bank) else load_bank(bank)
-        if learner is not None and (not isinstance(learner, str) or not learner.strip()):
-            raise ValueError("learner must be a non-empty string")
-        self.learner = learner.strip() if learner else None
-        if seed is None and self.learner:
-            seed = seed_for(self.learner)
+        self.learner = check_learner(learner) if learner is not None else None
         optional_count("seed", seed, lo=0)
+        if self.learner is not None:
+            own = seed_for(self.learner)
+            if seed is not None and seed != own:
+                raise ValueError("give a learner id or a seed, not both: with a learner id the "
+                                 "seed is derived from it")
+            seed = own
         self.seed = seed
-        ids = list(questions) if questions is not None else self.bank.ids
+        self.article_order = bool(article_order)
+        if questions is not None and n is not None:
+            raise ValueError("give questions= or n=, not both")
+        ids = list(questions) if questions is not None else self.bank.pick(n, seed)
         unknown = [qid for qid in ids if qid not in self.bank]
         if unknown:
             raise ValueError(f"unknown question id {unknown[0]!r} in bank {self.bank.name}")
         self.questions: list[Question] = [self.bank[qid] for qid in ids]
-        self.instances: dict[str, Instance] = {q.id: q.instance(seed) for q in self.questions}
+        self.instances: dict[str, Instance] = {
+            q.id: q.instance(seed, self.article_order) for q in self.questions}
         self.answers: dict[str, Any] = {}
         self.results: dict[str, bool] = {}
 
@@ -146,21 +182,58 @@ class QuizSession:
             raise KeyError(f"{qid} is not in this quiz")
         return self.bank[qid]
 
+    def _to_ids(self, q: Question, value: Any) -> Any:
+        """Displayed letters (as this learner saw them) → option ids; ids pass through."""
+        inst = self.instances[q.id]
+
+        def one(v: Any) -> Any:
+            if isinstance(v, str) and len(v.strip()) == 1 and v.strip().upper() in inst.option_ids:
+                return inst.option_ids[v.strip().upper()]
+            return v
+
+        if q.kind == "single":
+            return one(value)
+        if q.kind == "multi" and isinstance(value, list):
+            return [one(v) for v in value]
+        return value
+
+    def _letters(self, q: Question, ids: Any) -> Any:
+        if ids is None or q.kind == "numeric":
+            return ids
+        inst = self.instances[q.id]
+        if q.kind == "single":
+            return inst.letter_of(ids)
+        return sorted(inst.letter_of(i) for i in ids)
+
     def answer(self, qid: str, value: Any) -> Feedback:
-        """Record an answer (a letter, a list of letters, or a number) and return the feedback.
+        """Record an answer (a displayed letter or an option id, a list of them, or a number) and
+        return the feedback.
 
         A malformed answer raises `ValueError` (a `SubmissionError`) and records nothing; a new
         answer to the same question replaces the old one.
         """
         q = self.question(qid)
-        ok, expected, given = check_answer(q, value, self.seed)
-        if given is None:
-            raise ValueError(f"{qid}: no answer given")
+        if value is None:
+            raise SubmissionError(f"{qid}: no answer given")
+        given = normalize_answer(q, self._to_ids(q, value), letters_ok=False)
+        ok = check_answer(q, given, self.seed, letters_ok=False)[0]
+        key = q.expected_ids(self.seed)
+        expected = float(f"{key:.10g}") if q.kind == "numeric" else key
         self.answers[qid] = given
         self.results[qid] = ok
-        return Feedback(qid, ok, expected, given, self.instances[qid].explanation, q.erratum,
-                        q.key_note,
-                        q.tolerance_text() if q.kind == "numeric" else None)
+        notes: list[tuple[str, str]] = []
+        if not ok and q.kind != "numeric":
+            chosen = {given} if q.kind == "single" else set(given)
+            keyed = {key} if q.kind == "single" else set(key)
+            wrong = [i for i in self.instances[qid].option_ids.values()
+                     if (i in chosen) != (i in keyed) and (i in chosen or q.kind == "multi")]
+            for i in wrong:
+                text = q.option(i)["feedback"]
+                if text not in _DEFAULT_FEEDBACK:
+                    notes.append((self.instances[qid].letter_of(i), text))
+        return Feedback(qid, ok, self._letters(q, expected), self._letters(q, given),
+                        self.instances[qid].explanation, q.erratum, q.key_note,
+                        q.tolerance_text() if q.kind == "numeric" else None, tuple(notes))
 
     @property
     def score(self) -> int:
@@ -174,20 +247,38 @@ class QuizSession:
 
     @property
     def total(self) -> int:
-        """Number of questions in the session."""
+        """Number of questions in the session (the ones shown)."""
         return len(self.questions)
 
     def score_text(self) -> str:
         """`得分 3 / 10（已答 4 题）`."""
         return f"得分 {self.score} / {self.total}（已答 {self.answered} 题）"
 
+    @property
+    def exportable(self) -> str | None:
+        """None if `to_submission()` can be graded, else why not (Chinese, one line)."""
+        if self.learner is None and self.seed is not None and any(q.seeded for q in self.questions):
+            return ("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
+                    "（remember_learner），或给本测验传 learner=…")
+        ids = [q.id for q in self.questions]
+        if (self.learner is not None and len(ids) < len(self.bank)
+                and sorted(ids) != sorted(self.bank.pick(len(ids), self.seed))):
+            return ("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
+                    "用 n=… 按学员 id 抽题")
+        return None
+
     def to_submission(self) -> dict[str, Any]:
-        """The answers in the grader's submission format (with `_bank`, `_learner`, `_seed`)."""
+        """The answers in the grader's submission format: `_bank`, `_learner`, `_shown` (when the
+        session shows only part of the bank) and one option id / list of ids / number per
+        answered question. ValueError when `exportable` says it cannot be graded."""
+        why = self.exportable
+        if why:
+            raise ValueError(why)
         sub: dict[str, Any] = {"_bank": self.bank.name}
         if self.learner:
             sub["_learner"] = self.learner
-        if self.seed is not None:
-            sub["_seed"] = self.seed
+        if len(self.questions) < len(self.bank):
+            sub["_shown"] = [q.id for q in self.questions]
         for q in self.questions:
             if q.id in self.answers:
                 sub[q.id] = self.answers[q.id]
@@ -195,13 +286,14 @@ class QuizSession:
 
     def save(self, path: str | Path) -> Path:
         """Write `to_submission()` as JSON to `path` (folders created); returns the path."""
+        sub = self.to_submission()
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_submission(), ensure_ascii=False, indent=2) + "\n",
-                     encoding="utf-8")
+        p.write_text(json.dumps(sub, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         return p
 
     def render_text(self, answers: bool = False) -> str:
         """This session's questions as text (answers hidden unless `answers`)."""
         return render_text(self.bank, self.seed, self.learner, answers,
-                           [q.id for q in self.questions])
+                           [q.id for q in self.questions], self.article_order)
+

@@ -1,8 +1,12 @@
 """The notebook quiz: an ipywidgets view over `QuizSession`.
 
-`Quiz(bank, seed=…, learner=…)` builds one block per question (RadioButtons for single choice,
+`Quiz(bank, learner=…)` builds one block per question (RadioButtons for single choice,
 Checkboxes for multi-choice, a text box for numbers), a 提交 button with feedback and the
 explanation, a running score and an 导出答案 button that writes the grader's submission JSON.
+With a learner id the options of chapter questions appear in that learner's seeded order; the
+widget's values are the stable option ids, so the export grades the same whatever order was
+shown. `display_chapter_quiz` uses the learner id the quiz notebook remembered
+(`batchlab.quiz.learner.current_learner`).
 CSS classes `batchlab-quiz`, `batchlab-question`, `batchlab-submit` and `batchlab-feedback` let
 browser tests find the parts. Displayed, it carries a `text/plain` rendering of the questions
 (no answers), so stored notebooks and headless runs show text. `show_quiz` prints that text instead of displaying a
@@ -18,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
-import numpy as np
 from IPython import get_ipython
 from IPython.display import display
 
 from batchlab.quiz.bank import Bank, load_bank
 from batchlab.quiz.grade import SubmissionError
-from batchlab.quiz.params import seed_for
+from batchlab.quiz.learner import current_learner
 from batchlab.quiz.session import Feedback, QuizSession, question_header
 
 __all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
@@ -58,12 +61,13 @@ class _QuestionView:
         full = W.Layout(width="100%")
         if q.kind == "single":
             self.input: Any = W.RadioButtons(
-                options=[(f"{k}. {v}", k) for k, v in inst.options.items()], value=None,
-                layout=full)
+                options=[(f"{k}. {v}", inst.option_ids[k]) for k, v in inst.options.items()],
+                value=None, layout=full)
             inputs = [self.input]
         elif q.kind == "multi":
-            self.boxes = {k: W.Checkbox(value=False, description=f"{k}. {v}", indent=False,
-                                        layout=full) for k, v in inst.options.items()}
+            self.boxes = {inst.option_ids[k]: W.Checkbox(value=False, description=f"{k}. {v}",
+                                                         indent=False, layout=full)
+                          for k, v in inst.options.items()}
             self.input = W.VBox(list(self.boxes.values()))
             inputs = [self.input]
         else:
@@ -93,12 +97,19 @@ class _QuestionView:
             return text  # not a number: submit() asks again
 
     def set_value(self, value: Any) -> None:
-        """Enter an answer programmatically (used by tests and the notebook demo)."""
+        """Enter an answer programmatically (used by tests and the notebook demo): displayed
+        letters or option ids for choice questions."""
+        inst = self.quiz.session.instances[self.qid]
+
+        def oid(v: Any) -> Any:
+            return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
+
         if self.kind == "single":
-            self.input.value = value
+            self.input.value = oid(value)
         elif self.kind == "multi":
+            chosen = {oid(v) for v in value}
             for k, b in self.boxes.items():
-                b.value = k in value
+                b.value = k in chosen
         else:
             self.input.value = "" if value is None else str(value)
 
@@ -129,18 +140,20 @@ class _QuestionView:
 class Quiz:
     """An interactive quiz over one bank; `session` holds the state, `widget` is the view.
 
-    `n` keeps the first `n` questions, or with a seed/learner `n` questions drawn by the seed.
-    `export_path` is the default file the 导出答案 button writes.
+    `learner` (an id) fixes the numbers, the question draw and the option order; without one a
+    `seed` does. `n` keeps `n` questions (drawn by that seed, else the first `n`).
+    `export_path` is the default file the 导出答案 button writes; `article_order` shows the
+    options in the bank file's order.
     """
 
     def __init__(
         self, bank: Bank | str = "interview", seed: int | None = None,
         learner: str | None = None, n: int | None = None,
-        export_path: str | Path | None = None,
+        export_path: str | Path | None = None, article_order: bool = False,
     ) -> None:
         b = bank if isinstance(bank, Bank) else load_bank(bank)
-        ids = _pick(b, n, seed if seed is not None else (seed_for(learner) if learner else None))
-        self.session = QuizSession(b, seed=seed, learner=learner, questions=ids)
+        self.session = QuizSession(b, seed=seed, learner=learner, n=n, article_order=article_order)
+        ids = [q.id for q in self.session.questions]
         who = self.session.learner or "me"
         self.export_path = Path(export_path or f"answers_{b.name}_{who}.json")
         self.views = {qid: _QuestionView(self, qid) for qid in ids}
@@ -150,7 +163,9 @@ class Quiz:
         self.export_button = W.Button(description="导出答案", icon="download")
         self.export_button.on_click(lambda _b: self._export_clicked())
         self.export_msg = W.HTML("")
-        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(ids)} 题</h4>")
+        who_text = (f"学员 {html.escape(self.session.learner)}" if self.session.learner
+                    else "未设置学员 id（导出前先在 quiz/quiz.ipynb 里设置）")
+        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(ids)} 题 · {who_text}</h4>")
         self.widget = W.VBox([title, *[v.box for v in self.views.values()], self.score,
                               W.HBox([self.path_box, self.export_button]), self.export_msg])
         self.widget.add_class("batchlab-quiz")  # CSS hooks: quiz, question, submit, feedback
@@ -161,7 +176,7 @@ class Quiz:
     def _export_clicked(self) -> None:
         try:
             p = self.export(self.path_box.value.strip() or None)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             self.export_msg.value = f"<i>导出失败：{html.escape(str(e))}</i>"
             return
         self.export_msg.value = (f"已导出到 <code>{html.escape(str(p.resolve()))}</code>；"
@@ -190,26 +205,14 @@ class Quiz:
         return self.text()
 
 
-def _pick(b: Bank, n: int | None, seed: int | None) -> list[str]:
-    ids = b.ids
-    if n is None or n >= len(ids):
-        return ids
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
-    if seed is None:
-        return ids[:n]
-    rng = np.random.default_rng(seed)
-    keep = set(rng.choice(len(ids), size=n, replace=False).tolist())
-    return [qid for i, qid in enumerate(ids) if i in keep]
-
-
 def show_quiz(
     bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
-    n: int | None = None, export_path: str | Path | None = None,
+    n: int | None = None, export_path: str | Path | None = None, article_order: bool = False,
 ) -> str | None:
     """Show a quiz: the widget in a Jupyter kernel (returns None), or print and return its
     text when headless. Never blocks."""
-    quiz = Quiz(bank, seed=seed, learner=learner, n=n, export_path=export_path)
+    quiz = Quiz(bank, seed=seed, learner=learner, n=n, export_path=export_path,
+                article_order=article_order)
     if headless():
         text = quiz.text()
         print(text)
@@ -222,8 +225,15 @@ def display_chapter_quiz(
     chapter: str | int, n: int | None = None, seed: int | None = None,
     learner: str | None = None,
 ) -> str | None:
-    """The 自测题 at the end of a chapter: `show_quiz` on bank `chNN` (e.g. `"03"` or 3)."""
+    """The 自测题 at the end of a chapter: `show_quiz` on bank `chNN` (e.g. `"03"` or 3).
+
+    The learner is `learner`, else the id the quiz notebook remembered (`current_learner()`:
+    `$BATCHLAB_LEARNER` or the config file). With a learner the numbers, the `n` questions and
+    the option order derive from the id and `seed` is ignored; without one `seed` draws them
+    (so a chapter's stored output is the same on every machine) and the export button asks for
+    an id."""
     ch = f"{int(chapter):02d}" if str(chapter).isdigit() else str(chapter)
     if ch not in {f"{i:02d}" for i in range(11)}:
         raise ValueError(f"chapter must be 00 … 10, got {chapter!r}")
-    return show_quiz(f"ch{ch}", seed=seed, learner=learner, n=n)
+    who = learner if learner is not None else current_learner()
+    return show_quiz(f"ch{ch}", seed=None if who else seed, learner=who, n=n)

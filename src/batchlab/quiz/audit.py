@@ -1,0 +1,324 @@
+"""Item-writing checks on the banks: what an editor of a test would check before it is used.
+
+- **Keys spread** (`key_positions`): over the chapter banks' single-choice questions, no option
+  position holds more than `MAX_KEY_SHARE` of the keys; multi-selects vary their keys.
+- **Options alike** (`length_problems`): within a question the longest option is at most
+  `MAX_WIDTH_RATIO` times the shortest (display width: a CJK character counts 2), so length does
+  not give the key away.
+- **Blind strategies** (`blind_scores`): always the first option, always the longest, "all of the
+  above" for multi-selects, and a uniform random guess, each scored like a learner (multi-select
+  all-or-nothing) against chance.
+- **No letters in shuffled explanations** (`letter_references`): chapter options are shuffled per
+  learner, so an explanation that says "A 错" would point at the wrong option.
+- **Every quoted number recomputed** (`number_problems`): each number in an explanation, erratum,
+  option feedback or misconception is in the stem or options, or listed in the question's
+  `numbers` with an `expr` that recomputes it from the course's formulas (`batchlab.quiz.params`,
+  which wraps `batchlab.theory`) or a `source` it is quoted from.
+
+`audit(banks)` runs them all and returns the problems found (empty: the banks pass).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+import unicodedata
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from batchlab.quiz import params as P
+from batchlab.quiz.bank import LETTERS, Bank, Question
+
+__all__ = [
+    "MAX_KEY_SHARE",
+    "MAX_WIDTH_RATIO",
+    "Blind",
+    "audit",
+    "blind_scores",
+    "chance",
+    "eval_expr",
+    "key_positions",
+    "length_problems",
+    "letter_references",
+    "number_problems",
+    "prose_numbers",
+    "width",
+]
+
+MAX_KEY_SHARE = 0.35
+"""Most single-choice keys one option position may hold, over the chapter banks."""
+
+MAX_WIDTH_RATIO = 1.5
+"""Longest option ÷ shortest option within a question (display width)."""
+
+
+def width(text: str) -> int:
+    """Display width: East Asian wide and fullwidth characters count 2, others 1."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _choice_questions(banks: Mapping[str, Bank]) -> list[Question]:
+    return [q for b in banks.values() if b.name != "interview" for q in b if q.kind != "numeric"]
+
+
+# --- keys and lengths -------------------------------------------------------------------------
+
+
+def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
+    """Share of the chapter banks' single-choice keys at each article position A, B, C…"""
+    keys = [q.raw["answer"] for q in _choice_questions(banks) if q.kind == "single"]
+    if not keys:
+        return {}
+    top = max(LETTERS.index(k) for k in keys) + 1
+    return {LETTERS[i]: keys.count(LETTERS[i]) / len(keys) for i in range(top)}
+
+
+def length_problems(q: Question) -> list[str]:
+    """Options whose lengths differ too much within the question."""
+    if q.kind == "numeric":
+        return []
+    w = {oid: width(q.option(oid)["answer"]) for oid in q.option_ids}
+    lo, hi = min(w.values()), max(w.values())
+    if hi > MAX_WIDTH_RATIO * lo:
+        return [f"{q.id}: options range from width {lo} to {hi} (> {MAX_WIDTH_RATIO}×)"]
+    return []
+
+
+_LETTER_REF = re.compile(
+    r"(?:^|(?<=[。；：\s]))[A-E](?:[、，][A-E])*。"        # "A。" opening an explanation
+    r"|(?<![A-Za-z0-9_(/·.])[A-E](?:[、和与][A-E])*\s?(?:都|也)?(?:错|对|项|不对|不是|说的|选项)"
+    r"|（[A-E](?:[、，][A-E])*）|选\s?[A-E](?![A-Za-z0-9_(])")
+
+
+def letter_references(q: Question) -> list[str]:
+    """Explanation/erratum text of a shuffled question that names options by letter."""
+    if not q.shuffled:
+        return []
+    out = []
+    for field_name in ("explanation", "erratum"):
+        text = q.raw.get(field_name) or ""
+        text = re.sub(r"`[^`]*`", "", text)
+        m = _LETTER_REF.search(text)
+        if m:
+            out.append(f"{q.id}: {field_name} names an option by letter ({m.group()!r}); options "
+                       "are shuffled per learner: name it by its content")
+    return out
+
+
+# --- blind strategies -------------------------------------------------------------------------
+
+
+def chance(q: Question) -> float:
+    """Expected score of a uniform random guess: 1/k for single choice, 1/(2^k − 1) for a
+    multi-select graded all-or-nothing (a random non-empty subset)."""
+    k = len(q.option_ids)
+    return 1.0 / k if q.kind == "single" else 1.0 / (2**k - 1)
+
+
+def _longest(q: Question, order: list[str]) -> list[str]:
+    w = {oid: width(q.option(oid)["answer"]) for oid in order}
+    top = max(w.values())
+    return [oid for oid in order if w[oid] == top]
+
+
+class Blind:
+    """Blind answering strategies: each returns the expected score (0…1) on one question, for
+    options presented in `order` (ties broken uniformly at random)."""
+
+    @staticmethod
+    def first(q: Question, order: list[str]) -> float:
+        key = set(q.key_ids)
+        return float({order[0]} == key)
+
+    @staticmethod
+    def longest(q: Question, order: list[str]) -> float:
+        key = set(q.key_ids)
+        ties = _longest(q, order)
+        return sum({oid} == key for oid in ties) / len(ties)
+
+    @staticmethod
+    def all_of_them(q: Question, order: list[str]) -> float:
+        return float(set(order) == set(q.key_ids))
+
+
+STRATEGIES: dict[str, Callable[[Question, list[str]], float]] = {
+    "always-first": Blind.first,
+    "always-longest": Blind.longest,
+    "all-of-the-above": Blind.all_of_them,
+}
+
+
+def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
+                 multi_only_for: tuple[str, ...] = ("all-of-the-above",)) -> dict[str, dict[str, float]]:
+    """Expected score of each blind strategy and of chance over the chapter banks' choice
+    questions, per bank and `"all"`: `{bank: {strategy: share, "chance": share, "n": count}}`.
+    Options are in article order, or in the order a learner with `seed` sees them.
+    "all-of-the-above" is played on the multi-selects only (its chance is theirs)."""
+    out: dict[str, dict[str, float]] = {}
+    groups: dict[str, list[Question]] = {}
+    for q in _choice_questions(banks):
+        groups.setdefault(q.bank, []).append(q)
+    groups["all"] = [q for qs in list(groups.values()) for q in qs]
+    for name, qs in groups.items():
+        row: dict[str, float] = {"n": float(len(qs)), "chance": float(np.mean([chance(q) for q in qs]))}
+        for sname, strat in STRATEGIES.items():
+            pool = [q for q in qs if q.kind == "multi"] if sname in multi_only_for else qs
+            if not pool:
+                continue
+            row[sname] = float(np.mean([strat(q, q.option_order(seed)) for q in pool]))
+            row[f"{sname}:chance"] = float(np.mean([chance(q) for q in pool]))
+            row[f"{sname}:n"] = float(len(pool))
+        out[name] = row
+    return out
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_#'’.\-/^])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?![0-9])(?![A-Za-z_])")
+_FREE = {"0", "1", "2"}
+
+
+def prose_numbers(text: str) -> list[str]:
+    """The numbers quoted in prose, as written (placeholders, chapter references, `2^30`,
+    identifiers such as `fp16`, `#4667`, `Llama-3-8B` are not numbers)."""
+    text = P._PLACEHOLDER.sub(" ", text)
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"第\s*\d+(?:\s*[、，,和]\s*\d+)*\s*章|\d+(?:\.\d+)+\s*节|2\^\d+|(?:OSDI|SOSP|NSDI|MLSys)\s*[’']\d\d"
+                  r"|arXiv[:：]\s*\d+\.\d+", " ", text)
+    return [m.group(1) + (m.group(2) or "") for m in _NUMBER.finditer(text)]
+
+
+_OPS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv,
+    ast.USub: operator.neg, ast.UAdd: operator.pos,
+}
+_FUNCS: dict[str, Callable[..., Any]] = {"ceil": math.ceil, "floor": math.floor, "min": min,
+                                         "max": max, "round": round, "log2": math.log2,
+                                         "sqrt": math.sqrt, "sum": sum, "len": len}
+
+
+def eval_expr(expr: str) -> float:
+    """Evaluate an arithmetic expression that may call the quiz formulas by keyword
+    (`ridge(tflops=989, tbs=3.35)`), `ceil`, `floor`, `min`, `max`, `round`, `sum`, `len`;
+    nothing else is allowed."""
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id
+            args = [ev(a) for a in node.args]
+            kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+            if name in P.FORMULAS:
+                if args:
+                    raise ValueError(f"call {name} with keyword arguments")
+                return P.formula(name)(**kwargs)
+            if name in _FUNCS:
+                return _FUNCS[name](*args, **kwargs)
+            raise ValueError(f"unknown function {name!r}")
+        raise ValueError(f"not allowed in an expression: {ast.dump(node)[:60]}")
+
+    return float(ev(ast.parse(expr, mode="eval")))
+
+
+def _agrees(written: str, value: float) -> bool:
+    x = float(written.replace(",", ""))
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    return abs(value - x) <= 0.5 * 10 ** (-decimals) * (1 + 1e-9) + 1e-12
+
+
+def _prose(q: Question) -> list[tuple[str, str]]:
+    parts = [("explanation", q.raw["explanation"]), ("erratum", q.raw.get("erratum") or ""),
+             ("key_note", q.raw.get("key_note") or "")]
+    if q.kind != "numeric":
+        for oid in q.option_ids:
+            a = q.option(oid)
+            if not a["correct"] or q.kind == "multi":
+                parts.append((f"feedback of {oid}", a["feedback"]))
+    else:
+        parts += [("feedback", a["feedback"]) for a in q.raw["answers"] if a.get("type") == "default"]
+    return parts
+
+
+def number_problems(q: Question) -> list[str]:
+    """Quoted numbers that are neither given in the question nor justified by `numbers`, and
+    `numbers` entries whose expression does not give the number written."""
+    given = set(prose_numbers(q.raw["question"]))
+    for oid in q.option_ids:
+        given |= set(prose_numbers(q.option(oid)["answer"]))
+    if q.seeded:
+        for choices in q.raw["params"].values():
+            given |= {P.fmt_value(c) for c in choices}
+            given |= set(prose_numbers(" ".join(P.fmt_value(c) for c in choices)))
+    just = q.raw.get("numbers", {})
+    out = []
+    for k, v in just.items():
+        if "expr" in v:
+            try:
+                value = eval_expr(v["expr"])
+            except (ValueError, ZeroDivisionError, TypeError, SyntaxError) as e:
+                out.append(f"{q.id}: numbers[{k!r}]: cannot evaluate {v['expr']!r}: {e}")
+                continue
+            if not _agrees(k, value):
+                out.append(f"{q.id}: numbers[{k!r}] = {v['expr']} gives {value:.6g}, not {k}")
+    seen = set()
+    for where, text in _prose(q):
+        for num in prose_numbers(text):
+            if num in _FREE or num in given or num in just:
+                seen.add(num)
+                continue
+            out.append(f"{q.id}: {where} quotes {num} with no source or expression in 'numbers'")
+    unused = set(just) - seen - given
+    unused = {k for k in unused if not any(k in prose_numbers(t) for _, t in _prose(q))}
+    out += [f"{q.id}: numbers[{k!r}] is not quoted anywhere" for k in sorted(unused)]
+    return out
+
+
+# --- all together -----------------------------------------------------------------------------
+
+
+def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:
+    """Every problem the checks above find in `banks` (chapter-bank rules skip the interview
+    bank, whose options and keys are the article's)."""
+    out: list[str] = []
+    chapter = [q for b in banks.values() if b.name != "interview" for q in b]
+    for q in chapter:
+        out += length_problems(q) + letter_references(q)
+    for q in (q for b in banks.values() for q in b):
+        out += number_problems(q)
+    shares = key_positions(banks)
+    for letter, share in shares.items():
+        if share > MAX_KEY_SHARE:
+            out.append(f"{share:.0%} of the single-choice keys are at position {letter} "
+                       f"(limit {MAX_KEY_SHARE:.0%})")
+    multis = [q for q in chapter if q.kind == "multi"]
+    if multis:
+        if all(q.option_ids[0] in q.key_ids for q in multis):
+            out.append("every multi-select keys its first option")
+        if len({len(q.key_ids) for q in multis}) < 2:
+            out.append("every multi-select has the same number of keys")
+    scores = blind_scores(banks)
+    for name, row in scores.items():
+        for sname in STRATEGIES:
+            if sname not in row:
+                continue
+            base = row[f"{sname}:chance"]
+            n = row[f"{sname}:n"]
+            limit = base + margin if name == "all" else base + max(margin, 1.0 / n)
+            if row[sname] > limit + 1e-9:
+                out.append(f"{name}: {sname} scores {row[sname]:.0%} against chance {base:.0%}")
+    return out
+

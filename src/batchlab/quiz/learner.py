@@ -1,0 +1,118 @@
+"""Learner ids: what a valid id is, and the id a learner's notebooks share.
+
+A learner id names one learner in a class (a student number, a login, a Chinese name). It seeds
+the numbers of seeded questions and the order of the options, and it is what the grader
+reports, so it is checked strictly: 1–64 characters, letters (any script), digits, and
+`. _ @ -` or single inner spaces; it starts with a letter or digit (so a CSV cell can never start a
+spreadsheet formula). Leading and trailing spaces are dropped.
+
+The quiz notebook remembers the id it is given (`remember_learner`), and every chapter's
+self-check picks it up (`current_learner`): first the environment variable `BATCHLAB_LEARNER`
+(a JupyterHub admin can set it per user), then the file `learner.json` in the course's config
+folder — `$BATCHLAB_CONFIG_DIR`, else `$XDG_CONFIG_HOME/batchlab`, else `~/.config/batchlab`.
+On a shared host every learner is a separate user with their own home, so the file is theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+__all__ = [
+    "LEARNER_ENV",
+    "MAX_LEARNER_CHARS",
+    "check_learner",
+    "current_learner",
+    "forget_learner",
+    "learner_file",
+    "remember_learner",
+]
+
+LEARNER_ENV = "BATCHLAB_LEARNER"
+"""Environment variable that names the learner (wins over the remembered file)."""
+
+MAX_LEARNER_CHARS = 64
+"""Longest learner id accepted anywhere (grader, widget, config file)."""
+
+_ID = re.compile(r"^[^\W_](?:[\w.@-]| (?! ))*$")
+
+
+def _short(text: str, limit: int = 24) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def check_learner(learner: object) -> str:
+    """The learner id, stripped, or ValueError saying in one line what is wrong with it."""
+    if not isinstance(learner, str):
+        raise ValueError(f"a learner id must be a string, got {type(learner).__name__}")
+    s = learner.strip()
+    if not s:
+        raise ValueError("a learner id must not be empty")
+    if len(s) > MAX_LEARNER_CHARS:
+        raise ValueError(f"a learner id may have at most {MAX_LEARNER_CHARS} characters, "
+                         f"this one has {len(s)} ({_short(s)})")
+    if not _ID.match(s) or s.endswith(" "):
+        raise ValueError(f"learner id {_short(s)} may only use letters, digits, '.', '_', '@', '-' "
+                         "and single spaces, and must start with a letter or digit")
+    return s
+
+
+def learner_file() -> Path:
+    """Where the remembered learner id lives (see the module docstring)."""
+    env = os.environ.get("BATCHLAB_CONFIG_DIR")
+    if env:
+        return Path(env) / "learner.json"
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "batchlab" / "learner.json"
+
+
+def remember_learner(learner: str) -> Path:
+    """Check `learner` and store it for every notebook of this user; returns the file written.
+
+    The file is written atomically and readable only by its owner.
+    """
+    s = check_learner(learner)
+    path = learner_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".learner-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"learner": s}, fh, ensure_ascii=False)
+            fh.write("\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def forget_learner() -> bool:
+    """Remove the remembered id; True if there was one."""
+    path = learner_file()
+    if path.is_file():
+        path.unlink()
+        return True
+    return False
+
+
+def current_learner() -> str | None:
+    """The learner id this user's notebooks share: `$BATCHLAB_LEARNER`, else the remembered file,
+    else None. An invalid or unreadable value counts as none (the quiz then says so)."""
+    env = os.environ.get(LEARNER_ENV)
+    if env and env.strip():
+        try:
+            return check_learner(env)
+        except ValueError:
+            return None
+    path = learner_file()
+    try:
+        if not path.is_file() or path.stat().st_size > 4096:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return check_learner(data.get("learner")) if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
