@@ -22,7 +22,7 @@ from batchlab.quiz.audit import (
     key_positions,
     letter_references,
     number_problems,
-    prose_numbers,
+    quoted_numbers,
 )
 from batchlab.quiz.bank import Bank, derive_fields, parse_bank
 from batchlab.quiz.params import seed_for
@@ -168,9 +168,9 @@ def test_audit_catches_letter_references_and_longest_key() -> None:
     assert any("ch02-5: options range" in p for p in audit({"ch02": bank}))
 
 
-def test_prose_numbers_skip_identifiers_but_not_quantities() -> None:
+def test_quoted_numbers_skip_identifiers_but_not_quantities() -> None:
     text = "Llama-3-8B 的 fp16 KV 是 131,072 B，#4667，第 09 章，2^30，OSDI '22，约 36.9×，0.9"
-    assert prose_numbers(text) == ["131,072", "36.9", "0.9"]
+    assert quoted_numbers(text) == ["131,072", "36.9", "0.9"]
 
 
 # --- issue 15: the quiz-side corrections ------------------------------------------------------

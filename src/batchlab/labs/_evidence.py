@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 _KINDS = "biuf"
 MAX_ELEMENTS = 2_000_000      # per array
 MAX_STRING = 200_000          # characters per string
-MAX_DEPTH = 24
+MAX_EVIDENCE_DEPTH = 24
 MAX_ITEMS = 200_000           # per list / dict
 
 
@@ -69,7 +69,7 @@ def _float(x: float) -> Any:
 
 def to_evidence(value: Any, depth: int = 0) -> Any:
     """`value` as JSON-able data (see `from_evidence`); objects that are not data become stand-in records."""
-    if depth > MAX_DEPTH:
+    if depth > MAX_EVIDENCE_DEPTH:
         return {"__obj__": ["object", "", "<nested too deep>", False]}
     if value is None or isinstance(value, (bool, str)):
         return value[:MAX_STRING] if isinstance(value, str) else value
@@ -107,7 +107,7 @@ def _decode_float(text: Any) -> float:
 
 def from_evidence(data: Any, depth: int = 0) -> Any:
     """The value `to_evidence` wrote (stand-ins for objects); raises EvidenceError on anything else."""
-    if depth > MAX_DEPTH + 2:
+    if depth > MAX_EVIDENCE_DEPTH + 2:
         raise EvidenceError("evidence nested too deep")
     if data is None or isinstance(data, (bool, int, float)):
         return data

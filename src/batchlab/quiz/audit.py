@@ -44,7 +44,7 @@ __all__ = [
     "length_problems",
     "letter_references",
     "number_problems",
-    "prose_numbers",
+    "quoted_numbers",
     "width",
 ]
 
@@ -181,7 +181,7 @@ _NUMBER = re.compile(r"(?<![A-Za-z0-9_#'’.\-/^])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+
 _FREE = {"0", "1", "2"}
 
 
-def prose_numbers(text: str) -> list[str]:
+def quoted_numbers(text: str) -> list[str]:
     """The numbers quoted in prose, as written (placeholders, chapter references, `2^30`,
     identifiers such as `fp16`, `#4667`, `Llama-3-8B` are not numbers)."""
     text = P._PLACEHOLDER.sub(" ", text)
@@ -256,13 +256,13 @@ def _prose(q: Question) -> list[tuple[str, str]]:
 def number_problems(q: Question) -> list[str]:
     """Quoted numbers that are neither given in the question nor justified by `numbers`, and
     `numbers` entries whose expression does not give the number written."""
-    given = set(prose_numbers(q.raw["question"]))
+    given = set(quoted_numbers(q.raw["question"]))
     for oid in q.option_ids:
-        given |= set(prose_numbers(q.option(oid)["answer"]))
+        given |= set(quoted_numbers(q.option(oid)["answer"]))
     if q.seeded:
         for choices in q.raw["params"].values():
             given |= {P.fmt_value(c) for c in choices}
-            given |= set(prose_numbers(" ".join(P.fmt_value(c) for c in choices)))
+            given |= set(quoted_numbers(" ".join(P.fmt_value(c) for c in choices)))
     just = q.raw.get("numbers", {})
     out = []
     for k, v in just.items():
@@ -276,13 +276,13 @@ def number_problems(q: Question) -> list[str]:
                 out.append(f"{q.id}: numbers[{k!r}] = {v['expr']} gives {value:.6g}, not {k}")
     seen = set()
     for where, text in _prose(q):
-        for num in prose_numbers(text):
+        for num in quoted_numbers(text):
             if num in _FREE or num in given or num in just:
                 seen.add(num)
                 continue
             out.append(f"{q.id}: {where} quotes {num} with no source or expression in 'numbers'")
     unused = set(just) - seen - given
-    unused = {k for k in unused if not any(k in prose_numbers(t) for _, t in _prose(q))}
+    unused = {k for k in unused if not any(k in quoted_numbers(t) for _, t in _prose(q))}
     out += [f"{q.id}: numbers[{k!r}] is not quoted anywhere" for k in sorted(unused)]
     return out
 
