@@ -141,7 +141,8 @@ def test_cli_prints_json_and_stops_on_sigterm(echo_repo: Path) -> None:
     try:
         line = proc.stdout.readline()
         info = json.loads(line)
-        assert set(info) == {"http", "grpc", "metrics", "models"} and info["models"] == ["echo"]
+        assert set(info) == {"http", "grpc", "metrics", "models", "key"} and info["models"] == ["echo"]
+        assert len(info["key"]) >= 32
         assert all(info[k].startswith("127.0.0.1:") for k in ("http", "grpc", "metrics"))
         procs = _tree(proc.pid)[1:]
         assert any(p.name() == "tritonserver" for p in procs)
@@ -187,10 +188,15 @@ def test_connect_uses_triton_url(start_triton, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("TRITON_URL", f"http://{server.http_url}")
     monkeypatch.setenv("TRITON_GRPC_URL", server.grpc_url)
     monkeypatch.setenv("TRITON_METRICS_URL", server.metrics_url)
+    monkeypatch.delenv(srv.KEY_ENV, raising=False)
+    with pytest.raises(srv.ServerError, match=f"restricts its repository API: set {srv.KEY_ENV}"):
+        connect().start()
+    monkeypatch.setenv(srv.KEY_ENV, server.key)
     with connect() as ext:
         assert isinstance(ext, ExternalServer)
         assert ext.models == ["echo"] and ext.grpc_url == server.grpc_url
         assert ext.grpc_client().is_server_ready()
+        assert [m.name for m in ext.grpc_client().get_model_repository_index().models] == ["echo"]
     assert server.running  # leaving the external server's context does not stop it
     monkeypatch.setenv("TRITON_URL", "no-port-here")
     with pytest.raises(ValueError, match="host:port"):
