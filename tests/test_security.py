@@ -163,21 +163,46 @@ def test_sweep_leaves_other_users_alone(tmp_path: Path) -> None:
     assert srv.sweep_stale(tmp=tmp_path, shm=tmp_path) == [] and d.exists()
 
 
-def test_a_killed_launch_is_cleaned_up_at_the_next_start(echo_repo: Path, start_triton) -> None:
+def _launch_in_child(echo_repo: Path) -> tuple[subprocess.Popen[str], list[Path], psutil.Process]:
+    """A Python process that starts a server and sleeps; its folder and regions; its reaper."""
     code = (
         "import sys, time; from batchlab.server import TritonServer\n"
         f"s = TritonServer({str(echo_repo)!r}).start()\n"
         "print(s.workdir, *s.shm_regions(), flush=True); time.sleep(600)\n"
     )
     parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    left = [Path(p) for p in parent.stdout.readline().split()]
+    reaper = next(p for p in psutil.Process(parent.pid).children() if "batchlab-reaper" in " ".join(p.cmdline()))
+    assert len(left) >= 2 and all(p.exists() for p in left), left
+    return parent, left, reaper
+
+
+def test_a_killed_process_leaves_no_folder_or_shared_memory(echo_repo: Path) -> None:
+    parent, left, reaper = _launch_in_child(echo_repo)
     try:
-        left = [Path(p) for p in parent.stdout.readline().split()]
-        parent.send_signal(signal.SIGKILL)  # no atexit, no clean-up: the server dies by PDEATHSIG
+        parent.send_signal(signal.SIGKILL)  # no atexit, no clean-up: the reaper does it
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(p.exists() for p in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(p.exists() for p in left), [p for p in left if p.exists()]
+        assert not reaper.is_running() or reaper.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_what_a_killed_launch_left_is_swept_at_the_next_start(echo_repo: Path, start_triton) -> None:
+    parent, left, reaper = _launch_in_child(echo_repo)
+    try:
+        os.killpg(reaper.pid, signal.SIGKILL)  # everything killed at once (kill -9 -1): nobody cleans
+        parent.kill()
         parent.wait(timeout=10)
     finally:
         if parent.poll() is None:
             parent.kill()
-    assert len(left) >= 2 and all(p.exists() for p in left), left
+    time.sleep(1)
+    assert all(p.exists() for p in left), left
     start_triton(["echo"])
     assert not any(p.exists() for p in left), [p for p in left if p.exists()]
 

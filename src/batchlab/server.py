@@ -554,7 +554,7 @@ def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mappin
         _LIBC.ptrace(_PTRACE_DETACH, proc.pid, None, None)
 
 
-def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int | None,
+def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int | None, death_signal: int,
                 kwargs: dict[str, Any]) -> tuple[subprocess.Popen[bytes], bool]:
     parent = os.getpid()
     env = dict(kwargs.pop("env", None) or os.environ)
@@ -562,7 +562,7 @@ def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int 
 
     def start(trace: bool) -> subprocess.Popen[bytes]:
         def preexec() -> None:  # in the child, between fork and exec
-            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            _LIBC.prctl(_PR_SET_PDEATHSIG, death_signal)
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(1)
             if fsize_limit is not None:
@@ -657,15 +657,26 @@ _SPAWNER = _Spawner()
 
 
 def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_limit: int | None = None,
-          **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
-    """Start `cmd` in a new session, to be killed (SIGKILL) when this process dies.
+          death_signal: int = signal.SIGKILL, **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
+    """Start `cmd` in a new session, to get `death_signal` (default SIGKILL) when this process dies.
 
     `hidden` maps argument positions to their real values: the process list shows the
     placeholders in `cmd` while the program reads the real ones (`_point_args_at_env`; where
     ptrace is not allowed the real values are passed plainly, with a warning). `fsize_limit`
     sets RLIMIT_FSIZE for the child and its children. Returns ``(process, hidden_ok)``.
     """
-    return _SPAWNER.call(lambda: _spawn_here(list(cmd), dict(hidden or {}), fsize_limit, dict(popen_kwargs)))
+    return _SPAWNER.call(lambda: _spawn_here(list(cmd), dict(hidden or {}), fsize_limit, death_signal,
+                                             dict(popen_kwargs)))
+
+
+# A process that dies without stopping its server (a kernel killed during its shutdown, SIGKILL,
+# the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
+# launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
+# the server's group and removes what the launch made. A normal stop() ends the reaper first.
+_REAPER = (
+    'trap \'kill -KILL -- -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
+    'while kill -0 "$1" 2>/dev/null; do sleep 1; done'
+)
 
 
 # --------------------------------------------------------------------------- leftovers of dead launches
@@ -792,6 +803,7 @@ class TritonServer(_Clients):
         self.key_hidden = False
         self.shm_prefix: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._lock = threading.RLock()
 
@@ -949,6 +961,9 @@ class TritonServer(_Clients):
             finally:
                 os.close(logfd)
             _LIVE.add(self)
+            self._reaper, _ = spawn(["/bin/sh", "-c", _REAPER, "batchlab-reaper", str(self._proc.pid),
+                                     str(self._workdir), self.shm_prefix], death_signal=signal.SIGTERM,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.models = wait_until_ready(self.http_url, self.startup_timeout, alive=lambda: self.running,
                                            key=self.key, own=True)
             index = repository_index(self.http_url, key=self.key)
@@ -982,6 +997,7 @@ class TritonServer(_Clients):
         """
         with self._lock:
             proc, self._proc = self._proc, None
+            reaper, self._reaper = self._reaper, None
             if proc is not None:
                 pgid = proc.pid  # start_new_session: the server leads its own group
                 _kill_group(pgid, signal.SIGTERM)
@@ -996,6 +1012,10 @@ class TritonServer(_Clients):
                 while _group_alive(pgid) and time.monotonic() < deadline:
                     _kill_group(pgid, signal.SIGKILL)
                     time.sleep(0.05)
+            if reaper is not None:  # only now: should this process die while stopping, it cleans up
+                _kill_group(reaper.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    reaper.wait(timeout=5)
             for path in self.shm_regions():
                 with contextlib.suppress(OSError):
                     path.unlink()
