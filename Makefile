@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.batchlab-installed
+# configurable-http-proxy for the JupyterHub test, pinned in .node/package-lock.json (needs Node >= 20).
+CHP    := .node/node_modules/.bin/configurable-http-proxy
 
-.PHONY: start test venv labs check-labs execute bench clean help
+.PHONY: start test venv node labs check-labs execute bench clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
@@ -25,8 +27,14 @@ venv: $(STAMP)
 start: $(STAMP)
 	$(PY) -m batchlab.start
 
-test: $(STAMP)
+test: $(STAMP) node
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Without npm the JupyterHub test is skipped (it says why); everything else still runs.
+node:
+	@test -x $(CHP) && test $(CHP) -nt .node/package-lock.json || \
+	  { command -v npm >/dev/null && npm ci --prefix .node --no-audit --no-fund --silent && touch $(CHP); } || \
+	  echo "warning: npm not found or failed: tests/test_jupyterhub.py will be skipped"
 
 labs: $(STAMP)
 	$(PY) -m batchlab.tools.labgen solutions labs
@@ -43,4 +51,4 @@ bench: $(STAMP)
 	$(PY) -m batchlab.bench fidelity
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) build .pytest_cache .node/node_modules
