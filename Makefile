@@ -4,8 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.batchlab-installed
 BOOK_STAMP := $(VENV)/.batchlab-book-installed
+# configurable-http-proxy for the JupyterHub test, pinned in .node/package-lock.json (needs Node >= 20).
+CHP    := .node/node_modules/.bin/configurable-http-proxy
 
-.PHONY: start test book venv handout labs check-labs execute bench clean help
+.PHONY: start test book venv node handout labs check-labs execute bench clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
@@ -34,7 +36,7 @@ $(BOOK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,book]"
 	@touch $(BOOK_STAMP)
 
-test: $(STAMP) $(BOOK_STAMP)
+test: $(STAMP) $(BOOK_STAMP) node
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 book: $(BOOK_STAMP)
@@ -44,6 +46,12 @@ handout: $(STAMP)
 	$(PY) -m batchlab.tools.labgen solutions labs --annotate
 
 labs: handout
+
+# Without npm the JupyterHub test is skipped (it says why); everything else still runs.
+node:
+	@test -x $(CHP) && test $(CHP) -nt .node/package-lock.json || \
+	  { command -v npm >/dev/null && npm ci --prefix .node --no-audit --no-fund --silent && touch $(CHP); } || \
+	  echo "warning: npm not found or failed: tests/test_jupyterhub.py will be skipped"
 
 check-labs: $(STAMP)
 	$(PY) -m batchlab.tools.labgen solutions labs --check
@@ -57,4 +65,4 @@ bench: $(STAMP)
 	$(PY) -m batchlab.bench fidelity
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) build .pytest_cache .node/node_modules

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import psutil
@@ -18,9 +20,10 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
     port = free_port()
+    token = "t0k-" + os.urandom(8).hex()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "batchlab.start", "--no-browser", "--lab-port", str(port), "--token", "t0k"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "batchlab.start", "--no-browser", "--lab-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "JUPYTER_TOKEN": token},
     )
     try:
         info = None
@@ -33,7 +36,7 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
         names = " ".join(p.name() for p in tree)
         assert "tritonserver" in names
         assert "embed" in info["triton"]["models"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=t0k", timeout=10) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=10) as r:
             assert r.status == 200
         http = info["triton"]["http"]
         with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=10) as r:
@@ -41,10 +44,40 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
         # The lab's kernels will see the shared server through TRITON_URL.
         lab = next(p for p in tree if "jupyterlab" in " ".join(p.cmdline()))
         assert lab.environ().get("TRITON_URL") == http
+        key = lab.environ().get("BATCHLAB_TRITON_KEY")
+        assert key and info["lab"]["token"] == token
+        # Neither the lab's token nor the server's key is on any command line (`ps` shows those to all).
+        ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+        assert token not in ps and key not in ps
+        assert "--IdentityProvider.token" not in " ".join(lab.cmdline())
         proc.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
         assert proc.wait(timeout=60) == 0
         _, alive = psutil.wait_procs(tree[1:], timeout=10)
         assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigterm_while_starting_leaves_nothing() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "batchlab.start", "--no-browser", "--lab-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        server = None
+        deadline = time.monotonic() + 60
+        while server is None and time.monotonic() < deadline:  # the course repository takes a while to load
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            server = next((p for p in kids if p.name() == "tritonserver"), None)
+            time.sleep(0.1)
+        assert server is not None, "no tritonserver started"
+        workdir = server.cwd()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, (out, err)
+        assert "interrupted by SIGTERM during startup" in err and "Traceback" not in err
+        _, alive = psutil.wait_procs(kids, timeout=10)
+        assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+        assert not os.path.exists(workdir)
     finally:
         if proc.poll() is None:
             proc.kill()

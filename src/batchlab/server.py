@@ -7,9 +7,21 @@ use only those, not pytriton's decorator API. The launcher
   `triton_python_backend_stub` that matches the running Python (never writing into
   site-packages);
 - binds HTTP, gRPC and metrics to 127.0.0.1, on free ports unless ports are given;
-- waits until the server and every model are ready, or raises an error that names the cause;
+- closes the server to the other users of the machine: every launch draws a random key, and the
+  APIs that change or read server state beyond inference (`RESTRICTED_APIS`: shared memory, the
+  model repository -- index, load, unload --, logging, trace) answer only requests that carry it
+  (HTTP header `x-batchlab-key`; gRPC metadata `triton-grpc-protocol-x-batchlab-key`, the name
+  Triton expects). Health, metadata, model config, statistics and inference stay open. The
+  clients the server hands out (`http_client()`, `grpc_client()`, `aio_grpc_client()`) send the
+  key themselves, so a notebook never handles it. The key never appears in the process list
+  (`spawn`);
+- waits until the server and every model are ready -- and that the server answering is *this*
+  one (it must refuse the repository index without the key and grant it with the key) -- or
+  raises an error that names the cause;
+- bounds what one request can cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`);
 - stops the whole process group (server and backend stubs): SIGTERM, then SIGKILL after a short
-  grace; it is also stopped at interpreter exit and killed by the kernel if its parent dies.
+  grace; it is also stopped at interpreter exit and killed by the kernel if its process dies;
+  folders and shared memory left by launches whose process died are removed at the next start.
 
 Notebooks use it as a context manager::
 
@@ -18,7 +30,8 @@ Notebooks use it as a context manager::
         client = server.grpc_client()
 
 `TRITON_URL` (HTTP, ``host:port``) and optionally `TRITON_GRPC_URL` / `TRITON_METRICS_URL` make
-`connect` use an external server (an NGC container, or the one `make start` launched) instead.
+`connect` use an external server (an NGC container, or the one `make start` launched) instead;
+`BATCHLAB_TRITON_KEY` is that server's key, if it has one.
 
 Command line: ``python -m batchlab.server [--repo DIR] [--http-port N ...] [--check]``.
 """
@@ -30,13 +43,20 @@ import atexit
 import contextlib
 import ctypes
 import errno
+import functools
 import hashlib
+import inspect
 import json
 import os
+import queue
 import re
+import resource
+import secrets
+import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -45,19 +65,60 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
+from tritonclient.utils import triton_to_np_dtype
 
 from batchlab.paths import MODEL_REPOSITORY, cache_dir
 
 LOOPBACK = "127.0.0.1"
+
+KEY_HEADER = "x-batchlab-key"
+"""HTTP header that carries a server's key."""
+
+GRPC_KEY_HEADER = "triton-grpc-protocol-" + KEY_HEADER
+"""gRPC metadata key that carries it: Triton 2.51 prefixes restricted gRPC headers like this."""
+
+KEY_ENV = "BATCHLAB_TRITON_KEY"
+"""Environment variable naming an external server's key (set by `make start` for its kernels)."""
+
+RESTRICTED_APIS = ("shared-memory", "model-repository", "trace", "logging")
+"""The Triton API groups only key holders may use (``--http-restricted-api`` and
+``--grpc-restricted-protocol``). Open: health, metadata, model-config, statistics, inference."""
+
+SHM_LIMIT_BYTES = 64 * 2**20
+"""Most shared memory one Python-backend model instance may hold (its region under /dev/shm).
+
+The Python backend copies every input and output tensor through that region and grows it on
+demand, never shrinking it (one 200 MB request left ~400 MB behind). The server and its stubs
+run with ``RLIMIT_FSIZE`` at this value, so a region cannot grow past it: a request that does
+not fit fails with Triton's "Failed to increase the shared memory pool size" and leaves the
+region as it was. (The limit also caps the server log at this size.)"""
+
+MAX_REQUEST_BYTES = 16 * 2**20
+"""Largest request (sum of its input tensors) the clients this module hands out will send.
+
+Inputs and outputs share one `SHM_LIMIT_BYTES` region, so this leaves room for an output as large
+as the input. A larger request raises ValueError before anything is sent."""
+
 _PR_SET_PDEATHSIG = 1
+_PTRACE_TRACEME = 0
+_PTRACE_DETACH = 17
+_HIDDEN_ENV = "BATCHLAB_HIDDEN_ARG_"
+_HIDDEN = "(hidden)"
+# Large buffers from mmap, so that the memory of a big request goes back to the system when it is
+# freed (glibc otherwise keeps it in its heaps); with a request-object pool of 0 the gRPC frontend
+# keeps no request either. Only tritonserver gets this: BASH_ENV drops it again in the `bash -c`
+# that starts each Python stub, where numpy would be slowed down by it.
+_SERVER_TUNABLES = "glibc.malloc.mmap_threshold=65536"
 
 
 class ServerError(RuntimeError):
@@ -177,29 +238,148 @@ def _owner_of_port(port: int) -> str:
     return ""
 
 
+def _port_in_use(what: str, port: int, host: str = LOOPBACK, by: str = "") -> PortInUseError:
+    owner = by or _owner_of_port(port)
+    return PortInUseError(
+        f"{what} port {port} on {host} is already in use{' by ' + owner if owner else ''}; "
+        f"choose another port (--{what}-port) or omit it to get a free one"
+    )
+
+
 def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
-    """Raise `PortInUseError` naming the port (and its owner, where known) if it is taken."""
+    """Raise `PortInUseError` naming the port (and its owner, where known) if it is taken.
+
+    The probe socket sets SO_REUSEADDR, as the server's own sockets do: a port whose last
+    connections linger in TIME_WAIT after a stop is free to listen on again at once.
+    """
     if not 0 < port < 65536:
         raise ValueError(f"{what} port {port} is not a valid TCP port (1-65535)")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                owner = _owner_of_port(port)
-                by = f" by {owner}" if owner else ""
-                raise PortInUseError(
-                    f"{what} port {port} on {host} is already in use{by}; choose another port "
-                    f"(--{what}-port) or omit it to get a free one"
-                ) from None
+                raise _port_in_use(what, port, host) from None
             raise
+
+
+# --------------------------------------------------------------------------- keyed clients
+
+
+class KeyHeader:
+    """A tritonclient plugin that adds a server's key to every request a client sends."""
+
+    def __init__(self, key: str, grpc: bool) -> None:
+        self.header = GRPC_KEY_HEADER if grpc else KEY_HEADER
+        self._key = key
+
+    def __call__(self, request: Any) -> None:
+        request.headers[self.header] = self._key
+
+    def __repr__(self) -> str:
+        return f"<KeyHeader {self.header}: (hidden)>"
+
+
+def request_bytes(inputs: Iterable[Any]) -> int:
+    """Bytes of tensor data in a list of tritonclient `InferInput`s (shared-memory inputs: 0)."""
+    total = 0
+    for inp in inputs:
+        raw = getattr(inp, "_raw_data", None)  # tritonclient.http, binary
+        if raw is None:
+            raw = getattr(inp, "_raw_content", None)  # tritonclient.grpc
+        if raw is not None:
+            total += len(raw)
+        elif getattr(inp, "_data", None) is not None and inp.datatype() != "BYTES":  # http, JSON
+            total += int(np.prod(inp.shape())) * np.dtype(triton_to_np_dtype(inp.datatype())).itemsize
+    return total
+
+
+def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) -> None:
+    """Raise ValueError when `inputs` hold more than `limit` bytes (default `MAX_REQUEST_BYTES`)."""
+    n = request_bytes(inputs)
+    if n > limit:
+        raise ValueError(
+            f"request of {n / 2**20:.1f} MiB is over the course server's limit of {limit / 2**20:.0f} MiB "
+            f"per request (batchlab.server.MAX_REQUEST_BYTES): send it as several smaller requests"
+        )
+
+
+def _guard_size(client: Any) -> None:
+    """Make the client's infer calls refuse requests over `MAX_REQUEST_BYTES` before sending.
+
+    Wrapped on the instance (not a subclass): code that checks ``type(client).__module__`` for
+    ``tritonclient.http`` / ``tritonclient.grpc`` keeps working.
+    """
+    for name in ("infer", "async_infer", "async_stream_infer"):
+        orig = getattr(client, name, None)
+        if orig is None:
+            continue
+
+        def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
+            return kwargs.get("inputs", args[1] if len(args) > 1 else ())
+
+        if inspect.iscoroutinefunction(orig):
+            async def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+                check_request_size(inputs_of(args, kwargs))
+                return await _orig(*args, **kwargs)
+        else:
+            def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:  # type: ignore[misc]
+                check_request_size(inputs_of(args, kwargs))
+                return _orig(*args, **kwargs)
+        setattr(client, name, functools.update_wrapper(wrapped, orig))
+
+
+def keyed_client(client: Any, key: str | None, grpc: bool) -> Any:
+    """`client` with `key` on every request (when there is one) and the request-size guard."""
+    if key:
+        client.register_plugin(KeyHeader(key, grpc))
+    _guard_size(client)
+    return client
+
+
+class _Clients:
+    """What `TritonServer` and `ExternalServer` share: clients and headers that carry the key."""
+
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    models: list[str]
+    key: str | None
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        """Headers for a raw HTTP request to a restricted API of this server."""
+        return {KEY_HEADER: self.key} if self.key else {}
+
+    @property
+    def grpc_headers(self) -> dict[str, str]:
+        """Metadata (tritonclient ``headers=``) for a raw gRPC call to a restricted API."""
+        return {GRPC_KEY_HEADER: self.key} if self.key else {}
+
+    def info(self) -> dict[str, Any]:
+        """The addresses and ready models, as the CLI prints them."""
+        return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}
+
+    def http_client(self, **kwargs: Any) -> Any:
+        """A `tritonclient.http.InferenceServerClient` for this server (it sends the key)."""
+        return keyed_client(httpclient.InferenceServerClient(self.http_url, **kwargs), self.key, grpc=False)
+
+    def grpc_client(self, **kwargs: Any) -> Any:
+        """A `tritonclient.grpc.InferenceServerClient` for this server (it sends the key)."""
+        return keyed_client(grpcclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
+
+    def aio_grpc_client(self, **kwargs: Any) -> Any:
+        """A `tritonclient.grpc.aio.InferenceServerClient` (create it inside the event loop)."""
+        return keyed_client(aioclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
 
 
 # --------------------------------------------------------------------------- readiness over HTTP
 
 
-def _http(method: str, url: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+def _http(method: str, url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                 headers=dict(headers or {}))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -207,20 +387,32 @@ def _http(method: str, url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def repository_index(http_url: str) -> list[dict[str, Any]]:
-    """The server's model repository index: [{'name', 'version', 'state', 'reason'}, ...]."""
-    code, body = _http("POST", f"http://{http_url}/v2/repository/index")
+def repository_index(http_url: str, key: str | None = None) -> list[dict[str, Any]]:
+    """The server's model repository index: [{'name', 'version', 'state', 'reason'}, ...].
+
+    `key`: the server's key (the index is a restricted API of the course's servers).
+    """
+    code, body = _http("POST", f"http://{http_url}/v2/repository/index",
+                       headers={KEY_HEADER: key} if key else None)
     if code != 200:
-        raise ServerError(f"repository index request failed with HTTP {code}: {body[:200]!r}")
+        hint = f"; it needs the server's key ({KEY_ENV})" if code == 403 else ""
+        raise ServerError(f"repository index request failed with HTTP {code}{hint}: {body[:200]!r}")
     return json.loads(body or b"[]")
 
 
-def wait_until_ready(http_url: str, timeout: float, alive: Any = None) -> list[str]:
+def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
+                     key: str | None = None, own: bool = False) -> list[str]:
     """Poll until the server is ready and every indexed, loaded model is READY.
 
-    `alive` is an optional callable returning False once the server process has exited.
+    `alive` is an optional callable returning False once the server process has exited. `key`
+    is sent with the repository index. With ``own=True`` the server must also prove it is the one
+    we started: it grants the index with `key` and refuses it without; another server answering
+    on the port (its models load before it binds, so a second launch on a taken port would
+    otherwise see the first one) raises `PortInUseError` naming the port.
     Returns the names of the ready models.
     """
+    headers = {KEY_HEADER: key} if key else None
+    port = int(http_url.rpartition(":")[2])
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     while time.monotonic() < deadline:
@@ -229,14 +421,26 @@ def wait_until_ready(http_url: str, timeout: float, alive: Any = None) -> list[s
         try:
             code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
             if code == 200:
-                index = repository_index(http_url)
+                code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
+                if code == 403 and own:
+                    raise _port_in_use("http", port, by="another Triton server (it refuses our key)")
+                if code == 403:
+                    raise ServerError(f"the server at {http_url} restricts its repository API: "
+                                      f"set {KEY_ENV} to its key")
+                if code != 200:
+                    last = f"repository index answered HTTP {code}"
+                    time.sleep(0.1)
+                    continue
+                index = json.loads(body or b"[]")
                 pending = [m["name"] for m in index if m.get("state") not in ("READY", "UNAVAILABLE", None)]
                 if not pending:
+                    if own and _http("POST", f"http://{http_url}/v2/repository/index")[0] != 403:
+                        raise _port_in_use("http", port, by="another Triton server (it answers without our key)")
                     return sorted({m["name"] for m in index if m.get("state") == "READY"})
                 last = f"models still loading: {', '.join(pending)}"
             else:
                 last = f"/v2/health/ready answered HTTP {code}"
-        except (OSError, urllib.error.URLError, ServerError) as exc:
+        except (OSError, urllib.error.URLError, ValueError) as exc:
             last = str(exc)
         time.sleep(0.1)
     raise TimeoutError(f"server not ready after {timeout:.0f} s ({last})")
@@ -295,12 +499,9 @@ def _tail(text: str, n: int = 25) -> str:
 
 # --------------------------------------------------------------------------- process handling
 
-
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:
-        pass
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+_LIBC.ptrace.restype = ctypes.c_long
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -318,22 +519,230 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def _shm_regions(pgid: int) -> list[str]:
-    """The /dev/shm files that the processes of group `pgid` have mapped (the Python backend's)."""
-    paths: set[str] = set()
+def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:
+    """With `proc` stopped at its exec (PTRACE_TRACEME), point argv[i] at the hidden values.
+
+    `/proc/PID/cmdline`, which `ps` shows to every user, is the argument area the kernel copied
+    at exec; argv[] is an array of pointers into it, on the stack at `startstack` (after argc).
+    Each hidden value was passed in the environment (``/proc/PID/environ`` is readable by the
+    owner only); we point argv[i] at it, so the program reads the value while the process list
+    keeps showing the placeholder. Then we detach, which resumes the program at its entry point.
+    """
     try:
-        for proc in psutil.process_iter(["pid"]):
+        _, status = os.waitpid(proc.pid, 0)
+        if not os.WIFSTOPPED(status):
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            raise OSError("the child did not stop at exec")
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 of proc(5)
+        startstack, arg_start = int(fields[28 - 3]), int(fields[48 - 3])
+        env_start, env_end = int(fields[50 - 3]), int(fields[51 - 3])
+        word = struct.calcsize("P")
+        with open(f"/proc/{proc.pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(startstack)
+            argc, argv0 = struct.unpack("PP", mem.read(2 * word))
+            if argc != nargs or argv0 != arg_start:
+                raise OSError("unexpected initial stack layout")
+            mem.seek(env_start)
+            env = mem.read(env_end - env_start)
+            for i in hidden:
+                name = f"{_HIDDEN_ENV}{i}=".encode()
+                at = 0 if env.startswith(name) else env.index(b"\0" + name) + 1
+                mem.seek(startstack + word * (1 + i))
+                mem.write(struct.pack("P", env_start + at + len(name)))
+    finally:
+        _LIBC.ptrace(_PTRACE_DETACH, proc.pid, None, None)
+
+
+def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int | None, death_signal: int,
+                kwargs: dict[str, Any]) -> tuple[subprocess.Popen[bytes], bool]:
+    parent = os.getpid()
+    env = dict(kwargs.pop("env", None) or os.environ)
+    env.update({f"{_HIDDEN_ENV}{i}": v for i, v in hidden.items()})
+
+    def start(trace: bool) -> subprocess.Popen[bytes]:
+        def preexec() -> None:  # in the child, between fork and exec
+            _LIBC.prctl(_PR_SET_PDEATHSIG, death_signal)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+            if fsize_limit is not None:
+                hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+                lim = fsize_limit if hard == resource.RLIM_INFINITY else min(fsize_limit, hard)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG
+            if trace and _LIBC.ptrace(_PTRACE_TRACEME, 0, None, None) != 0:
+                raise OSError(ctypes.get_errno(), "PTRACE_TRACEME refused")
+
+        argv = list(cmd) if trace else [hidden.get(i, a) for i, a in enumerate(cmd)]
+        return subprocess.Popen(argv, env=env, preexec_fn=preexec, start_new_session=True, **kwargs)
+
+    if hidden:
+        try:
+            proc = start(trace=True)
+        except subprocess.SubprocessError:  # preexec raised: ptrace is not allowed here
+            proc = None
+        if proc is not None:
             try:
-                if os.getpgid(proc.pid) != pgid:
-                    continue
-                for m in proc.memory_maps(grouped=True):
-                    if m.path.startswith("/dev/shm/triton_python_backend"):
-                        paths.add(m.path.split(" (deleted)")[0])
-            except (psutil.Error, OSError):
+                _point_args_at_env(proc, len(cmd), hidden)
+                return proc, True
+            except (OSError, ValueError):
+                _kill_group(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=10)
+        warnings.warn("could not keep the server key out of the process list (ptrace is not allowed "
+                      "here): other local users can read it with ps", RuntimeWarning, stacklevel=4)
+    return start(trace=False), False
+
+
+class _Spawner:
+    """Starts child processes from one thread that lives as long as the process.
+
+    PR_SET_PDEATHSIG is per *thread*: the kernel signals the child when the thread that forked it
+    exits, not when its process does. A server started from a worker thread (a thread pool, a
+    widget callback) would be killed when that thread ended. Forking from a daemon thread that
+    never ends ties every child to the process itself: it dies with the process, killed or not.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Any] | None = None
+        self._pid: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def _ensure(self) -> queue.Queue[Any]:
+        with self._lock:
+            if self._pid != os.getpid() or self._queue is None:  # first use, or a forked child
+                self._queue, self._pid = queue.Queue(), os.getpid()
+                self._thread = threading.Thread(target=self._run, args=(self._queue,),
+                                                name="batchlab-spawner", daemon=True)
+                self._thread.start()
+            return self._queue
+
+    @staticmethod
+    def _run(q: queue.Queue[Any]) -> None:
+        while True:
+            fn, box, done = q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # handed to the caller
+                box.append((False, exc))
+            done.set()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the spawner thread and return its result (or raise its exception)."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        q = self._ensure()
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        q.put((fn, box, done))
+        try:
+            while not done.wait(0.05):
+                pass
+        except BaseException:  # Ctrl-C or SIGTERM while spawning: finish (milliseconds), then undo
+            done.wait()
+            if box and box[0][0] and isinstance(box[0][1], tuple):
+                proc = box[0][1][0]
+                _kill_group(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=10)
+            raise
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+
+_SPAWNER = _Spawner()
+
+
+def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_limit: int | None = None,
+          death_signal: int = signal.SIGKILL, **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
+    """Start `cmd` in a new session, to get `death_signal` (default SIGKILL) when this process dies.
+
+    `hidden` maps argument positions to their real values: the process list shows the
+    placeholders in `cmd` while the program reads the real ones (`_point_args_at_env`; where
+    ptrace is not allowed the real values are passed plainly, with a warning). `fsize_limit`
+    sets RLIMIT_FSIZE for the child and its children. Returns ``(process, hidden_ok)``.
+    """
+    return _SPAWNER.call(lambda: _spawn_here(list(cmd), dict(hidden or {}), fsize_limit, death_signal,
+                                             dict(popen_kwargs)))
+
+
+# A process that dies without stopping its server (a kernel killed during its shutdown, SIGKILL,
+# the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
+# launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
+# the server's group and removes what the launch made. A normal stop() ends the reaper first.
+_REAPER = (
+    'trap \'kill -KILL -- -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
+    'while kill -0 "$1" 2>/dev/null; do sleep 1; done'
+)
+
+
+# --------------------------------------------------------------------------- leftovers of dead launches
+
+
+def _owner_tag() -> str:
+    """'PID-START' of this process (START: its start time in centiseconds since the epoch)."""
+    return f"{os.getpid()}-{int(psutil.Process().create_time() * 100)}"
+
+
+def _owner_alive(pid: int, start: int) -> bool:
+    try:
+        return abs(int(psutil.Process(pid).create_time() * 100) - start) <= 1
+    except psutil.Error:
+        return False
+
+
+def _cwd_in_use(folder: Path) -> bool:
+    """True when a process of this user runs inside `folder` (a tritonserver's cwd is its folder)."""
+    me = os.geteuid()
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.info["uids"] and proc.info["uids"].effective == me and Path(proc.cwd()) == folder:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
+
+
+_WORKDIR = re.compile(r"^batchlab-triton-(\d+)-(\d+)-")
+_SHM_REGION = re.compile(r"^batchlab_(\d+)_(\d+)_")
+
+
+def sweep_stale(tmp: str | os.PathLike[str] | None = None, shm: str | os.PathLike[str] = "/dev/shm") -> list[Path]:
+    """Remove what launches of dead processes left: their server folders and shared memory.
+
+    Only this user's entries are touched, and only those whose owner process (named in the
+    entry) is gone; a server folder of an older layout (no owner in its name) only when no
+    process of this user runs in it. Returns what was removed.
+    """
+    me = os.geteuid()
+    removed: list[Path] = []
+    for d in Path(tmp or tempfile.gettempdir()).glob("batchlab-triton-*"):
+        try:
+            st = d.lstat()
+        except OSError:
+            continue
+        if st.st_uid != me or not d.is_dir() or d.is_symlink():
+            continue
+        m = _WORKDIR.match(d.name)
+        if m and _owner_alive(int(m.group(1)), int(m.group(2))):
+            continue
+        if not m and _cwd_in_use(d):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    for f in Path(shm).glob("batchlab_*"):
+        m = _SHM_REGION.match(f.name)
+        try:
+            if not m or f.lstat().st_uid != me or _owner_alive(int(m.group(1)), int(m.group(2))):
                 continue
-    except ImportError:
-        pass
-    return sorted(paths)
+            f.unlink()
+            removed.append(f)
+        except OSError:
+            continue
+    return removed
 
 
 _LIVE: "weakref.WeakSet[TritonServer]" = weakref.WeakSet()
@@ -345,15 +754,19 @@ def _stop_all() -> None:
         server.stop()
 
 
-class TritonServer:
+class TritonServer(_Clients):
     """One embedded tritonserver process with its model repository, on loopback.
 
     Parameters mirror tritonserver's flags: `repo` (default: the course model repository),
     `http_port` / `grpc_port` / `metrics_port` (default: free ports), `model_control`
-    ("none" loads everything in `repo`; "explicit" loads only `models`), `startup_timeout`
-    seconds for the server and all models to become ready, `stop_grace` seconds between SIGTERM
-    and SIGKILL, `metrics_config` (e.g. ``["summary_latencies=true"]``), `extra_args` passed
-    through, and `log_verbose`.
+    ("none" loads everything in `repo`; "explicit" loads only `models`, and naming `models`
+    implies it), `startup_timeout` seconds for the server and all models to become ready,
+    `stop_grace` seconds between SIGTERM and SIGKILL, `metrics_config` (e.g.
+    ``["summary_latencies=true"]``), `extra_args` passed through, and `log_verbose`.
+
+    Whatever the mode, loading and unloading models (and the other `RESTRICTED_APIS`) needs
+    the key this launch drew (`key`), which the clients from `http_client()` / `grpc_client()`
+    send; nobody else on the machine can reload a model with their own code.
     """
 
     def __init__(
@@ -386,9 +799,13 @@ class TritonServer:
         self.log_verbose = log_verbose
         self.ports: dict[str, int] = {}
         self.models: list[str] = []
+        self.key: str | None = None
+        self.key_hidden = False
+        self.shm_prefix: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     # -- addresses -------------------------------------------------------------------------
 
@@ -417,23 +834,24 @@ class TritonServer:
         """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
-    def info(self) -> dict[str, Any]:
-        """The addresses and ready models, as the CLI prints them."""
-        return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}
+    @property
+    def workdir(self) -> Path | None:
+        """The launch's private folder (mode 0700: the server log and its working directory)."""
+        return self._workdir
 
-    # -- clients ---------------------------------------------------------------------------
+    def shm_regions(self) -> list[Path]:
+        """The Python backend's shared-memory regions of this launch (one per model instance)."""
+        if not self.shm_prefix:
+            return []
+        return sorted(Path("/dev/shm").glob(self.shm_prefix + "*"))
 
-    def http_client(self, **kwargs: Any) -> Any:
-        """A `tritonclient.http.InferenceServerClient` for this server."""
-        return httpclient.InferenceServerClient(self.http_url, **kwargs)
-
-    def grpc_client(self, **kwargs: Any) -> Any:
-        """A `tritonclient.grpc.InferenceServerClient` for this server."""
-        return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
-
-    def aio_grpc_client(self, **kwargs: Any) -> Any:
-        """A `tritonclient.grpc.aio.InferenceServerClient` (create it inside the event loop)."""
-        return aioclient.InferenceServerClient(self.grpc_url, **kwargs)
+    def shm_bytes(self) -> int:
+        """Memory the regions of `shm_regions` hold now (allocated blocks, not their sizes)."""
+        total = 0
+        for path in self.shm_regions():
+            with contextlib.suppress(OSError):
+                total += path.stat().st_blocks * 512
+        return total
 
     # -- log -------------------------------------------------------------------------------
 
@@ -455,7 +873,8 @@ class TritonServer:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _command(self, backend_dir: Path) -> list[str]:
+    def _command(self, backend_dir: Path) -> tuple[list[str], dict[int, str]]:
+        """The command line (with the key as a placeholder) and the hidden arguments' values."""
         cmd = [
             str(find_tritonserver()),
             f"--model-repository={self.repo}",
@@ -470,11 +889,18 @@ class TritonServer:
             "--exit-timeout-secs=5",
             "--strict-readiness=true",
             f"--log-verbose={self.log_verbose}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            "--grpc-infer-allocation-pool-size=0",
         ]
         cmd += [f"--load-model={m}" for m in self.requested_models]
         cmd += [f"--metrics-config={c}" for c in self.metrics_config]
+        hidden = {}
+        apis = ",".join(RESTRICTED_APIS)
+        for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
+            hidden[len(cmd)] = f"{flag}={apis}:{KEY_HEADER}={self.key}"
+            cmd.append(f"{flag}={apis}:{KEY_HEADER}={_HIDDEN}")
         cmd += self.extra_args
-        return cmd
+        return cmd, hidden
 
     def _check_repo(self) -> None:
         if not self.repo.is_dir():
@@ -487,11 +913,15 @@ class TritonServer:
             raise ServerError(f"model(s) {', '.join(missing)} not in {self.repo} (has {', '.join(sorted(found))})")
 
     def start(self) -> "TritonServer":
-        """Start the server and wait until it and its models are ready; return self."""
+        """Start the server and wait until it and its models are ready; return self.
+
+        Interrupted (Ctrl-C, a signal handler that raises) it stops what it started and re-raises.
+        """
         with self._lock:
             if self.running:
                 return self
             self._check_repo()
+            sweep_stale()
             for what, port in self._ports_given.items():
                 if port is not None:
                     check_port_free(port, what)
@@ -507,33 +937,47 @@ class TritonServer:
                         raise
             raise AssertionError("unreachable")
 
+    def _server_env(self) -> dict[str, str]:
+        env = server_env()
+        reset = self._workdir / "stub-env.sh"
+        before = env.get("GLIBC_TUNABLES")
+        reset.write_text(f"export GLIBC_TUNABLES={shlex.quote(before)}\n" if before else "unset GLIBC_TUNABLES\n")
+        env["GLIBC_TUNABLES"] = f"{before}:{_SERVER_TUNABLES}" if before else _SERVER_TUNABLES
+        env["BASH_ENV"] = str(reset)  # read by the `bash -c` that starts each Python stub
+        return env
+
     def _launch(self, backend_dir: Path) -> None:
-        self._workdir = Path(tempfile.mkdtemp(prefix="batchlab-triton-"))
-        logf = open(self._workdir / "tritonserver.log", "wb")
+        tag = _owner_tag()
+        self.key = secrets.token_urlsafe(24)
+        self.shm_prefix = f"batchlab_{tag.replace('-', '_')}_{secrets.token_hex(4)}_"
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"batchlab-triton-{tag}-"))  # mode 0700
         try:
-            self._proc = subprocess.Popen(
-                self._command(backend_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=server_env(),
-                cwd=self._workdir,
-                start_new_session=True,  # own process group: stubs included, stopped together
-                preexec_fn=_set_pdeathsig,
-            )
-        finally:
-            logf.close()
-        _LIVE.add(self)
-        try:
-            self.models = wait_until_ready(self.http_url, self.startup_timeout, alive=lambda: self.running)
-            index = repository_index(self.http_url)
+            logfd = os.open(self._workdir / "tritonserver.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                cmd, hidden = self._command(backend_dir)
+                self._proc, self.key_hidden = spawn(
+                    cmd, hidden=hidden, fsize_limit=SHM_LIMIT_BYTES, stdin=subprocess.DEVNULL,
+                    stdout=logfd, stderr=subprocess.STDOUT, env=self._server_env(), cwd=self._workdir)
+            finally:
+                os.close(logfd)
+            _LIVE.add(self)
+            self._reaper, _ = spawn(["/bin/sh", "-c", _REAPER, "batchlab-reaper", str(self._proc.pid),
+                                     str(self._workdir), self.shm_prefix], death_signal=signal.SIGTERM,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.models = wait_until_ready(self.http_url, self.startup_timeout, alive=lambda: self.running,
+                                           key=self.key, own=True)
+            index = repository_index(self.http_url, key=self.key)
             broken = [m for m in index if m.get("state") == "UNAVAILABLE"]
             if broken:
                 raise ModelLoadError(
                     "; ".join(f"model '{m['name']}' failed to load: {m.get('reason', '')}" for m in broken)
                 )
+        except PortInUseError:
+            self.stop()
+            raise
         except ServerError as exc:
-            self._proc.wait(timeout=10) if not self.running else None
+            if self._proc is not None and not self.running:
+                self._proc.wait(timeout=10)
             log = self.log()
             cls, cause = diagnose(log) if not isinstance(exc, ModelLoadError) else (ModelLoadError, str(exc))
             self.stop()
@@ -542,32 +986,43 @@ class TritonServer:
             log = self.log()
             self.stop()
             raise ServerError(f"tritonserver failed to start: {exc}\n--- last lines of the server log ---\n{_tail(log)}") from None
+        except BaseException:  # KeyboardInterrupt, a signal handler's exception: leave nothing behind
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        """Stop the server and every backend stub: SIGTERM, then SIGKILL after `stop_grace` s."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            pgid = proc.pid  # start_new_session: the server leads its own group
-            shm = _shm_regions(pgid)
-            _kill_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_grace)
-            except subprocess.TimeoutExpired:
-                pass
-            _kill_group(pgid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            deadline = time.monotonic() + 5
-            while _group_alive(pgid) and time.monotonic() < deadline:
+        """Stop the server and every backend stub: SIGTERM, then SIGKILL after `stop_grace` s.
+
+        Also removes the launch's folder and shared-memory regions (a killed stub cannot).
+        """
+        with self._lock:
+            proc, self._proc = self._proc, None
+            reaper, self._reaper = self._reaper, None
+            if proc is not None:
+                pgid = proc.pid  # start_new_session: the server leads its own group
+                _kill_group(pgid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.stop_grace)
+                except subprocess.TimeoutExpired:
+                    pass
                 _kill_group(pgid, signal.SIGKILL)
-                time.sleep(0.05)
-            for path in shm:  # a killed stub cannot unlink its shared-memory region; we do
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+                deadline = time.monotonic() + 5
+                while _group_alive(pgid) and time.monotonic() < deadline:
+                    _kill_group(pgid, signal.SIGKILL)
+                    time.sleep(0.05)
+            if reaper is not None:  # only now: should this process die while stopping, it cleans up
+                _kill_group(reaper.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    reaper.wait(timeout=5)
+            for path in self.shm_regions():
                 with contextlib.suppress(OSError):
-                    os.unlink(path)
-        _LIVE.discard(self)
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+                    path.unlink()
+            _LIVE.discard(self)
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
 
     def __enter__(self) -> "TritonServer":
         return self.start()
@@ -580,14 +1035,15 @@ class TritonServer:
         return f"<TritonServer {state}, repo={self.repo}, models={self.models}>"
 
 
-class ExternalServer:
+class ExternalServer(_Clients):
     """A Triton server someone else runs (an NGC container, `make start`), named by env vars.
 
     Same interface as `TritonServer`; `start` only waits for readiness and `stop` does nothing.
+    `key`: the server's key, if it restricts APIs (default: `BATCHLAB_TRITON_KEY`).
     """
 
     def __init__(self, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None,
-                 startup_timeout: float = 30.0) -> None:
+                 startup_timeout: float = 30.0, key: str | None = None) -> None:
         def strip(u: str) -> str:
             return re.sub(r"^[a-z]+://", "", u).rstrip("/")
 
@@ -598,21 +1054,23 @@ class ExternalServer:
         self.grpc_url = strip(grpc_url) if grpc_url else f"{host}:{int(port) + 1}"
         self.metrics_url = strip(metrics_url) if metrics_url else f"{host}:{int(port) + 2}"
         self.startup_timeout = startup_timeout
+        self.key = key or None
         self.models: list[str] = []
         self.running = False
 
     @classmethod
     def from_env(cls) -> "ExternalServer | None":
-        """An `ExternalServer` from TRITON_URL / TRITON_GRPC_URL / TRITON_METRICS_URL, or None."""
+        """An `ExternalServer` from TRITON_URL / TRITON_GRPC_URL / TRITON_METRICS_URL / BATCHLAB_TRITON_KEY, or None."""
         url = os.environ.get("TRITON_URL")
         if not url:
             return None
-        return cls(url, os.environ.get("TRITON_GRPC_URL"), os.environ.get("TRITON_METRICS_URL"))
+        return cls(url, os.environ.get("TRITON_GRPC_URL"), os.environ.get("TRITON_METRICS_URL"),
+                   key=os.environ.get(KEY_ENV))
 
     def start(self) -> "ExternalServer":
         """Wait until the external server is ready."""
         try:
-            self.models = wait_until_ready(self.http_url, self.startup_timeout)
+            self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key)
         except (TimeoutError, ServerError) as exc:
             raise ServerError(f"the Triton server at TRITON_URL={self.http_url} is not ready: {exc}") from None
         self.running = True
@@ -621,11 +1079,6 @@ class ExternalServer:
     def stop(self) -> None:
         """Nothing to stop: the server belongs to someone else."""
         self.running = False
-
-    info = TritonServer.info
-    http_client = TritonServer.http_client
-    grpc_client = TritonServer.grpc_client
-    aio_grpc_client = TritonServer.aio_grpc_client
 
     def log_tail(self, n: int = 25) -> str:
         """An external server's log is not ours to read."""
@@ -655,6 +1108,32 @@ def connect(repo: str | os.PathLike[str] | None = None, **kwargs: Any) -> Triton
 # --------------------------------------------------------------------------- command line
 
 
+class Interrupted(BaseException):
+    """Raised by the signal handler of a command line while it is still starting up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """Handle SIGINT/SIGTERM for a command line: raise `Interrupted` until startup is done, then
+    set `stop`. Returns the function that marks startup done. A second signal during the
+    clean-up after an interrupted startup is ignored, so the clean-up runs to the end."""
+    state = {"started": False, "interrupted": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        if state["started"] or state["interrupted"]:
+            stop.set()
+            return
+        state["interrupted"] = True
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return lambda: state.update(started=True)
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m batchlab.server",
@@ -673,15 +1152,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: prints one JSON line once ready, runs until SIGINT/SIGTERM."""
+    """CLI entry point: prints one JSON line once ready (with the key), runs until SIGINT/SIGTERM.
+
+    A signal during startup stops the half-started server and exits with 128 + the signal number.
+    """
     args = _parse_args(argv)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    started = stop_on_signals(stop)
     server = TritonServer(
         args.repo,
         http_port=args.http_port,
@@ -693,12 +1170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_verbose=args.log_verbose,
     )
     try:
-        server.start()
-    except (ServerError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        print(json.dumps(server.info()), flush=True)
+        try:
+            server.start()
+            started()
+        except (ServerError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except Interrupted as exc:
+            print(f"{exc} during startup: stopped, nothing left running", file=sys.stderr)
+            return 128 + exc.signum
+        print(json.dumps({**server.info(), "key": server.key}), flush=True)
         if not args.check:
             while not stop.is_set() and server.running:
                 stop.wait(0.5)

@@ -1,11 +1,13 @@
 """`make start`: the embedded Triton server with the course models, and JupyterLab on the course.
 
 Both listen on 127.0.0.1 only. Notebooks started from this JupyterLab find the server through
-`TRITON_URL` / `TRITON_GRPC_URL` / `TRITON_METRICS_URL` (see `batchlab.server.connect`), so they
-share it instead of starting their own. Ctrl-C (or SIGTERM) stops JupyterLab, its kernels and the
-server, and leaves no process behind.
+`TRITON_URL` / `TRITON_GRPC_URL` / `TRITON_METRICS_URL` and its key through `BATCHLAB_TRITON_KEY`
+(see `batchlab.server.connect`), so they share it instead of starting their own. JupyterLab gets
+its token through the environment (`JUPYTER_TOKEN`), never on its command line, which every user
+of the machine can read with `ps`. Ctrl-C (or SIGTERM, also while starting up) stops JupyterLab,
+its kernels and the server, and leaves no process behind.
 
-    python -m batchlab.start [--lab-port 8888] [--token TOKEN] [--no-lab] [--no-browser]
+    [JUPYTER_TOKEN=...] python -m batchlab.start [--lab-port 8888] [--no-lab] [--no-browser]
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import urllib.request
 from typing import Sequence
 
 from batchlab.paths import cache_dir, repo_root
-from batchlab.server import ServerError, TritonServer, _set_pdeathsig, check_port_free, free_port
+from batchlab.server import (KEY_ENV, Interrupted, ServerError, TritonServer, check_port_free, free_port, spawn,
+                             stop_on_signals)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -54,12 +57,15 @@ def _lab_settings_dir() -> str:
 
 
 def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) -> subprocess.Popen[bytes]:
-    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group."""
+    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group.
+
+    The token goes through the environment (`JUPYTER_TOKEN`, which jupyter_server reads), so the
+    process list shows no secret; the process is killed if this one dies.
+    """
     cmd = [
         sys.executable, "-m", "jupyterlab",
         "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
         f"--ServerApp.root_dir={repo_root()}",
-        f"--IdentityProvider.token={token}",
         "--ServerApp.open_browser=" + ("True" if open_browser else "False"),
         "--LabApp.news_url=None",  # no announcement feed: the course runs on closed networks too
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
@@ -67,8 +73,8 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
         cmd.append("--allow-root")
-    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_set_pdeathsig)
+    proc, _ = spawn(cmd, env={**env, "JUPYTER_TOKEN": token}, stdin=subprocess.DEVNULL)
+    return proc
 
 
 def stop_lab(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
@@ -90,16 +96,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the server and JupyterLab until Ctrl-C; print the URLs and one JSON line."""
     p = argparse.ArgumentParser(prog="python -m batchlab.start", description=__doc__.splitlines()[0])
     p.add_argument("--lab-port", type=int, default=None, help="JupyterLab port (default 8888, else a free one)")
-    p.add_argument("--token", default=None, help="JupyterLab token (default: a fresh random one)")
+    p.add_argument("--token", default=None,
+                   help="JupyterLab token (default: $JUPYTER_TOKEN, else a fresh random one); prefer the "
+                        "variable: a command-line argument is visible to every user in `ps`")
     p.add_argument("--no-lab", action="store_true", help="only the Triton server")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
     args = p.parse_args(argv)
 
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    started = stop_on_signals(stop)  # a signal while starting up raises Interrupted
 
+    server = None
     try:
         if args.lab_port is not None:
             check_port_free(args.lab_port, "lab")
@@ -111,27 +119,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ServerError:
                 lab_port = free_port()
         print("starting the embedded Triton server with the course models ...", flush=True)
-        server = TritonServer(startup_timeout=args.timeout).start()
+        server = TritonServer(startup_timeout=args.timeout)
+        server.start()
     except (ServerError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        if server is not None:
+            server.stop()
+        print(f"{exc} during startup: stopped, nothing left running", file=sys.stderr)
+        return 128 + exc.signum
 
     lab = None
     try:
         env = dict(os.environ)
         env.update(TRITON_URL=server.http_url, TRITON_GRPC_URL=server.grpc_url,
-                   TRITON_METRICS_URL=server.metrics_url)
+                   TRITON_METRICS_URL=server.metrics_url, **{KEY_ENV: server.key})
         info = {"triton": server.info()}
         print(f"Triton HTTP    http://{server.http_url}   (models: {', '.join(server.models)})")
         print(f"Triton gRPC    {server.grpc_url}")
         print(f"Triton metrics http://{server.metrics_url}/metrics")
         if not args.no_lab:
-            token = args.token or secrets.token_hex(16)
+            token = args.token or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(16)
             lab = start_lab(lab_port, token, env, open_browser=not args.no_browser)
             _wait_http(f"http://127.0.0.1:{lab_port}/api/status?token={token}", args.timeout, lab)
             url = f"http://127.0.0.1:{lab_port}/lab/tree/notebooks/index.ipynb?token={token}"
             info["lab"] = {"url": url, "port": lab_port, "token": token}
             print(f"JupyterLab     {url}")
+        started()
         print("Ctrl-C stops everything.", flush=True)
         print(json.dumps(info), flush=True)
         while not stop.is_set():
@@ -147,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(f"{exc} during startup: stopping", file=sys.stderr)
+        return 128 + exc.signum
     finally:
         if lab is not None:
             stop_lab(lab)

@@ -62,8 +62,12 @@ def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
         return ModelStats.from_json(json.loads(resp.read()), model)
 
 
-def check_model_ready(http_url: str, model: str, timeout: float = 10.0) -> None:
-    """Raise a ValueError naming `model` (and the models that are ready) unless it is ready."""
+def check_model_ready(http_url: str, model: str, timeout: float = 10.0,
+                      headers: dict[str, str] | None = None) -> None:
+    """Raise a ValueError naming `model` (and the models that are ready) unless it is ready.
+
+    `headers` go with the repository index (a restricted API: the server's `http_headers`).
+    """
     url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -74,7 +78,8 @@ def check_model_ready(http_url: str, model: str, timeout: float = 10.0) -> None:
     except (urllib.error.URLError, OSError) as exc:
         raise ValueError(f"no Triton server answers at {http_url}: {exc}") from None
     try:
-        req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"", method="POST")
+        req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"", method="POST",
+                                     headers=headers or {})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             ready = sorted(m["name"] for m in json.loads(resp.read() or b"[]") if m.get("state") == "READY")
     except (urllib.error.URLError, OSError, ValueError):
@@ -247,7 +252,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
     measured requests only (given no other traffic to the model).
     """
     check_server(server)
-    await _in_thread(check_model_ready, server.http_url, model)
+    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "http_headers", None))
     transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
     await transport.open()
     try:

@@ -138,6 +138,9 @@ def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float]
 
 
 def _grpc(server: Any) -> Any:
+    """The server's own gRPC client where it has one: reloads need its key (model-repository API)."""
+    if hasattr(server, "grpc_client"):
+        return server.grpc_client()
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 

@@ -1,0 +1,219 @@
+"""One host, many users: the embedded server's restricted APIs, its key, its private files.
+
+Each test plays a second local user (a client without the key) against a learner's server, or
+checks what `ps` and the file system show to other users.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from batchlab import server as srv
+
+pytestmark = pytest.mark.server
+
+PY = sys.executable
+
+
+def _echo_ok(server: srv.TritonServer) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inp = httpclient.InferInput("X", [2, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(httpclient.InferenceServerClient(server.http_url).infer("echo", [inp]).as_numpy("Y"), 2 * x)
+
+
+def _refused(call, grpc: bool) -> str:
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    exc = info.value
+    if grpc:
+        assert "UNAVAILABLE" in str(exc.status()) and "restricted" in exc.message(), (exc.status(), exc.message())
+    else:
+        assert exc.status() == "403" and "restricted" in exc.message(), (exc.status(), exc.message())
+    return exc.message()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_triton, proto: str) -> None:
+    # Explicit model control, as the labs run it: without the key anyone could load their own code.
+    server = start_triton(["echo"], model_control="explicit", extra_args=["--load-model=*"])
+    grpc = proto == "grpc"
+    other = (grpcclient.InferenceServerClient(server.grpc_url) if grpc
+             else httpclient.InferenceServerClient(server.http_url))
+    # The attack of issue 18: a system shared-memory region that points into the Python backend's own region.
+    region = server.shm_regions()[0]
+    attempts = {
+        "register shm": lambda: other.register_system_shared_memory("evil", "/" + region.name, 4096),
+        "shm status": lambda: other.get_system_shared_memory_status(),
+        "load with a file override": lambda: other.load_model(
+            "echo", config='{"backend": "python"}', files={"file:1/model.py": b"import os\nos.system('id')\n"}),
+        "unload": lambda: other.unload_model("echo"),
+        "repository index": lambda: other.get_model_repository_index(),
+        "log settings": lambda: other.update_log_settings({"log_verbose_level": 1}),
+        "trace settings": lambda: other.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
+    }
+    for what, call in attempts.items():
+        _refused(call, grpc)
+    wrong = {(srv.GRPC_KEY_HEADER if grpc else srv.KEY_HEADER): "not-the-key"}
+    _refused(lambda: other.load_model("echo", headers=wrong), grpc)
+    # Still serving, nothing changed: same model, no region registered, log level untouched.
+    assert server.running
+    _echo_ok(server)
+    own = server.grpc_client() if grpc else server.http_client()
+    status = own.get_system_shared_memory_status(**({"as_json": True} if grpc else {}))
+    assert not (status.get("regions") if grpc else status), status
+    logs = own.get_log_settings(**({"as_json": True} if grpc else {}))
+    level = logs["settings"]["log_verbose_level"]["uint32_param"] if grpc else logs["log_verbose_level"]
+    assert int(level) == 0
+    # The open APIs stay open: health, metadata, model config, statistics, inference.
+    assert other.is_server_ready() and other.is_model_ready("echo")
+    assert other.get_model_config("echo") and other.get_inference_statistics("echo")
+    # The learner's own client sends the key without being told.
+    own.load_model("echo")
+    assert own.is_model_ready("echo")
+
+
+def test_the_key_is_not_in_the_process_list(start_triton) -> None:
+    server = start_triton(["echo"])
+    assert server.key and len(server.key) >= 32 and server.key_hidden
+    ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+    assert server.key not in ps
+    line = next(ln for ln in ps.splitlines() if f"--http-port={server.ports['http']}" in ln)
+    assert f"--http-restricted-api=shared-memory,model-repository,trace,logging:{srv.KEY_HEADER}=(hidden)" in line
+    # The real value travels in the environment, which only the owner (and root) can read.
+    mode = stat.S_IMODE(os.stat(f"/proc/{server.pid}/environ").st_mode)
+    assert mode & 0o077 == 0, oct(mode)
+    # ... and still the server enforces the real key, not the placeholder.
+    with pytest.raises(InferenceServerException):
+        httpclient.InferenceServerClient(server.http_url).get_model_repository_index(headers={srv.KEY_HEADER: "(hidden)"})
+    assert server.http_client().get_model_repository_index()
+
+
+def test_each_launch_draws_a_new_key(start_triton) -> None:
+    a, b = start_triton(["echo"]), start_triton(["echo"])
+    assert a.key != b.key
+    with pytest.raises(InferenceServerException):
+        httpclient.InferenceServerClient(b.http_url).get_model_repository_index(headers=a.http_headers)
+
+
+def test_launch_folder_log_and_shared_memory_are_the_launchs_own(start_triton) -> None:
+    server = start_triton(["echo"])
+    assert stat.S_IMODE(server.workdir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.log_path.stat().st_mode) == 0o600
+    assert psutil.Process(server.pid).cwd() == str(server.workdir)
+    regions = server.shm_regions()
+    assert regions and all(r.name.startswith(server.shm_prefix) for r in regions)
+    assert server.shm_prefix.startswith(f"batchlab_{os.getpid()}_")
+    workdir = server.workdir
+    server.stop()
+    assert not workdir.exists() and not any(r.exists() for r in regions)
+
+
+def test_sweep_removes_only_dead_launches_of_this_user(tmp_path: Path) -> None:
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir(), shm.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    dead_tag = f"{dead.pid}-{int(time.time() * 100)}"
+    live_tag = srv._owner_tag()
+    entries = {
+        "dead": tmp / f"batchlab-triton-{dead_tag}-abc",
+        "live": tmp / f"batchlab-triton-{live_tag}-abc",
+        "legacy": tmp / "batchlab-triton-k2j3h4",
+        "legacy-in-use": tmp / "batchlab-triton-x9y8z7",
+        "other": tmp / "unrelated-folder",
+    }
+    for d in entries.values():
+        d.mkdir()
+        (d / "tritonserver.log").write_text("log")
+    regions = {"dead": shm / f"batchlab_{dead_tag.replace('-', '_')}_1234_uuid",
+               "live": shm / f"batchlab_{live_tag.replace('-', '_')}_1234_uuid",
+               "foreign": shm / "triton_python_backend_shm_region_uuid"}
+    for r in regions.values():
+        r.write_bytes(b"\0" * 64)
+    sleeper = subprocess.Popen(["sleep", "30"], cwd=entries["legacy-in-use"])
+    try:
+        removed = srv.sweep_stale(tmp=tmp, shm=shm)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert sorted(removed) == sorted([entries["dead"], entries["legacy"], regions["dead"]])
+    assert all(entries[k].exists() for k in ("live", "legacy-in-use", "other"))
+    assert regions["live"].exists() and regions["foreign"].exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create another user's folder")
+def test_sweep_leaves_other_users_alone(tmp_path: Path) -> None:
+    d = tmp_path / "batchlab-triton-1-1-abc"  # pid 1 started long before that time: a dead owner
+    d.mkdir()
+    os.chown(d, 65534, 65534)
+    assert srv.sweep_stale(tmp=tmp_path, shm=tmp_path) == [] and d.exists()
+
+
+def _launch_in_child(echo_repo: Path) -> tuple[subprocess.Popen[str], list[Path], psutil.Process]:
+    """A Python process that starts a server and sleeps; its folder and regions; its reaper."""
+    code = (
+        "import sys, time; from batchlab.server import TritonServer\n"
+        f"s = TritonServer({str(echo_repo)!r}).start()\n"
+        "print(s.workdir, *s.shm_regions(), flush=True); time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    left = [Path(p) for p in parent.stdout.readline().split()]
+    reaper = next(p for p in psutil.Process(parent.pid).children() if "batchlab-reaper" in " ".join(p.cmdline()))
+    assert len(left) >= 2 and all(p.exists() for p in left), left
+    return parent, left, reaper
+
+
+def test_a_killed_process_leaves_no_folder_or_shared_memory(echo_repo: Path) -> None:
+    parent, left, reaper = _launch_in_child(echo_repo)
+    try:
+        parent.send_signal(signal.SIGKILL)  # no atexit, no clean-up: the reaper does it
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(p.exists() for p in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(p.exists() for p in left), [p for p in left if p.exists()]
+        assert not reaper.is_running() or reaper.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_what_a_killed_launch_left_is_swept_at_the_next_start(echo_repo: Path, start_triton) -> None:
+    parent, left, reaper = _launch_in_child(echo_repo)
+    try:
+        os.killpg(reaper.pid, signal.SIGKILL)  # everything killed at once (kill -9 -1): nobody cleans
+        parent.kill()
+        parent.wait(timeout=10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    time.sleep(1)
+    assert all(p.exists() for p in left), left
+    start_triton(["echo"])
+    assert not any(p.exists() for p in left), [p for p in left if p.exists()]
+
+
+def test_external_server_takes_its_key_from_the_environment(start_triton, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = start_triton(["echo"], model_control="explicit", extra_args=["--load-model=*"])
+    monkeypatch.setenv("TRITON_URL", server.http_url)
+    monkeypatch.setenv("TRITON_GRPC_URL", server.grpc_url)
+    monkeypatch.setenv(srv.KEY_ENV, server.key)
+    ext = srv.ExternalServer.from_env().start()
+    assert ext.models == ["echo"]
+    ext.http_client().load_model("echo")
+    ext.grpc_client().unload_model("echo")
+    assert not server.http_client().is_model_ready("echo")
