@@ -30,7 +30,7 @@ def test_missing_model_on_an_external_server_is_named(echo_repo, monkeypatch) ->
 
     with TritonServer(echo_repo) as server:
         env = {"TRITON_URL": server.http_url, "TRITON_GRPC_URL": server.grpc_url,
-               "TRITON_METRICS_URL": server.metrics_url}
+               "TRITON_METRICS_URL": server.metrics_url, "BATCHLAB_TRITON_KEY": server.key or ""}
         cli = subprocess.run([sys.executable, "-m", "batchlab.bench", "client"], capture_output=True, text=True,
                              timeout=120, env={**__import__("os").environ, **env})
     assert cli.returncode == 2 and cli.stdout == ""

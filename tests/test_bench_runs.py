@@ -21,6 +21,7 @@ pytestmark = pytest.mark.server
 @pytest.fixture()
 def via_env(triton, monkeypatch):
     monkeypatch.setenv("TRITON_URL", triton.http_url)
+    monkeypatch.setenv("BATCHLAB_TRITON_KEY", triton.key or "")
     monkeypatch.setenv("TRITON_GRPC_URL", triton.grpc_url)
     monkeypatch.setenv("TRITON_METRICS_URL", triton.metrics_url)
     return triton

@@ -382,7 +382,7 @@ def test_closed_loop_and_tiny_lags_are_not_judged() -> None:
 
 def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
     """The whole run_open_loop path (a fake server and transport): the warning carries the note."""
-    monkeypatch.setattr(runner, "check_model_ready", lambda url, model: None)
+    monkeypatch.setattr(runner, "check_model_ready", lambda *a, **k: None)
     monkeypatch.setattr(runner, "make_transport", lambda *a, **k: _SlowSender(0.004))
     server = Endpoints(http_url="127.0.0.1:1", grpc_url="127.0.0.1:2")
     spec = RequestSpec({"X": np.ones((1, 1), np.float32)})
