@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from batchlab.paths import repo_root
+from browser_fonts import fonts_for  # noqa: E402
 
 ROOT = repo_root()
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
@@ -200,16 +201,6 @@ _MARK_CHINESE = """() => {
 }"""
 
 
-def _fonts_for(page, selector: str) -> list[str]:
-    """Font families Chromium actually used to draw the first element matching `selector`."""
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("DOM.enable")
-    cdp.send("CSS.enable")
-    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
-    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
-    assert node, f"nothing matches {selector}"
-    return [f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]]
-
 
 @pytest.mark.browser
 @pytest.mark.slow
@@ -255,7 +246,7 @@ def test_book_in_chromium_with_network_blocked(book) -> None:
                 raw = RAW_MATH.findall(prose)
                 assert raw == [], f"{name}: raw math in visible text: {raw[:5]}"
                 assert page.evaluate(_MARK_CHINESE), f"{name}: no Chinese prose found"
-                fonts = _fonts_for(page, "[data-batchlab-probe]")
+                fonts = fonts_for(page, "[data-batchlab-probe]")
                 assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"{name}: Chinese drawn without a CJK font: {fonts}"
                 images = page.evaluate("() => Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
                 broken = [src for src, done, w in images if not (done and w > 0)]

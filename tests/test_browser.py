@@ -36,6 +36,7 @@ import pytest
 from batchlab.paths import repo_root
 from batchlab.plotting.layout import FIGURE_CHECK_MIME
 from batchlab.server import free_port
+from browser_fonts import fonts_for  # noqa: E402
 
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
 SHOTS = repo_root() / "build" / "browser"
@@ -155,18 +156,6 @@ _MARK_CHINESE = """el => {
 """Marks the first element under `el` whose own text holds Chinese characters."""
 
 
-def _fonts_for(page, selector: str) -> list[str]:
-    """Font families Chromium actually used to draw the first element matching `selector`."""
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("DOM.enable")
-    cdp.send("CSS.enable")
-    root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
-    page.locator(selector).first.scroll_into_view_if_needed()
-    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
-    assert node, f"nothing matches {selector}"
-    fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
-    return [f["familyName"] for f in fonts]
-
 
 def _run_notebook(context, info: dict, path: str):
     """Open `path`, run all its cells, and require that no cell shows an error."""
@@ -181,7 +170,7 @@ def _assert_cjk_font(page, element, what: str) -> None:
     """The first Chinese text under `element` is drawn with a CJK font."""
     element.scroll_into_view_if_needed()  # the notebook only lays out cells in view
     element.evaluate(_MARK_CHINESE)
-    fonts = _fonts_for(page, "[data-batchlab-probe]")
+    fonts = fonts_for(page, "[data-batchlab-probe]")
     assert any(any(h in f for h in CJK_HINTS) for f in fonts), f"{what} drawn without a CJK font: {fonts}"
 
 
