@@ -295,3 +295,24 @@ def test_decode_step_times_measures_each_batch_size(lm):
         decode_step_times(lm, [0])
     with pytest.raises(ValueError, match="context"):
         decode_step_times(lm, [1], context=lm.config.max_seq_len)
+
+
+@pytest.mark.parametrize("config", [LMConfig(), LMConfig(d_model=128, d_ff=512, n_kv_heads=2)])
+def test_decode_shared_equals_decode_step_on_copies_and_leaves_prefix(config):
+    model = ToyLM(config)
+    rng = np.random.default_rng(3)
+    context = np.concatenate([[BOS_ID], rng.integers(4, VOCAB_SIZE, 20)])
+    _, prefix = model.prefill(context)
+    k0 = prefix.k.copy()
+    for b in (1, 2, 7, 33):
+        toks = rng.integers(4, VOCAB_SIZE, b)
+        copies = [model.prefill(context)[1] for _ in range(b)]
+        assert np.array_equal(model.decode_shared(prefix, toks), model.decode_step(copies, toks))
+    assert prefix.length == context.size and np.array_equal(prefix.k, k0)
+
+
+def test_decode_shared_rejects_bad_tokens(lm):
+    _, prefix = lm.prefill(np.array([BOS_ID, 5, 6]))
+    for bad, msg in (([], "non-empty"), ([[4]], "1-D"), ([VOCAB_SIZE], "vocabulary"), ([1.5], "1-D")):
+        with pytest.raises(ValueError, match=msg):
+            lm.decode_shared(prefix, np.asarray(bad))

@@ -122,17 +122,22 @@ def _quantize_queries(q: np.ndarray, heads: int, head_dim: int, extra: np.float3
     return qq.reshape(q.shape), amax
 
 
+def _rounded_probs(s: np.ndarray) -> np.ndarray:
+    """softmax(s) over the last axis, in place, as integer multiples of 2**-16 (times 2**16)."""
+    s -= _MAX(s, axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s *= PROB_LEVELS / _SUM(s, axis=-1, keepdims=True)
+    np.rint(s, out=s)
+    return s
+
+
 def _probs_times_values(s: np.ndarray, v: np.ndarray) -> np.ndarray:
     """softmax(s) @ v with the probabilities rounded to multiples of 2**-16: an exact sum.
 
     `s` holds scores (masked with -inf), `v` integer values; every partial sum is an integer
     below 2**24, so the result does not depend on how BLAS orders or splits the sum.
     """
-    s -= _MAX(s, axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    s *= PROB_LEVELS / _SUM(s, axis=-1, keepdims=True)
-    np.rint(s, out=s)
-    out = np.matmul(s, v)
+    out = np.matmul(_rounded_probs(s), v)
     out *= KV_SCALE / PROB_LEVELS
     return out
 
@@ -329,6 +334,51 @@ class ToyLM:
             raise ValueError(f"decode_step needs one token per cache: {len(caches)} caches, "
                              f"tokens of shape {tokens.shape}")
         return self.forward(caches, [tokens[i:i + 1] for i in range(len(caches))])
+
+    def decode_shared(self, prefix: KVCache, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """One decode step for B rows that share one cached prefix: row i appends tokens[i].
+
+        Logits (B, V), bit-identical to `decode_step` on B copies of `prefix`, but the prefix is
+        stored once and read once per layer for the whole batch (one matmul for Q·Kᵀ and one
+        for P·V), and it is not changed: the shared-prefix KV cache of prefix caching, and the
+        purest weight-bound step, whose per-row cost is only the rows' own matmul work.
+        """
+        tokens = np.asarray(tokens)
+        cfg = self.config
+        if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
+            raise ValueError(f"decode_shared needs a non-empty 1-D array of token ids, got shape {tokens.shape}")
+        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+            raise ValueError(f"token ids must lie in the vocabulary [0, {cfg.vocab_size})")
+        p = prefix.length
+        if p + 1 > cfg.max_seq_len:
+            raise ValueError(f"sequence of {p + 1} tokens exceeds max_seq_len {cfg.max_seq_len}")
+        n, hd, hq, hkv = tokens.size, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+        group = hq // hkv
+        toks = tokens.astype(np.int64)
+        x = self.tok_emb[toks] + self.pos_emb[p]
+        s = np.empty((hkv, n * group, p + 1), dtype=np.float32)
+        for li, layer in enumerate(self.layers):
+            h = _layer_norm(x, layer.ln1_g, layer.ln1_b)
+            qkv = layer.qkv(h)
+            q, qf = _quantize_queries(qkv[:, :hq * hd], hq, hd, self._attn_scale)
+            k = _quantize_kv(qkv[:, hq * hd:(hq + hkv) * hd]).reshape(n, hkv, 1, hd)
+            v = _quantize_kv(qkv[:, (hq + hkv) * hd:]).reshape(n, hkv, 1, hd)
+            qh = q.reshape(n, hkv, group, hd)
+            # scores over the shared prefix (one matmul for all rows) and over each row's own token
+            np.matmul(qh.transpose(1, 0, 2, 3).reshape(hkv, n * group, hd),
+                      prefix.k[li, :, :p].transpose(0, 2, 1), out=s[:, :, :p])
+            own = np.matmul(qh, k.transpose(0, 1, 3, 2))  # (n, hkv, group, 1)
+            s[:, :, p:] = own.transpose(1, 0, 2, 3).reshape(hkv, n * group, 1)
+            s *= qf.reshape(n, hkv, group).transpose(1, 0, 2).reshape(hkv, n * group, 1)
+            pr = _rounded_probs(s)
+            # P·V split in two exact integer sums: prefix values (shared) + the row's own value
+            o = np.matmul(pr[:, :, :p], prefix.v[li, :, :p]).reshape(hkv, n, group, hd).transpose(1, 0, 2, 3)
+            o += pr[:, :, p:].reshape(hkv, n, group, 1).transpose(1, 0, 2, 3) * v
+            o *= KV_SCALE / PROB_LEVELS
+            x += layer.proj(np.ascontiguousarray(o).reshape(n, hq * hd))
+            h = _layer_norm(x, layer.ln2_g, layer.ln2_b)
+            x += layer.down(_gelu(layer.up(h)))
+        return self._logits(x, toks)
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         """Pooled, L2-normalised final hidden states of fixed-length rows (R, L) -> (R, d).

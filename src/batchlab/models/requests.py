@@ -58,6 +58,14 @@ def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int
     return {"TOKENS": tokens.astype(np.int32)}
 
 
+def random_decode_inputs(rows: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    """{"TOKEN": int32 [rows, 1]}: one token id per row (every character of the vocabulary equally
+    likely, ``numpy.random.default_rng(seed)``), one request of ``rows`` rows for the `decode` models."""
+    count("rows", rows)
+    tokens = np.random.default_rng(seed).integers(4, VOCAB_SIZE, size=(int(rows), 1))
+    return {"TOKEN": tokens.astype(np.int32)}
+
+
 def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
                     temperature: float | None = None, seed: int | None = None,
                     ignore_eos: bool | None = None, batched: bool = True, rows: int = 1
