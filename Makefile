@@ -7,7 +7,7 @@ BOOK_STAMP := $(VENV)/.batchlab-book-installed
 # configurable-http-proxy for the JupyterHub test, pinned in .node/package-lock.json (needs Node >= 20).
 CHP    := .node/node_modules/.bin/configurable-http-proxy
 
-.PHONY: start test book venv node handout labs check-labs execute bench clean help
+.PHONY: start test book venv node handout labs check-labs execute bench bench-record clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
@@ -17,6 +17,7 @@ help:
 	@echo "make execute NB=notebooks/02_dynamic_batching.ipynb   re-execute a notebook in place"
 	@echo "make book    the course as a static site in build/book/ (stored outputs, offline; open build/book/index.html)"
 	@echo "make bench   the course's benchmarks (each prints one JSON object)"
+	@echo "make bench-record  run them on a quiet machine and store the JSON in benchmarks/results/"
 
 # Create or update the virtual environment whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -63,6 +64,12 @@ bench: $(STAMP)
 	$(PY) -m batchlab.bench dynamic
 	$(PY) -m batchlab.bench continuous
 	$(PY) -m batchlab.bench fidelity
+
+# Stored reference results (the chapters read dynamic.json): run on a quiet machine.
+bench-record: $(STAMP)
+	@for b in dynamic continuous fidelity client; do \
+	  $(PY) -m batchlab.bench $$b > benchmarks/results/$$b.json.tmp && mv benchmarks/results/$$b.json.tmp benchmarks/results/$$b.json || { rm -f benchmarks/results/$$b.json.tmp; exit 1; }; \
+	done
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .node/node_modules
