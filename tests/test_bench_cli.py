@@ -41,7 +41,7 @@ def test_missing_model_on_an_external_server_is_named(echo_repo, monkeypatch) ->
 @pytest.mark.parametrize("argv, message", [
     (["continuous", "--rounds", "0"], "--rounds must be >= 1"),
     (["continuous", "--scale", "0"], "--scale must be > 0"),
-    (["continuous", "--scale", "1.5"], "--scale must be >= 2.05"),
+    (["continuous", "--scale", "3.5"], "--scale must be >= 3.91"),
     (["continuous", "--concurrency", "-1"], "--concurrency must be >= 1"),
 ])
 def test_continuous_bad_flags_fail_before_any_server(argv: list[str], message: str, capsys) -> None:
@@ -98,6 +98,7 @@ def test_summary_is_the_median_of_paired_round_ratios() -> None:
     assert s["speedup_over_padding_bound"]["all"] == [0.84, 1.5, 0.375]
     assert rounds[1]["speedup_vs_static"] == 3.0 and rounds[2]["padding_bound_speedup"] == 4.0
     assert s["per_model"]["generate"]["tokens_per_s"]["median"] == 100
+    assert s["row_cost_ratio"]["all"] == [1.0, 1.0, 1.0] and rounds[0]["speedup_from_eta_and_row_cost"] == 2.5
     assert s["same_tokens_as_generate"] == {m: True for m in models} and s["errors"] == 0
     rounds[0]["same_tokens_as_generate"]["lm_stream"] = False
     assert round_summary(rounds, models)["same_tokens_as_generate"]["lm_stream"] is False

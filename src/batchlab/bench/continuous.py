@@ -18,7 +18,8 @@ phase splitting", ISCA 2024). Over that file GeneratedTokens has median 129, mea
 p99 601, max 1000 (computed from the file; `CHAT_TRACE` keeps the figures). The benchmark draws
 from a capped lognormal with the trace's median and its p90/p50 spread (sigma = ln(424/129)/1.2816
 = 0.928), every length divided by `scale` (default 8: median 16, cap 1000/8 = 125), because the toy
-LM holds 512 positions and one round must take seconds on 2 CPU cores, not minutes. Dividing by a
+LM holds 512 positions (the models accept MAX_TOKENS <= 256) and one round must take seconds on
+2 CPU cores, not minutes. Dividing by a
 constant keeps the shape (p90/p50, max/median), which is what decides padding: η of static batching
 depends on the ratio of a batch's longest member to its mean, not on the absolute lengths.
 
@@ -47,6 +48,7 @@ from batchlab._validate import count, positive
 from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
 from batchlab.lm import BOS_ID, VOCAB_SIZE, LMConfig
 from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
+from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.sim.lengths import CappedLognormal, capped_lognormal
 
 MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
@@ -76,8 +78,8 @@ def chat_lengths(scale: float = 8.0) -> CappedLognormal:
 
 
 def min_scale() -> float:
-    """Smallest `scale` whose cap still fits the toy LM's context after the longest prompt."""
-    room = LMConfig().max_seq_len - (PROMPT_TOKENS[1] + 1)
+    """Smallest `scale` whose cap the models accept: MAX_TOKENS <= 256, prompt + output <= 512 positions."""
+    room = min(LMConfig().max_seq_len - (PROMPT_TOKENS[1] + 1), DEFAULT_MAX_TOKENS_LIMIT)
     return CHAT_TRACE["max"] / room
 
 
@@ -257,10 +259,12 @@ def round_summary(rounds: list[dict[str, Any]], models: tuple[str, ...]) -> dict
 
     Each round holds `results[model]["tokens_per_s"]`, `results["generate"]["eta"]` and
     `same_tokens_as_generate`. The per-round ratio is the best continuous way's tokens/s over
-    generate's; the headline is its median, with min, max and every round's value.
+    generate's; the headline is its median, with min, max and every round's value. With both
+    ways' `decode_step.ms_per_row`, `row_cost_ratio` = generate's / the best way's: the speedup is
+    about (1/η) · row_cost_ratio (padding removed, times what a row-step costs in each way).
     """
     cont = [m for m in models if m != "generate"]
-    ratios, bounds, of_bound, best = [], [], [], []
+    ratios, bounds, of_bound, best, row_ratios = [], [], [], [], []
     for rd in rounds:
         res = rd["results"]
         static = res["generate"]["tokens_per_s"]
@@ -270,6 +274,11 @@ def round_summary(rounds: list[dict[str, Any]], models: tuple[str, ...]) -> dict
         bound = 1.0 / eta if eta else math.nan
         rd.update(best_continuous=b, speedup_vs_static=r3(ratio), padding_bound_speedup=r3(bound),
                   speedup_over_padding_bound=r3(ratio / bound) if math.isfinite(bound) else None)
+        g_row, b_row = res["generate"]["decode_step"].get("ms_per_row"), res[b]["decode_step"].get("ms_per_row")
+        if g_row and b_row:
+            rd["row_cost_ratio"] = r3(g_row / b_row)
+            rd["speedup_from_eta_and_row_cost"] = r3(bound * g_row / b_row)
+            row_ratios.append(g_row / b_row)
         ratios.append(ratio)
         bounds.append(bound)
         of_bound.append(ratio / bound)
@@ -288,7 +297,8 @@ def round_summary(rounds: list[dict[str, Any]], models: tuple[str, ...]) -> dict
     return {"per_model": per_model, "same_tokens_as_generate": same, "errors": errors,
             "best_continuous_per_round": best, "speedup_vs_static": sp["median"],
             "speedup_vs_static_spread": {k: sp[k] for k in ("min", "max", "all")},
-            "padding_bound_speedup": _spread(bounds), "speedup_over_padding_bound": _spread(of_bound)}
+            "padding_bound_speedup": _spread(bounds), "speedup_over_padding_bound": _spread(of_bound),
+            "row_cost_ratio": _spread(row_ratios)}
 
 
 def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: float = 8.0, seed: int = 0,
@@ -300,7 +310,8 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
     scale = positive("scale", scale)
     if scale < min_scale():
         raise ValueError(f"--scale must be >= {min_scale():.2f}: the trace's longest output (1000 tokens) / scale "
-                         f"must fit the toy LM's {LMConfig().max_seq_len} positions after a 25-token prompt")
+                         f"must stay within the models' MAX_TOKENS limit ({DEFAULT_MAX_TOKENS_LIMIT}) and the toy LM's "
+                         f"{LMConfig().max_seq_len} positions")
     models = ("generate",) + (("lm_step",) if with_lm_step else ()) + CONTINUOUS
     dist = chat_lengths(scale)
     clock = Timer()
@@ -357,10 +368,13 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
         "speedup_vs_static_spread": summary["speedup_vs_static_spread"],
         "padding_bound_speedup": summary["padding_bound_speedup"],
         "speedup_over_padding_bound": summary["speedup_over_padding_bound"],
+        "row_cost_ratio": summary["row_cost_ratio"],
         "note": ("speedup_vs_static = median over rounds of (best continuous tokens/s / generate tokens/s) in the "
                  "same round; padding_bound_speedup = 1 / eta(generate): what removing padding alone would give at "
-                 "equal cost per row-step; decode_step.ms_per_row shows whether a row-step costs the same in a "
-                 "bigger batch"),
+                 "equal cost per row-step; row_cost_ratio = generate's decode_step.ms_per_row (server compute) / "
+                 "the best continuous way's (client-seen gap between tokens over rows per step), so speedup ~ "
+                 "padding_bound_speedup x row_cost_ratio: below 1, a continuous row-step costs more than a "
+                 "static one (a response per token per sequence, the per-step scheduling)"),
         "goal": "speedup_vs_static (median over rounds) >= 2, every token as generate's, no errors",
         **verdict(measured_met, mach),
         "elapsed_s": r3(clock()),
