@@ -19,9 +19,10 @@ p99 601, max 1000 (computed from the file; `CHAT_TRACE` keeps the figures). The 
 from a capped lognormal with the trace's median and its p90/p50 spread (sigma = ln(424/129)/1.2816
 = 0.928), every length divided by `scale` (default 8: median 16, cap 1000/8 = 125), because the toy
 LM holds 512 positions (the models accept MAX_TOKENS <= 256) and one round must take seconds on
-2 CPU cores, not minutes. Dividing by a
-constant keeps the shape (p90/p50, max/median), which is what decides padding: η of static batching
-depends on the ratio of a batch's longest member to its mean, not on the absolute lengths.
+2 CPU cores, not minutes. Dividing by a constant keeps the shape (p90/p50, max/median), which is
+what decides padding: η of static batching depends on the ratio of a batch's longest member to its
+mean, not on the absolute lengths. (The trace itself is bimodal, a cluster near 400 tokens; the
+lognormal keeps its median and p90, not that cluster.)
 
 Rounds: each round runs every way once, on a fresh workload (seed + round), in an order rotated
 from round to round. Within a round every way gets the same requests, so the round's ratio
