@@ -17,7 +17,7 @@ trace 2023, conversation part (github.com/Azure/AzurePublicDataset, data/AzureLL
 phase splitting", ISCA 2024). Over that file GeneratedTokens has median 129, mean 211.1, p90 424,
 p99 601, max 1000 (computed from the file; `CHAT_TRACE` keeps the figures). The benchmark draws
 from a capped lognormal with the trace's median and its p90/p50 spread (sigma = ln(424/129)/1.2816
-= 0.928), every length divided by `scale` (default 8: median 16, cap 1000/8 = 125), because the toy
+= 0.929), every length divided by `scale` (default 8: median 16, cap 1000/8 = 125), because the toy
 LM holds 512 positions (the models accept MAX_TOKENS <= 256) and one round must take seconds on
 2 CPU cores, not minutes. Dividing by a constant keeps the shape (p90/p50, max/median), which is
 what decides padding: η of static batching depends on the ratio of a batch's longest member to its
@@ -62,6 +62,7 @@ PROMPT_TOKENS = (8, 24)
 CHAT_TRACE = {
     "name": "Azure LLM inference trace 2023, conversation (GeneratedTokens)",
     "file": "github.com/Azure/AzurePublicDataset data/AzureLLMInferenceTrace_conv.csv",
+    "commit": "b469a113cedca53ddc3bdea71a143dc4b7d8700c",
     "paper": ("Patel et al., Splitwise: Efficient generative LLM inference using phase splitting, ISCA 2024 "
               "(the trace's accompanying paper)"),
     "requests": 19366, "median": 129, "mean": 211.1, "p90": 424, "p99": 601, "max": 1000,
