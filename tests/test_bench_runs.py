@@ -59,17 +59,26 @@ def test_dynamic_small(via_env) -> None:
 def test_continuous_small_same_tokens_everywhere(via_env) -> None:
     from batchlab.bench.continuous import run
 
-    out = _json(run(n_requests=12, concurrency=4, mean_tokens=6, cap=16, warmup_requests=2))
-    res = out["results"]
-    assert set(res) == {"generate", "lm_step", "lm_iterative", "lm_stream"}
-    tokens = out["workload"]["output_tokens"]
-    for name, r in res.items():
-        assert r["errors"] == 0, (name, r["error_kinds"])
-        assert r["tokens"] == tokens, name
-        assert 0 < r["eta"] <= 1
+    out = _json(run(rounds=2, n_requests=8, concurrency=4, scale=16, warmup_requests=2, with_lm_step=True))
+    assert out["workload"]["models"] == ["generate", "lm_step", "lm_iterative", "lm_stream"]
+    assert len(out["rounds"]) == 2 and out["rounds"][1]["order"][0] == "lm_step"  # order rotates
+    for rd in out["rounds"]:
+        tokens = rd["output_tokens"]
+        for name, r in rd["results"].items():
+            assert r["errors"] == 0, (name, r["error_kinds"])
+            assert r["tokens"] == tokens, name
+            assert 0 < r["eta"] <= 1
+        assert rd["results"]["lm_stream"]["eta"] == 1.0
+        assert rd["speedup_vs_static"] == pytest.approx(
+            rd["results"][rd["best_continuous"]]["tokens_per_s"] / rd["results"]["generate"]["tokens_per_s"], rel=1e-2)
     assert all(out["same_tokens_as_generate"].values()), out["same_tokens_as_generate"]
-    assert res["lm_stream"]["eta"] == 1.0 and res["generate"]["eta"] <= 1.0
-    assert out["speedup_vs_static"] > 0
+    ratios = out["speedup_vs_static_spread"]["all"]
+    assert out["speedup_vs_static"] == pytest.approx(sorted(ratios)[0] + (sorted(ratios)[1] - sorted(ratios)[0]) / 2, abs=2e-3)
+    lengths = out["workload"]["output_length"]
+    assert lengths["parameters"]["cap"] == 63 and lengths["source"]["median"] == 129
+    assert set(lengths["sample"]) == {"n", "mean", "median", "p90", "max"} and lengths["sample"]["n"] == 16
+    busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
+    assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
 
 
 def test_fidelity_small(via_env) -> None:

@@ -1,7 +1,7 @@
 """`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
 
 Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
-models it needs) unless TRITON_URL names one, and takes at most about two minutes here.
+models it needs) unless TRITON_URL names one, and takes at most about three minutes here.
 Errors: one line on stderr, exit status 2.
 """
 
@@ -33,12 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--rounds", type=int, default=3)
     d.add_argument("--round-s", type=float, default=4.0)
     d.add_argument("--extra", action="store_true", help="also run embed with 2 instances")
-    c = sub.add_parser("continuous", help="generate vs lm_step vs lm_iterative vs lm_stream")
-    c.add_argument("--requests", type=int, default=240)
+    c = sub.add_parser("continuous", help="generate vs lm_iterative / lm_stream, interleaved rounds (chat-trace lengths)")
+    c.add_argument("--rounds", type=int, default=7)
+    c.add_argument("--requests", type=int, default=96, help="requests per way per round")
     c.add_argument("--concurrency", type=int, default=8)
-    c.add_argument("--mean-tokens", type=float, default=24.0)
-    c.add_argument("--cap", type=int, default=128)
+    c.add_argument("--scale", type=float, default=8.0, help="divide the chat trace's output lengths by this")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--lm-step", action="store_true", help="also run lm_step (the slowest way)")
     f = sub.add_parser("fidelity", help="simulator predictions vs measurements on embed")
     f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
@@ -59,10 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: name a benchmark: {', '.join(BENCHES)}", file=sys.stderr)
         return 2
     try:
-        for name in ("concurrency", "rounds", "requests", "cap"):
+        for name in ("concurrency", "rounds", "requests"):
             if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        for name in ("round_s", "level_s", "duration_s", "mean_tokens", "lab_max_rate"):
+        for name in ("round_s", "level_s", "duration_s", "scale", "lab_max_rate"):
             v = getattr(args, name, None)
             if v is not None and not v > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
@@ -70,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = dynamic.run(concurrency=args.concurrency, rounds=args.rounds, round_s=args.round_s,
                          extra=args.extra)
         elif args.bench == "continuous":
-            result = continuous.run(n_requests=args.requests, concurrency=args.concurrency, mean_tokens=args.mean_tokens,
-                         cap=args.cap, seed=args.seed)
+            result = continuous.run(rounds=args.rounds, n_requests=args.requests, concurrency=args.concurrency,
+                                    scale=args.scale, seed=args.seed, with_lm_step=args.lm_step)
         elif args.bench == "fidelity":
             result = fidelity.run(level_s=args.level_s, seed=args.seed)
         else:

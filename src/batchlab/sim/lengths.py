@@ -95,6 +95,48 @@ class CappedExponential(LengthDist):
 
 
 @dataclass(frozen=True)
+class CappedLognormal(LengthDist):
+    """ceil(X) for X lognormal with median ``median`` and log-spread ``sigma``, clipped to ``[lo, cap]``.
+
+    The shape production chat traces have: most replies short, a long right tail (p90/p50 =
+    exp(1.2816·sigma)). `.mean` is the exact mean of the lengths actually drawn.
+    """
+
+    median: float
+    sigma: float
+    cap: int
+    lo: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "median", positive("median", self.median))
+        object.__setattr__(self, "sigma", positive("sigma", self.sigma))
+        lo = integer("lo", self.lo, lo=1)
+        cap = integer("cap", self.cap, lo=1)
+        if cap < lo:
+            raise ValueError(f"cap must be >= lo, got lo={lo}, cap={cap}")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "cap", cap)
+
+    def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
+        n = integer("n", n, lo=0)
+        x = np.ceil(rng_of(rng).lognormal(math.log(self.median), self.sigma, size=n))
+        return np.clip(x, self.lo, self.cap).astype(np.int64)
+
+    def _survival(self, x: float) -> float:
+        """P(X > x) for the underlying lognormal."""
+        return 0.5 * math.erfc((math.log(x) - math.log(self.median)) / (self.sigma * math.sqrt(2.0)))
+
+    @property
+    def mean(self) -> float:
+        # E[L] = sum_{k=1}^{cap} P(L >= k); P(L >= k) = 1 for k <= lo, else P(X > k-1).
+        return float(self.lo + sum(self._survival(k - 1) for k in range(self.lo + 1, self.cap + 1)))
+
+    @property
+    def max(self) -> int:
+        return self.cap
+
+
+@dataclass(frozen=True)
 class Empirical(LengthDist):
     """Lengths resampled (with replacement) from observed values, optionally weighted."""
 
@@ -165,6 +207,11 @@ def uniform(lo: int, hi: int) -> Uniform:
 def capped_exponential(mean: float, cap: int, lo: int = 1) -> CappedExponential:
     """ceil(Exponential(mean)) clipped to ``[lo, cap]`` (long-tailed, like chat outputs)."""
     return CappedExponential(mean, cap, lo)
+
+
+def capped_lognormal(median: float, sigma: float, cap: int, lo: int = 1) -> CappedLognormal:
+    """ceil(Lognormal(ln median, sigma)) clipped to ``[lo, cap]`` (heavy-tailed, like chat outputs)."""
+    return CappedLognormal(median, sigma, cap, lo)
 
 
 def empirical(values, weights=None) -> Empirical:
