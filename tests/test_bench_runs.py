@@ -81,16 +81,37 @@ def test_continuous_small_same_tokens_everywhere(via_env) -> None:
     assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
 
 
-def test_fidelity_small(via_env) -> None:
-    from batchlab.bench.fidelity import run
+def test_fidelity_small(monkeypatch) -> None:
+    """Its own embedded server (the trace file must be this benchmark's): traced calibration, private files."""
+    import stat
 
-    out = _json(run(level_s=1.5, calib_s=0.5))
+    from batchlab.bench import fidelity
+
+    for var in ("TRITON_URL", "TRITON_GRPC_URL", "TRITON_METRICS_URL", "BATCHLAB_TRITON_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    modes: list[int] = []
+    read = fidelity.ExecutionTrace.read
+
+    def read_and_check(self):
+        files = sorted(self.path.parent.glob(self.path.name + ".*"))
+        modes.extend(stat.S_IMODE(f.stat().st_mode) for f in files)
+        return read(self)
+    monkeypatch.setattr(fidelity.ExecutionTrace, "read", read_and_check)
+    out = _json(fidelity.run(level_s=1.5, calib_s=0.5))
+    assert modes and set(modes) == {0o600}
     assert set(out["levels"]) == {"light", "medium", "near_saturation"}
     for cal in out["calibration"]["per_level"].values():
         times = list(cal["batch_time_ms"].values())
         assert times == sorted(times)  # the smoothed table never decreases
+        v = cal["variability"]
+        assert v["model"] in ("lognormal", "resampled") and v["executions"] > 10 and v["measured_cv"] > 0
+        assert cal["overhead_spread"]["requests"] > 10
+    assert out["service_time_model"]["by_level"] == {n: c["variability"]["model"]
+                                                     for n, c in out["calibration"]["per_level"].items()}
     for lv in out["levels"].values():
         assert lv["errors"] == 0
+        assert set(lv["error_fixed_time"]) == {"throughput", "p50", "p99"}
+        assert lv["predicted_fixed_time"]["p99_ms"] > 0 and lv["p99_with_constant_overhead"]["predicted_ms"] > 0
         for k in ("throughput", "p50", "p99"):
             assert lv["error"][k] == pytest.approx(
                 (lv["predicted"][f"{k}_rps" if k == "throughput" else f"{k}_ms"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.sim import Affine, Lognormal, simulate_dynamic
+from batchlab.sim import Affine, Lognormal, Resampled, simulate_dynamic
 from batchlab.sim.workload import poisson
 
 BASE = Affine(2000.0, 150.0)
@@ -73,3 +73,41 @@ def test_fast_engine_refuses_variable_times() -> None:
 def test_fit_needs_two_samples() -> None:
     with pytest.raises(ValueError, match="at least 2"):
         Lognormal.fit(BASE, {4: [100.0]})
+
+
+def test_resampled_keeps_the_mean_and_the_measured_shape() -> None:
+    ratios = [0.8, 0.9, 1.0, 1.1, 3.0]
+    svc = Resampled(BASE, ratios, seed=4)
+    assert svc.time(8) == BASE.time(8) and np.mean(svc.ratios) == pytest.approx(1.0)
+    draw = svc.sampler()
+    x = np.array([draw(8) for _ in range(20000)]) / BASE.time(8)
+    assert set(np.round(x, 9)) <= set(np.round(np.array(ratios) / np.mean(ratios), 9))
+    assert x.mean() == pytest.approx(1.0, rel=0.02)
+    assert svc.cv == pytest.approx(np.std(np.array(ratios) / np.mean(ratios)))
+
+
+def test_resampled_is_seeded_in_the_simulator() -> None:
+    a = _arr()
+    ratios = list(np.random.default_rng(0).lognormal(0, 0.4, 500))
+    r1 = simulate_dynamic(a, Resampled(BASE, ratios, seed=5), 16).summary()
+    r2 = simulate_dynamic(a, Resampled(BASE, ratios, seed=5), 16).summary()
+    r3 = simulate_dynamic(a, Resampled(BASE, ratios, seed=6), 16).summary()
+    assert r1 == r2 and r1 != r3
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(a[:100], Resampled(BASE, ratios), 16, engine="fast")
+
+
+def test_resampled_fit_divides_by_the_mean_model() -> None:
+    samples = {1: [BASE.time(1) * 1e6 * 2], 4: [BASE.time(4) * 1e6 * 1, BASE.time(4) * 1e6 * 3]}
+    svc = Resampled.fit(BASE, samples)
+    assert sorted(svc.ratios) == pytest.approx([0.5, 1.0, 1.5])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mean=BASE, ratios=[1.0]), "at least 2"),
+    (dict(mean=BASE, ratios=[1.0, -2.0]), "ratios"),
+    (dict(mean=Lognormal(BASE, 0.1), ratios=[1.0, 2.0]), "fixed-time model"),
+])
+def test_resampled_bad_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Resampled(**kwargs)

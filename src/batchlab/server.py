@@ -555,7 +555,7 @@ def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mappin
 
 
 def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int | None, death_signal: int,
-                kwargs: dict[str, Any]) -> tuple[subprocess.Popen[bytes], bool]:
+                kwargs: dict[str, Any], umask: int | None = None) -> tuple[subprocess.Popen[bytes], bool]:
     parent = os.getpid()
     env = dict(kwargs.pop("env", None) or os.environ)
     env.update({f"{_HIDDEN_ENV}{i}": v for i, v in hidden.items()})
@@ -565,6 +565,8 @@ def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int 
             _LIBC.prctl(_PR_SET_PDEATHSIG, death_signal)
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(1)
+            if umask is not None:
+                os.umask(umask)
             if fsize_limit is not None:
                 hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
                 lim = fsize_limit if hard == resource.RLIM_INFINITY else min(fsize_limit, hard)
@@ -657,16 +659,18 @@ _SPAWNER = _Spawner()
 
 
 def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_limit: int | None = None,
-          death_signal: int = signal.SIGKILL, **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
+          death_signal: int = signal.SIGKILL, umask: int | None = None,
+          **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
     """Start `cmd` in a new session, to get `death_signal` (default SIGKILL) when this process dies.
 
     `hidden` maps argument positions to their real values: the process list shows the
     placeholders in `cmd` while the program reads the real ones (`_point_args_at_env`; where
     ptrace is not allowed the real values are passed plainly, with a warning). `fsize_limit`
-    sets RLIMIT_FSIZE for the child and its children. Returns ``(process, hidden_ok)``.
+    sets RLIMIT_FSIZE for the child and its children; `umask` the child's file-creation mask.
+    Returns ``(process, hidden_ok)``.
     """
     return _SPAWNER.call(lambda: _spawn_here(list(cmd), dict(hidden or {}), fsize_limit, death_signal,
-                                             dict(popen_kwargs)))
+                                             dict(popen_kwargs), umask))
 
 
 # A process that dies without stopping its server (a kernel killed during its shutdown, SIGKILL,
@@ -763,6 +767,8 @@ class TritonServer(_Clients):
     implies it), `startup_timeout` seconds for the server and all models to become ready,
     `stop_grace` seconds between SIGTERM and SIGKILL, `metrics_config` (e.g.
     ``["summary_latencies=true"]``), `extra_args` passed through, and `log_verbose`.
+    `trace` gives the server a trace file in its private folder (`trace_path`; files mode 0600),
+    with tracing off until a key holder turns it on (``POST v2/trace/setting``, level TIMESTAMPS).
 
     Whatever the mode, loading and unloading models (and the other `RESTRICTED_APIS`) needs
     the key this launch drew (`key`), which the clients from `http_client()` / `grpc_client()`
@@ -783,6 +789,7 @@ class TritonServer(_Clients):
         metrics_config: Iterable[str] = (),
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
+        trace: bool = False,
     ) -> None:
         self.repo = Path(repo).resolve() if repo is not None else MODEL_REPOSITORY
         if model_control not in ("none", "explicit", "poll"):
@@ -797,6 +804,7 @@ class TritonServer(_Clients):
         self.metrics_config = list(metrics_config)
         self.extra_args = list(extra_args)
         self.log_verbose = log_verbose
+        self.trace = bool(trace)
         self.ports: dict[str, int] = {}
         self.models: list[str] = []
         self.key: str | None = None
@@ -860,6 +868,11 @@ class TritonServer(_Clients):
         """The server's log file while it exists."""
         return self._workdir / "tritonserver.log" if self._workdir else None
 
+    @property
+    def trace_path(self) -> Path | None:
+        """Prefix of the trace files (``trace.json.0``, ``.1``, ...) when started with `trace`."""
+        return self._workdir / "trace.json" if (self._workdir and self.trace) else None
+
     def log(self) -> str:
         """The whole server log so far."""
         path = self.log_path
@@ -894,6 +907,9 @@ class TritonServer(_Clients):
         ]
         cmd += [f"--load-model={m}" for m in self.requested_models]
         cmd += [f"--metrics-config={c}" for c in self.metrics_config]
+        if self.trace:  # written only while a key holder sets a trace level; flushed when it is set to OFF
+            cmd += [f"--trace-config=triton,file={self.trace_path}", "--trace-config=level=OFF",
+                    "--trace-config=rate=1", "--trace-config=count=-1", "--trace-config=triton,log-frequency=0"]
         hidden = {}
         apis = ",".join(RESTRICTED_APIS)
         for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
@@ -957,7 +973,8 @@ class TritonServer(_Clients):
                 cmd, hidden = self._command(backend_dir)
                 self._proc, self.key_hidden = spawn(
                     cmd, hidden=hidden, fsize_limit=SHM_LIMIT_BYTES, stdin=subprocess.DEVNULL,
-                    stdout=logfd, stderr=subprocess.STDOUT, env=self._server_env(), cwd=self._workdir)
+                    stdout=logfd, stderr=subprocess.STDOUT, env=self._server_env(), cwd=self._workdir,
+                    umask=0o077 if self.trace else None)
             finally:
                 os.close(logfd)
             _LIVE.add(self)

@@ -12,6 +12,17 @@
    schedule, give the *same* schedule to `batchlab.sim.dynamic.simulate_dynamic` and to the
    open-loop load generator, and compare throughput, p50 and p99 (predicted latency =
    simulated latency + overhead).
+3. Service-time variability: during the calibration runs only, Triton's trace extension (level
+   TIMESTAMPS, rate 1) records COMPUTE_START / COMPUTE_END of every request; the requests of one
+   execution share them, which gives each execution's batch size and duration. Their spread
+   around t(b) is fitted with `batchlab.sim.service.Lognormal.fit` (one cv for every size); each
+   level is simulated with it (seeded, several draws, median) next to the fixed-time prediction
+   the chapters derive with, and the goal is judged on the variable one. The same traces give
+   each request's time in the server's frontend (read to scheduler, release to response sent);
+   the variable prediction draws that per request on top of the rest of the overhead, which
+   stays constant (the client's own time is not in the trace). The trace file lives in
+   the embedded server's private folder; a server at TRITON_URL has none we can read, and then
+   only the fixed-time model is reported.
 
 Goals: throughput within 5 %, p50 within 10 %, p99 within 20 %. The errors are printed as they
 are; a miss is reported with the figures that explain it.
@@ -19,7 +30,14 @@ are; a miss is reported with the figures that explain it.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import math
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -27,7 +45,7 @@ from batchlab.bench.common import CpuWatch, Timer, bench_server, embed_prompts, 
 from batchlab.load import poisson_arrivals, run_closed_loop, run_open_loop
 from batchlab.probe.batch_time import service_model
 from batchlab.sim.dynamic import simulate_dynamic
-from batchlab.sim.service import Table
+from batchlab.sim.service import Lognormal, Resampled, Table
 
 EMBED_MODEL = "embed"
 MAX_BATCH = 32
@@ -48,6 +66,170 @@ def busy_fraction(rep: Any) -> float:
     return busy_ns / 1e9 / rep.wall_s
 
 
+SIM_DRAWS = 5
+"""Seeded simulations per level with variable batch times; the prediction is their median."""
+
+
+FRONTEND_STAMPS = (("GRPC_WAITREAD_END", "HTTP_RECV_END"), ("GRPC_SEND_END", "HTTP_SEND_END"))
+"""When the frontend had read a request, and when it had sent the response (gRPC or HTTP)."""
+
+
+def _stamps(entries: Iterable[Mapping[str, Any]], model: str) -> list[dict[str, int]]:
+    stamps: dict[int, dict[str, int]] = defaultdict(dict)
+    names: dict[int, str] = {}
+    for e in entries:
+        tid = e.get("id")
+        if tid is None:
+            continue
+        if "model_name" in e:
+            names[tid] = e["model_name"]
+        for t in e.get("timestamps", ()):
+            stamps[tid][t["name"]] = int(t["ns"])
+    return [st for tid, st in stamps.items() if names.get(tid, model) == model]
+
+
+def executions_from_trace(entries: Iterable[Mapping[str, Any]], model: str = EMBED_MODEL) -> dict[int, list[float]]:
+    """Batch size -> durations (us) of the executions in Triton trace entries (TIMESTAMPS level).
+
+    A trace file holds a list of objects, several per trace id: one naming the model, others with
+    ``timestamps`` ({"name", "ns"}). The requests of one execution share COMPUTE_START and
+    COMPUTE_END, so an execution is one such pair and its batch size the number of requests in it.
+    """
+    groups: dict[tuple[int, int], int] = defaultdict(int)
+    for st in _stamps(entries, model):
+        if "COMPUTE_START" in st and "COMPUTE_END" in st:
+            groups[(st["COMPUTE_START"], st["COMPUTE_END"])] += 1
+    out: dict[int, list[float]] = defaultdict(list)
+    for (c0, c1), b in sorted(groups.items()):
+        if c1 > c0:
+            out[b].append((c1 - c0) / 1e3)
+    return dict(out)
+
+
+def frontend_ms_from_trace(entries: Iterable[Mapping[str, Any]], model: str = EMBED_MODEL) -> list[float]:
+    """Per request, the server's time outside its scheduler (ms): from the frontend having read the
+    request to REQUEST_START, plus from REQUEST_END to the response sent. Part of the overhead the
+    simulator adds; the rest (the client's own time) is not in the trace."""
+    out = []
+    (read_names, sent_names) = FRONTEND_STAMPS
+    for st in _stamps(entries, model):
+        read = next((st[n] for n in read_names if n in st), None)
+        sent = next((st[n] for n in sent_names if n in st), None)
+        if read is None or sent is None or "REQUEST_START" not in st or "REQUEST_END" not in st:
+            continue
+        out.append(max(st["REQUEST_START"] - read, 0) / 1e6 + max(sent - st["REQUEST_END"], 0) / 1e6)
+    return out
+
+
+TRACE_HOLD = 1_000_000
+"""log_frequency while tracing: the server holds the traces in memory (a calibration makes a few
+thousand) and writes them when the level is set back to OFF, so no file is written mid-run."""
+
+
+class ExecutionTrace:
+    """Triton's trace extension turned on for the duration of a `with` block (calibration only).
+
+    Needs an embedded server started with ``trace=True`` (its trace file is in its private
+    folder); `available` is False otherwise, with the reason in `why`. Leaving the block sets the
+    level to OFF, which makes the server write the traces it still holds.
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.path: Path | None = getattr(server, "trace_path", None)
+        self.why = None if self.path else ("the server at TRITON_URL was not started by this benchmark: its trace "
+                                          "file (if any) is not readable here")
+        self._read: set[str] = set()
+
+    @property
+    def available(self) -> bool:
+        return self.why is None
+
+    def _set(self, body: dict[str, Any]) -> None:
+        req = urllib.request.Request(f"http://{self.server.http_url}/v2/trace/setting", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json",
+                                                             **self.server.http_headers})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                r.read()
+        except (urllib.error.URLError, OSError) as exc:
+            self.why = f"the trace setting was refused ({exc})"
+
+    def __enter__(self) -> "ExecutionTrace":
+        if self.available:
+            self._set({"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
+                       "log_frequency": str(TRACE_HOLD)})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.available:
+            self._set({"trace_level": ["OFF"]})
+
+    def executions(self) -> dict[int, list[float]]:
+        """Executions in the trace files written since the last read (batch size -> durations, us)."""
+        return self.read()[0]
+
+    def read(self) -> tuple[dict[int, list[float]], list[float]]:
+        """(executions, per-request frontend ms: `frontend_ms_from_trace`) of the files written since the last read."""
+        if not self.available:
+            return {}, []
+        entries: list[Any] = []
+        for f in sorted(self.path.parent.glob(self.path.name + ".*"), key=lambda p: int(p.suffix[1:] or 0)):
+            if f.name in self._read:
+                continue
+            try:
+                entries += json.loads(f.read_text())
+            except (OSError, ValueError):  # still being written: read it next time
+                continue
+            self._read.add(f.name)
+        return executions_from_trace(entries), frontend_ms_from_trace(entries)
+
+
+def lognormal_quantile(cv: float, q: float) -> float:
+    """q-quantile of X, lognormal with E[X] = 1 and coefficient of variation `cv`."""
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return math.exp(-sigma * sigma / 2 + sigma * NormalDist().inv_cdf(q))
+
+
+TAIL_TOLERANCE = 0.15
+"""The lognormal is used when its p99 of time / t(b) is within this of the measured one; else the
+measured ratios themselves are resampled (`Resampled`)."""
+
+
+def fit_variability(service: Table, samples_us: Mapping[int, Sequence[float]]) -> dict[str, Any]:
+    """Fit the spread of execution times around t(b): a lognormal, checked against the measured tail.
+
+    Both models use one shape for every batch size: X = time / t(b), mean 1. The measured
+    quantiles of X (pooled over every traced execution) are compared with the fitted lognormal's;
+    if its p99 is more than `TAIL_TOLERANCE` off, the measured ratios are resampled instead.
+    Returns ``{"model": "lognormal" | "resampled", "make": seed -> service, "json": ...}``.
+    """
+    logn = Lognormal.fit(service, samples_us)
+    emp = Resampled.fit(service, samples_us)
+    x = np.asarray(emp.ratios)
+    quant = {}
+    for q in (0.5, 0.9, 0.99):
+        quant[f"p{int(round(q * 100))}"] = {"measured": r3(float(np.quantile(x, q))),
+                                           "lognormal": r3(lognormal_quantile(logn.cv, q))}
+    p99m, p99l = float(np.quantile(x, 0.99)), lognormal_quantile(logn.cv, 0.99)
+    use_logn = abs(p99l / p99m - 1) <= TAIL_TOLERANCE
+    kind = "lognormal" if use_logn else "resampled"
+    if use_logn:
+        def make(seed: int) -> Any:
+            return Lognormal(service, logn.cv, seed)
+    else:
+        def make(seed: int) -> Any:
+            return Resampled(service, emp.ratios, seed)
+    return {"model": kind, "make": make, "json": {
+        "model": kind,
+        "lognormal_cv": r3(logn.cv), "measured_cv": r3(emp.cv),
+        "executions": int(x.size),
+        "executions_by_batch_size": {str(b): len(v) for b, v in sorted(samples_us.items())},
+        "time_over_mean_quantiles": quant,
+        "why": (f"the lognormal's p99 of time / t(b) ({p99l:.2f}) is {'within' if use_logn else 'more than'} "
+                f"{TAIL_TOLERANCE:.0%} of the measured one ({p99m:.2f})")}}
+
+
 def _err(pred: float, meas: float) -> float:
     return (pred - meas) / meas if meas else float("nan")
 
@@ -56,19 +238,25 @@ CALIB_FRACTIONS = (0.1, 0.4, 0.7)
 """Open-loop calibration rates, as fractions of a rough capacity (a closed loop at concurrency 48)."""
 
 
-def calibrate_on(server: Any, src: Any, calib_s: float, seed: int) -> dict[str, Any]:
+def calibrate_on(server: Any, src: Any, calib_s: float, seed: int, trace: ExecutionTrace | None = None) -> dict[str, Any]:
     """Calibration runs (never the measured schedules) -> service-time Table, overhead, capacity.
 
     A closed loop at concurrency 48 gives a rough capacity and batches up to 32; open loops at a
     few fractions of it make the server execute the smaller sizes. Pooled `batch_stats` give t(b).
     The overhead is the median over the open-loop runs of client latency minus queue and compute
     (the median, because one run disturbed by another process on the shared cores is common).
+    With `trace` the runs are traced and the result also holds every execution's duration
+    (``samples_us``: batch size -> microseconds).
     """
-    rough = run_closed_loop(server, EMBED_MODEL, src, concurrency=48, duration_s=calib_s, warmup_s=0.3, progress=False)
-    reps = [rough]
-    for j, frac in enumerate(CALIB_FRACTIONS):
-        reps.append(run_open_loop(server, EMBED_MODEL, src, rate=frac * rough.throughput_rps, duration_s=calib_s,
-                                  warmup_s=0.3, seed=seed + 1000 + j, progress=False))
+    trace = trace or ExecutionTrace(None)
+    with trace:
+        rough = run_closed_loop(server, EMBED_MODEL, src, concurrency=48, duration_s=calib_s, warmup_s=0.3,
+                                progress=False)
+        reps = [rough]
+        for j, frac in enumerate(CALIB_FRACTIONS):
+            reps.append(run_open_loop(server, EMBED_MODEL, src, rate=frac * rough.throughput_rps, duration_s=calib_s,
+                                      warmup_s=0.3, seed=seed + 1000 + j, progress=False))
+    samples, frontend_ms = trace.read()
     pooled = reps[0].server
     for r in reps[1:]:
         pooled = pooled + r.server
@@ -78,59 +266,118 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int) -> dict[str, 
     x = np.array([r.throughput_rps for r in reps[1:]])
     y = np.array([r.split_ms()["total"] - r.split_ms()["queue"] - r.split_ms()["compute"] for r in reps[1:]])
     overhead = float(np.median(y))
+    # its spread: the per-request frontend time the trace shows, around a constant rest (the client)
+    fe = np.asarray(frontend_ms)
+    spread = None
+    if fe.size >= 20:
+        spread = {"client_rest_ms": max(overhead - float(fe.mean()), 0.0), "frontend_ms": fe}
     cap = MAX_BATCH / service.time(MAX_BATCH)  # what a long queue (full batches) is served at
-    return {"service": service, "overhead_ms": overhead, "capacity_rps": cap, "json": {
+    return {"service": service, "overhead_ms": overhead, "capacity_rps": cap, "samples_us": samples,
+            "overhead_spread": spread, "json": {
         "batch_time_ms": {str(int(b)): r3(float(t)) for b, t in zip(sizes, smooth)},
         "batch_time_raw_ms": {str(int(b)): r3(float(t)) for b, t in zip(sizes, svc["raw_ms"])},
         "affine_fit_ms": {"base": r3(svc["affine_ms"][0]), "per_item": r3(svc["affine_ms"][1])},
         "overhead_ms_by_rate": {str(int(round(a))): r3(float(b)) for a, b in zip(x, y)},
         "overhead_ms": r3(overhead),
+        "overhead_spread": None if spread is None else {
+            "model": "overhead = client_rest_ms + a per-request frontend time drawn from the traced ones",
+            "client_rest_ms": r3(spread["client_rest_ms"]), "requests": int(fe.size),
+            "frontend_ms": {f"p{q}": r3(float(np.percentile(fe, q))) for q in (50, 90, 99)} | {"mean": r3(float(fe.mean()))}},
         "capacity_rps": r3(cap)}}
+
+
+def _predict(arrivals: np.ndarray, service: Any, overhead_ms: float, spread: Mapping[str, Any] | None = None,
+             seed: int = 0) -> dict[str, float]:
+    """Simulate; latency + overhead (a constant, or with `spread` a constant + a drawn frontend time)."""
+    res = simulate_dynamic(arrivals, service, MAX_BATCH, warmup=0.0)
+    sim = res.summary()
+    out = {"throughput_rps": sim["throughput_rps"], "p50_ms": sim["latency_ms"]["p50"] + overhead_ms,
+           "p99_ms": sim["latency_ms"]["p99"] + overhead_ms, "mean_batch_size": sim["batch_size_mean"],
+           "instance_busy_fraction": sim.get("utilization")}
+    if spread is not None:
+        lat = res.to_arrays()["latency"] * 1e3
+        lat = lat[np.isfinite(lat)]
+        fe = np.asarray(spread["frontend_ms"])
+        lat = lat + spread["client_rest_ms"] + fe[np.random.default_rng(seed).integers(fe.size, size=lat.size)]
+        out["p50_ms"], out["p99_ms"] = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+    return out
+
+
+def _errors(pred: Mapping[str, float], meas: Mapping[str, float]) -> dict[str, float]:
+    return {"throughput": _err(pred["throughput_rps"], meas["throughput_rps"]),
+            "p50": _err(pred["p50_ms"], meas["p50_ms"]), "p99": _err(pred["p99_ms"], meas["p99_ms"])}
+
+
+def predict_variable(arrivals: np.ndarray, make: Any, overhead_ms: float, seed: int,
+                     spread: Mapping[str, Any] | None = None, draws: int = SIM_DRAWS) -> dict[str, float]:
+    """Median over `draws` seeded simulations with variable batch times (`make(seed)` gives the model)
+    and, with `spread`, a drawn per-request overhead."""
+    runs = [_predict(arrivals, make(seed + j), overhead_ms, spread, seed + j) for j in range(draws)]
+    return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
 
 
 def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str, Any]:
     """Calibrate, predict, measure; return the benchmark's JSON object."""
     clock = Timer()
     src = embed_source(embed_prompts(512, seed=2))
-    with bench_server([EMBED_MODEL]) as server, CpuWatch(server) as watch:
+    with bench_server([EMBED_MODEL], trace=True) as server, CpuWatch(server) as watch:
         log(f"server ready in {clock():.0f} s")
+        # warm the model up untraced: its first executions are far slower and belong to no level
+        run_closed_loop(server, EMBED_MODEL, src, concurrency=8, duration_s=0.5, warmup_s=0.0, progress=False)
+        trace = ExecutionTrace(server)
         levels, calibrations = {}, {}
         for k, (name, frac) in enumerate(LEVELS):
             # -- 1. calibrate right before the level (the 2 cores are shared: speed drifts) -----
-            cal = calibrate_on(server, src, calib_s, seed + 10 * k)
+            cal = calibrate_on(server, src, calib_s, seed + 10 * k, trace)
             service, cap = cal["service"], cal["capacity_rps"]
+            samples = cal["samples_us"]
+            var = None
+            if trace.available:
+                try:
+                    var = fit_variability(service, samples)
+                except ValueError as exc:
+                    var_why = f"too few traced executions: {exc}"
+            else:
+                var_why = trace.why
+            cal["json"]["variability"] = ({"source": "trace extension (COMPUTE_START..COMPUTE_END), calibration runs only",
+                                           **var["json"]} if var else {"model": None, "why_not": var_why})
             calibrations[name] = cal["json"]
             # -- 2. predict, then measure, the same arrival schedule ----------------------------
             rate = frac * cap
             overhead_ms = cal["overhead_ms"]
             log(f"calibrated: t(1) {service.time(1) * 1e3:.2f} ms, t(32) {service.time(32) * 1e3:.2f} ms, "
-                f"capacity {cap:.0f} req/s, overhead {overhead_ms:.2f} ms ({clock():.0f} s)")
+                f"capacity {cap:.0f} req/s, overhead {overhead_ms:.2f} ms, variability "
+                f"{var['json']['model'] + ' cv ' + str(var['json']['measured_cv']) if var else None} "
+                f"({clock():.0f} s)")
             arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
-            sim = simulate_dynamic(arrivals, service, MAX_BATCH, warmup=0.0).summary()
-            pred = {"throughput_rps": sim["throughput_rps"],
-                    "p50_ms": sim["latency_ms"]["p50"] + overhead_ms,
-                    "p99_ms": sim["latency_ms"]["p99"] + overhead_ms,
-                    "mean_batch_size": sim["batch_size_mean"]}
+            fixed = _predict(arrivals, service, overhead_ms)
+            spread = cal["overhead_spread"]
+            variable = (predict_variable(arrivals, var["make"], overhead_ms, seed + 500 + 10 * k, spread)
+                        if var else None)
+            const_overhead = (predict_variable(arrivals, var["make"], overhead_ms, seed + 500 + 10 * k)
+                              if var and spread else None)
             rep = run_open_loop(server, EMBED_MODEL, src, arrivals=arrivals, warmup_s=1.0, seed=seed + 100 + k,
                                 progress=None, label=name)
             lat = rep.latency_ms()
             meas = {"throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
-                    "mean_batch_size": rep.mean_batch_size()}
-            pred["instance_busy_fraction"] = sim.get("utilization")
-            meas["instance_busy_fraction"] = busy_fraction(rep)
-            err = {"throughput": _err(pred["throughput_rps"], meas["throughput_rps"]),
-                   "p50": _err(pred["p50_ms"], meas["p50_ms"]),
-                   "p99": _err(pred["p99_ms"], meas["p99_ms"])}
+                    "mean_batch_size": rep.mean_batch_size(), "instance_busy_fraction": busy_fraction(rep)}
+            pred = variable if variable is not None else fixed
+            err = _errors(pred, meas)
             within = {k2: bool(abs(v) <= GOALS[k2]) for k2, v in err.items()}
+            if variable is None:  # no per-execution times: the variable model cannot be judged
+                within = {k2: False for k2 in within}
             # Where does an error come from? Re-run the simulator with this level's own measured
             # batch times: what remains is the queueing model's error, the rest was calibration drift.
             in_situ = None
             try:
                 own = service_model(rep.server, min_count=2)
                 own_tab = Table(tuple(int(b) for b in own["sizes"]), tuple(float(t) for t in own["smooth_ms"]), unit="ms")
-                sim2 = simulate_dynamic(arrivals, own_tab, MAX_BATCH, warmup=0.0).summary()
-                p2 = {"p50_ms": sim2["latency_ms"]["p50"] + overhead_ms, "p99_ms": sim2["latency_ms"]["p99"] + overhead_ms}
-                in_situ = {"predicted": {k2: r3(v) for k2, v in p2.items()},
+                if var:
+                    own_fit = fit_variability(own_tab, samples)
+                    p2 = predict_variable(arrivals, own_fit["make"], overhead_ms, seed + 500 + 10 * k, spread)
+                else:
+                    p2 = _predict(arrivals, own_tab, overhead_ms)
+                in_situ = {"predicted": {k2: r3(p2[k2]) for k2 in ("p50_ms", "p99_ms")},
                            "error": {"p50": r3(_err(p2["p50_ms"], meas["p50_ms"])),
                                      "p99": r3(_err(p2["p99_ms"], meas["p99_ms"]))}}
             except (ValueError, AttributeError):
@@ -141,17 +388,27 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str,
                 "measured": {k2: r3(v) for k2, v in meas.items()},
                 "error": {k2: r3(v) for k2, v in err.items()},
                 "within_goal": within,
+                "predicted_fixed_time": {k2: r3(v) for k2, v in fixed.items()},
+                "error_fixed_time": {k2: r3(v) for k2, v in _errors(fixed, meas).items()},
+                "p99_with_constant_overhead": None if const_overhead is None else {
+                    "predicted_ms": r3(const_overhead["p99_ms"]),
+                    "error": r3(_err(const_overhead["p99_ms"], meas["p99_ms"]))},
                 "with_this_levels_own_batch_times": in_situ,
                 "client_kept_up": rep.client_kept_up(),
                 "send_lateness_p99_ms": r3(rep.lateness_ms()["p99"]),
                 "measured_split_ms": {k2: r3(v) for k2, v in rep.split_ms().items()},
             }
-            log(f"{name} @ {rate:.0f} req/s: p50 pred {pred['p50_ms']:.1f} / meas {meas['p50_ms']:.1f} ms, "
-                f"p99 pred {pred['p99_ms']:.1f} / meas {meas['p99_ms']:.1f} ms ({clock():.0f} s)")
+            log(f"{name} @ {rate:.0f} req/s: p50 pred {pred['p50_ms']:.1f} (fixed {fixed['p50_ms']:.1f}) / meas "
+                f"{meas['p50_ms']:.1f} ms, p99 pred {pred['p99_ms']:.1f} (fixed {fixed['p99_ms']:.1f}) / meas "
+                f"{meas['p99_ms']:.1f} ms ({clock():.0f} s)")
     all_ok = all(all(v["within_goal"].values()) for v in levels.values())
-    note = ("with_this_levels_own_batch_times re-runs the simulator with the batch times measured during "
-            "that level: the part of the error it removes is drift of the machine's speed since calibration "
-            "(the 2 cores are shared), the part it leaves is the queueing model's")
+    kinds = {n: c["variability"]["model"] for n, c in calibrations.items()}
+    note = ("predicted/error use batch times drawn per execution around t(b) (the spread fitted per level from "
+            "the traced calibration runs; median of the seeded draws); predicted_fixed_time/error_fixed_time are "
+            "the fixed-time model the chapters derive with. with_this_levels_own_batch_times re-runs the "
+            "simulator with the mean batch times measured during that level: the part of the error it removes "
+            "is drift of the machine's speed since calibration (the 2 cores are shared), the part it leaves is "
+            "the queueing model's")
     mach = machine(watch)
     return {
         "benchmark": "fidelity",
@@ -161,6 +418,19 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0) -> dict[str,
                      f"{', '.join(f'{f:g}' for f in CALIB_FRACTIONS)} x X, {calib_s:g} s each, own seeds"),
             "overhead_definition": "median over the open-loop calibration runs of client latency - (queue + compute)",
             "per_level": calibrations,
+        },
+        "service_time_model": {
+            "by_level": kinds,
+            "definition": ("each execution of b requests takes t(b) * X, t(b) the calibrated mean and E[X] = 1; X is "
+                           "lognormal (batchlab.sim.service.Lognormal, cv from Lognormal.fit) when its p99 is within "
+                           f"{TAIL_TOLERANCE:.0%} of the measured p99 of time / t(b), else drawn from the measured "
+                           "ratios (batchlab.sim.service.Resampled); a level with no per-execution times has "
+                           "no variable prediction and cannot meet the goal"),
+            "overhead": ("predicted latency = simulated latency + overhead; in the variable prediction the overhead "
+                         "is a constant client rest + a per-request frontend time drawn from the traced calibration "
+                         "requests (calibration per_level.overhead_spread); p99_with_constant_overhead shows the p99 "
+                         "without that spread"),
+            "draws_per_level": SIM_DRAWS,
         },
         "levels": levels,
         "goals": {"throughput": "within 5%", "p50": "within 10%", "p99": "within 20%"},

@@ -33,7 +33,7 @@ from batchlab._validate import choice, integer, int_array, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule, QueuePolicy
-from .service import BatchService, Lognormal, check_batch_service, service_times
+from .service import BatchService, Lognormal, Resampled, check_batch_service, service_times
 
 _FREE, _WAKE = 0, 1
 
@@ -57,7 +57,7 @@ def simulate_dynamic(
     """Simulate Triton's dynamic batcher on sorted ``arrivals`` (seconds).
 
     ``service`` gives the time of one execution of b elements (`Affine`, `Table`; `Lognormal` draws
-    a seeded time per execution, on the event engine).
+    a seeded time per execution, as does `Resampled`, on the event engine).
     ``max_queue_size``, ``default_timeout_us`` and ``timeout_action`` form the
     ``default_queue_policy`` (applied to every priority level, as in Triton);
     ``priority_queue_policy`` overrides it per level. ``priorities`` gives each request's level
@@ -85,9 +85,10 @@ def simulate_dynamic(
     svc = service_times(service, np.arange(rule.max_batch_size + 1))
     if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
         raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
-    draw = service.sampler() if isinstance(service, Lognormal) else None
+    draw = service.sampler() if isinstance(service, (Lognormal, Resampled)) else None
     if engine == "fast" and draw is not None:
-        raise ValueError("the fast engine uses fixed batch times; use engine='events' (or 'auto') with Lognormal")
+        raise ValueError("the fast engine uses fixed batch times; use engine='events' (or 'auto') "
+                         "with Lognormal or Resampled")
     if draw is not None:
         rec, bat = run_events(a, rule, lambda members: draw(len(members)), k, prio, pols)
     elif engine == "fast" or (engine == "auto" and simple):

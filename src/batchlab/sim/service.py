@@ -127,7 +127,7 @@ class Lognormal:
 
     def __post_init__(self) -> None:
         check_batch_service(self.mean)
-        if isinstance(self.mean, Lognormal):
+        if hasattr(self.mean, "sampler"):
             raise ValueError("mean must be a fixed-time model (Affine or Table), not another Lognormal")
         object.__setattr__(self, "cv", non_negative("cv", self.cv))
         object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
@@ -164,6 +164,65 @@ class Lognormal:
         ss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
         dof = sum(x.size - 1 for x in logs)
         return cls(mean, float(np.sqrt(np.expm1(ss / dof))), seed)
+
+
+@dataclass(frozen=True)
+class Resampled:
+    """Batch times that vary like measured ones, seeded: t(b) · X with X drawn from measured ratios.
+
+    ``ratios`` are measured execution times divided by the mean model's t(b) (any batch size),
+    rescaled here to mean 1, so `time` and `batch_times` give the mean and capacity is unchanged;
+    `sampler` draws X with replacement. Where a lognormal does not match the measured tail, this
+    keeps its shape exactly (one shape for every batch size, like `Lognormal`'s one cv).
+    `fit` builds it from per-execution times measured on the server.
+    """
+
+    mean: BatchService
+    ratios: tuple[float, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_batch_service(self.mean)
+        if hasattr(self.mean, "sampler"):
+            raise ValueError("mean must be a fixed-time model (Affine or Table), not a variable one")
+        r = times_array("ratios", self.ratios, sorted_required=False)
+        if r.size < 2 or np.any(r <= 0):
+            raise ValueError("ratios needs at least 2 values, all > 0")
+        object.__setattr__(self, "ratios", tuple(float(x) for x in r / r.mean()))
+        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of X (of one execution's time)."""
+        return float(np.std(self.ratios))
+
+    def time(self, b: int) -> float:
+        """Mean seconds for a batch of ``b``."""
+        return self.mean.time(b)
+
+    def batch_times(self, b: np.ndarray) -> np.ndarray:
+        """Mean seconds for each batch size in ``b``."""
+        return service_times(self.mean, b)
+
+    def sampler(self) -> Callable[[int], float]:
+        """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
+        rng = rng_of(self.seed)
+        pool = np.asarray(self.ratios)
+        mean = self.mean
+
+        def draw(b: int) -> float:
+            return mean.time(b) * float(pool[rng.integers(pool.size)])
+        return draw
+
+    @classmethod
+    def fit(cls, mean: BatchService, samples_us: Mapping[int, Sequence[float]], seed: int = 0) -> "Resampled":
+        """The ratios time / t(b) of measured execution times (microseconds) per batch size."""
+        ratios = [times_array(f"samples_us[{b}]", v, sorted_required=False) * US / mean.time(int(b))
+                  for b, v in samples_us.items()]
+        r = np.concatenate(ratios) if ratios else np.empty(0)
+        if r.size < 2:
+            raise ValueError("samples_us needs at least 2 measured times")
+        return cls(mean, tuple(r.tolist()), seed)
 
 
 def service_times(service: BatchService, b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,102 @@
+"""`bench fidelity`'s service-time variability, without a server: trace parsing, the fit, the trace files.
+
+The real-server run is `tests/test_bench_runs.py::test_fidelity_small`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchlab.bench.fidelity import ExecutionTrace, executions_from_trace, fit_variability, lognormal_quantile
+from batchlab.server import TritonServer
+from batchlab.sim.service import Lognormal, Resampled, Table
+
+TAB = Table((1, 8, 32), (2.0, 12.0, 44.0), unit="ms")
+
+
+def _trace(tid: int, c0: int, c1: int, model: str = "embed") -> list[dict]:
+    """One traced request as Triton 2.51 writes it: a header object, then one object per timestamp."""
+    return [{"id": tid, "model_name": model, "model_version": 1, "request_id": str(tid)},
+            {"id": tid, "timestamps": [{"name": "REQUEST_START", "ns": c0 - 50}]},
+            {"id": tid, "timestamps": [{"name": "COMPUTE_START", "ns": c0}]},
+            {"id": tid, "timestamps": [{"name": "COMPUTE_END", "ns": c1}]}]
+
+
+def test_requests_sharing_compute_stamps_are_one_execution() -> None:
+    entries = (_trace(1, 1000, 3000) + _trace(2, 1000, 3000) + _trace(3, 5000, 6500)
+               + _trace(4, 9000, 9900, model="other") + [{"id": 5, "timestamps": [{"name": "COMPUTE_START", "ns": 1}]}])
+    assert executions_from_trace(entries) == {2: [2.0], 1: [1.5]}
+
+
+def test_a_lognormal_spread_is_fitted_as_one() -> None:
+    rng = np.random.default_rng(1)
+    sigma = np.sqrt(np.log1p(0.3 ** 2))
+    samples = {b: list(TAB.time(b) * 1e6 * rng.lognormal(-sigma ** 2 / 2, sigma, 600)) for b in (1, 8, 32)}
+    fit = fit_variability(TAB, samples)
+    assert fit["model"] == "lognormal" and fit["json"]["lognormal_cv"] == pytest.approx(0.3, rel=0.1)
+    assert isinstance(fit["make"](3), Lognormal) and fit["make"](3).cv == pytest.approx(0.3, rel=0.1)
+    assert fit["json"]["executions"] == 1800 and fit["json"]["executions_by_batch_size"]["8"] == 600
+
+
+def test_a_heavier_tail_than_the_lognormal_is_resampled() -> None:
+    rng = np.random.default_rng(2)
+    # mostly tight, 3 % of executions 4x longer (preempted by another process): a lognormal with
+    # the same cv puts its p99 far from the measured one
+    x = np.where(rng.random(3000) < 0.03, 4.0, 1.0) * rng.lognormal(0, 0.05, 3000)
+    samples = {1: list(TAB.time(1) * 1e6 * x)}
+    fit = fit_variability(TAB, samples)
+    assert fit["model"] == "resampled", fit["json"]
+    q = fit["json"]["time_over_mean_quantiles"]["p99"]
+    assert abs(q["lognormal"] / q["measured"] - 1) > 0.15
+    svc = fit["make"](0)
+    assert isinstance(svc, Resampled) and svc.time(8) == TAB.time(8)
+
+
+def test_lognormal_quantile_has_mean_one_shape() -> None:
+    assert lognormal_quantile(0.0, 0.99) == pytest.approx(1.0)
+    sigma = np.sqrt(np.log1p(0.5 ** 2))
+    assert lognormal_quantile(0.5, 0.5) == pytest.approx(np.exp(-sigma ** 2 / 2))
+
+
+class _FakeServer:
+    http_url = "127.0.0.1:9"
+    http_headers: dict = {}
+
+    def __init__(self, path: Path) -> None:
+        self.trace_path = path
+
+
+def test_trace_files_are_read_once_each(tmp_path: Path) -> None:
+    trace = ExecutionTrace(_FakeServer(tmp_path / "trace.json"))
+    (tmp_path / "trace.json.0").write_text(json.dumps(_trace(1, 0, 1000) + _trace(2, 0, 1000)))
+    assert trace.executions() == {2: [1.0]}
+    (tmp_path / "trace.json.1").write_text(json.dumps(_trace(3, 2000, 4000)))
+    (tmp_path / "trace.json.2").write_text('[{"id": 4, "times')  # still being written
+    assert trace.executions() == {1: [2.0]}
+    (tmp_path / "trace.json.2").write_text(json.dumps(_trace(4, 5000, 8000)))
+    assert trace.executions() == {1: [3.0]}
+
+
+def test_no_trace_file_means_no_variable_model() -> None:
+    class External:
+        http_url = "127.0.0.1:9"
+    trace = ExecutionTrace(External())
+    assert not trace.available and "TRITON_URL" in trace.why
+    with trace:  # sends nothing
+        pass
+    assert trace.executions() == {}
+
+
+def test_the_launcher_puts_the_trace_file_in_its_private_folder(tmp_path: Path) -> None:
+    server = TritonServer(models=["embed"], trace=True)
+    server._workdir, server.ports, server.shm_prefix, server.key = tmp_path, {"http": 1, "grpc": 2, "metrics": 3}, "p_", "k"
+    cmd, _ = server._command(tmp_path)
+    assert server.trace_path == tmp_path / "trace.json"
+    assert f"--trace-config=triton,file={tmp_path / 'trace.json'}" in cmd and "--trace-config=level=OFF" in cmd
+    plain = TritonServer(models=["embed"])
+    plain._workdir, plain.ports, plain.shm_prefix, plain.key = tmp_path, server.ports, "p_", "k"
+    assert plain.trace_path is None and not any(a.startswith("--trace-config") for a in plain._command(tmp_path)[0])
