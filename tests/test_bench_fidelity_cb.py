@@ -126,3 +126,24 @@ def test_saturated_capacity_is_the_full_batch_rate():
 def test_cli_rejects_bad_level(capsys):
     assert main(["fidelity-cb", "--level-s", "0"]) == 2
     assert "--level-s must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_fidelity_cb_small_against_the_session_server(triton, monkeypatch):
+    import json
+
+    monkeypatch.setenv("TRITON_URL", triton.http_url)
+    monkeypatch.setenv("BATCHLAB_TRITON_KEY", triton.key or "")
+    monkeypatch.setenv("TRITON_GRPC_URL", triton.grpc_url)
+    monkeypatch.setenv("TRITON_METRICS_URL", triton.metrics_url)
+    out = json.loads(json.dumps(fcb.run(level_s=2.0, loads=(("medium", 0.5),), calib_open_s=1.0), allow_nan=False))
+    lv = out["levels"]["medium"]
+    assert lv["errors"] == 0 and lv["requests"] > 0
+    assert set(lv["error"]) == set(lv["within_goal"]) == {"tokens_per_s", "ttft_p50", "ttft_p99"}
+    assert lv["measured"]["ttft_p50"] <= lv["measured"]["ttft_p99"]
+    cal = out["calibration"]["per_load"]["medium"]
+    assert cal["fit"]["steps_timed"] >= 8 and cal["capacity_rps"] > 0
+    assert all(r["errors"] == 0 for r in cal["runs"].values())
+    busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
+    assert out["machine_busy"] is busy
+    assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)

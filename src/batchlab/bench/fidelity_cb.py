@@ -1,7 +1,8 @@
 """Simulator vs server for continuous batching: `lm_stream` against `batchlab.sim.continuous`.
 
-1. Calibrate on runs of their own (own seeds, never the measured schedule): closed loops at
-   concurrency 1, 4 and 8 and one open loop. Every streamed token carries ACTIVE, WAITING and
+1. Right before each load (the 2 cores are shared: the machine's speed drifts), calibrate on
+   runs of their own (own seeds, never the measured schedule): closed loops at concurrency 1,
+   4 and 8, then open loops at a light and a heavy rate. Every streamed token carries ACTIVE, WAITING and
    KV_TOKENS (the step that produced it) and INDEX; the client records each token's arrival
    time. Tokens of one scheduler step arrive together with the same (ACTIVE, WAITING,
    KV_TOKENS), so the steps are rebuilt from the client's records (`rebuild_steps`): which
@@ -49,7 +50,7 @@ from batchlab.sim.lengths import capped_exponential
 from batchlab.sim.service import TokenCost
 
 MODEL = "lm_stream"
-LOADS = (("medium", 0.5), ("near_capacity", 0.85))
+LOADS = (("medium", 0.5), ("near_capacity", 0.75))
 """Fractions of the capacity (requests/s with a full queue) the simulator gives for the fitted cost."""
 CB_GOALS = {"tokens_per_s": 0.10, "ttft_p50": 0.20, "ttft_p99": 0.20}
 CALIB_CLOSED = ((1, 16), (4, 32), (8, 64))
@@ -274,66 +275,69 @@ def predicted_ttft_ms(sim_ttft_s: np.ndarray, overhead_s: np.ndarray, seed: int 
     return {"ttft_p50": float(np.percentile(x, 50)), "ttft_p99": float(np.percentile(x, 99))}
 
 
-def _calibrate_closed(server: Any, seed: int, mean_tokens: float, cap: int) -> tuple[list, list, dict]:
-    parts, reps, info = [], [], {}
-    for k, (conc, n) in enumerate(CALIB_CLOSED):
-        prompts, lengths = cb_workload(n, seed + 1000 + k, mean_tokens, cap)
+def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float, cap: int,
+              calib_open_s: float, clock: Callable[[], float]) -> dict[str, Any]:
+    """The calibration runs (own seeds): closed loops, then open loops at fractions of the capacity
+    the closed loops give -> fitted `TokenCost`, overhead samples (s), capacity (req/s), JSON."""
+    parts, info, reps = [], {}, {"closed": [], "open": []}
+
+    def one(label: str, key: str, prompts: list[np.ndarray], lengths: np.ndarray, **kw: Any) -> None:
         sink: dict[int, np.ndarray] = {}
-        rep = run_closed_loop(server, MODEL, stream_source(prompts, lengths, sink), concurrency=conc, n_requests=n,
-                              protocol="grpc-stream", stats=False, progress=False, record_token_times=True)
+        runner = run_open_loop if "arrivals" in kw else run_closed_loop
+        rep = runner(server, MODEL, stream_source(prompts, lengths, sink), protocol="grpc-stream", stats=False,
+                     progress=False, record_token_times=True, **kw)
         st = _collect(rep, sink, prompts)
         parts.append(st)
-        reps.append((rep, prompts, lengths))
-        info[f"closed_c{conc}"] = {"requests": rep.n, "errors": rep.n_errors, "tokens": rep.tokens,
-                                   "steps": int(st["t"].size), "timed_steps": int(st["timed"].sum())}
-    return parts, reps, info
+        reps[label].append((rep, prompts, lengths))
+        info[key] = {"requests": rep.n, "errors": rep.n_errors, "tokens": rep.tokens, "steps": int(st["t"].size),
+                     "timed_steps": int(st["timed"].sum())}
+        if label == "open":
+            info[key]["send_lateness_p99_ms"] = r3(rep.lateness_ms()["p99"])
+
+    for k, (conc, n) in enumerate(CALIB_CLOSED):
+        one("closed", f"closed_c{conc}", *cb_workload(n, seed + k, mean_tokens, cap), concurrency=conc, n_requests=n)
+    cp, cl = cb_workload(400, seed + 50, mean_tokens, cap)  # for the capacity (a full queue)
+    cap0 = saturated_capacity(fit_step_cost(_concat_steps(parts))["cost"], policy, cp, cl)
+    for k, frac in enumerate(CALIB_OPEN_FRACTIONS):
+        n_c = max(16, int(frac * cap0 * calib_open_s))
+        one("open", f"open_{frac:g}", *cb_workload(n_c, seed + 10 + k, mean_tokens, cap),
+            arrivals=poisson_arrivals(frac * cap0, n=n_c, seed=seed + 20 + k), warn=False)
+        info[f"open_{frac:g}"]["rate_rps"] = r3(frac * cap0)
+    fit = fit_step_cost(_concat_steps(parts))
+    cost = fit["cost"]
+    over = {}
+    for label, rr in (("closed", reps["closed"]), ("open", reps["open"][:1])):
+        d = np.concatenate([m - s_ for rep_, p_, l_ in rr for m, s_ in [sim_ttft(rep_, p_, l_, cost, policy)]])
+        over[label] = d[np.isfinite(d)]
+    capacity = saturated_capacity(cost, policy, cp, cl)
+    log(f"calibrated: {fit['coef_us']} us, overhead median {np.median(over['open']) * 1e3:.2f} ms (light open loop), "
+        f"{np.median(over['closed']) * 1e3:.2f} ms (closed), capacity {capacity:.0f} req/s ({clock():.0f} s)")
+    ov = {lab: {"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
+                "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} for lab, d in over.items()}
+    return {"cost": cost, "overhead_s": over["open"], "capacity_rps": capacity, "json": {
+        "runs": info, "step_cost_us": fit["coef_us"],
+        "fit": {k: v for k, v in fit.items() if k not in ("cost", "coef_us")},
+        "token_cost": repr(cost), "overhead_ms": ov, "capacity_rps": r3(capacity)}}
 
 
 def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: int = 128,
-        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 5.0) -> dict[str, Any]:
-    """Calibrate, predict, measure at each load; return the JSON-ready section."""
+        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 4.0) -> dict[str, Any]:
+    """Calibrate right before each load, predict, measure; return the JSON-ready section."""
     clock = Timer()
     policy = server_policy()
-    cp, cl = cb_workload(400, seed + 1500, mean_tokens, cap)  # for the capacity (a full queue)
+    calibrations: dict[str, Any] = {}
     with bench_server([MODEL]) as server, CpuWatch(server) as watch:
         log(f"server ready in {clock():.0f} s; lm_stream policy {policy}")
         wp, wl = cb_workload(16, seed + 999, mean_tokens, cap)
         run_closed_loop(server, MODEL, stream_source(wp, wl, None), concurrency=8, n_requests=16,
                         protocol="grpc-stream", stats=False, progress=False)
-        # -- 1. calibration (own seeds) ---------------------------------------------------------
-        parts, calib_reps, calib_json = _calibrate_closed(server, seed, mean_tokens, cap)
-        fit = fit_step_cost(_concat_steps(parts))
-        cap0 = saturated_capacity(fit["cost"], policy, cp, cl)
-        log(f"closed-loop calibration: {fit['coef_us']} us, capacity ~{cap0:.0f} req/s ({clock():.0f} s)")
-        open_reps = []
-        for k, frac in enumerate(CALIB_OPEN_FRACTIONS):
-            rate_c = frac * cap0
-            n_c = max(16, int(rate_c * calib_open_s))
-            prompts, lengths = cb_workload(n_c, seed + 1100 + k, mean_tokens, cap)
-            sink: dict[int, np.ndarray] = {}
-            rep = run_open_loop(server, MODEL, stream_source(prompts, lengths, sink),
-                                arrivals=poisson_arrivals(rate_c, n=n_c, seed=seed + 1200 + k),
-                                protocol="grpc-stream", stats=False, progress=False, record_token_times=True,
-                                warn=False)
-            st = _collect(rep, sink, prompts)
-            parts.append(st)
-            open_reps.append((rep, prompts, lengths))
-            calib_json[f"open_{frac:g}"] = {"rate_rps": r3(rate_c), "requests": rep.n, "errors": rep.n_errors,
-                                            "tokens": rep.tokens, "steps": int(st["t"].size),
-                                            "timed_steps": int(st["timed"].sum()),
-                                            "send_lateness_p99_ms": r3(rep.lateness_ms()["p99"])}
-        fit = fit_step_cost(_concat_steps(parts))
-        cost = fit["cost"]
-        over = {}
-        for label, reps in (("closed", calib_reps), ("open", open_reps[:1])):
-            d = np.concatenate([m - s_ for rep_, p_, l_ in reps for m, s_ in [sim_ttft(rep_, p_, l_, cost, policy)]])
-            over[label] = d[np.isfinite(d)]
-        capacity = saturated_capacity(cost, policy, cp, cl)
-        log(f"calibrated: {fit['coef_us']} us, overhead median {np.median(over['open']) * 1e3:.2f} ms (open), "
-            f"{np.median(over['closed']) * 1e3:.2f} ms (closed), capacity {capacity:.0f} req/s ({clock():.0f} s)")
-        # -- 2. predict and measure each load ---------------------------------------------------
         levels: dict[str, Any] = {}
         for k, (name, frac) in enumerate(loads):
+            # -- 1. calibrate right before the load (the 2 cores are shared: speed drifts) --------
+            cal = calibrate(server, policy, seed + 1000 + 100 * k, mean_tokens, cap, calib_open_s, clock)
+            cost, capacity = cal["cost"], cal["capacity_rps"]
+            calibrations[name] = cal["json"]
+            # -- 2. predict, then measure, the same schedule, prompts and output lengths ----------
             rate = frac * capacity
             arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
             prompts, lengths = cb_workload(len(arrivals), seed + 10 + k, mean_tokens, cap)
@@ -342,7 +346,7 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             simres = _simulate(arrivals, plen, lengths, cost, policy)
             sim = simres.summary()
             pred = {"tokens_per_s": sim["tokens_per_s"],
-                    **predicted_ttft_ms(simres.records["first_token"] - simres.records["arrival"], over["open"],
+                    **predicted_ttft_ms(simres.records["first_token"] - simres.records["arrival"], cal["overhead_s"],
                                         seed + 50 + k)}
             # no per-token check here: the client only counts and times tokens (least client CPU)
             rep = run_open_loop(server, MODEL, stream_source(prompts, lengths, None), arrivals=arrivals, warmup_s=1.0,
@@ -351,6 +355,11 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             tt = rep.ttft_ms()
             meas = {"tokens_per_s": rep.tokens_per_s, "ttft_p50": tt["p50"], "ttft_p99": tt["p99"]}
             itl = rep.records.inter_token()
+            bat = simres.batches
+            w = bat["decode_seqs"].astype(float)
+            itl_sim = float(np.sum(w * (bat["end"] - bat["start"])) / w.sum()) if w.sum() else math.nan
+            meas_t, sim_t = sim_ttft(rep, prompts, lengths, cost, policy)
+            excess = (meas_t - sim_t)[np.isfinite(meas_t - sim_t)]
             levels[name] = {
                 "rate_rps": r3(rate), "fraction_of_capacity": frac, "requests": rep.n, "errors": rep.n_errors,
                 "error_kinds": rep.records.errors(),
@@ -360,8 +369,15 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                 "simulated_ttft_ms_without_overhead": {"p50": r3(sim["ttft_ms"]["p50"]),
                                                        "p99": r3(sim["ttft_ms"]["p99"])},
                 "mean_active_predicted": r3(sim["batch_size_mean"]),
-                "inter_token_ms_measured": {"p50": r3(float(np.median(itl)) * 1e3) if itl.size else None,
-                                            "mean": r3(float(itl.mean()) * 1e3) if itl.size else None},
+                "inter_token_mean_ms": {"predicted": r3(itl_sim * 1e3),
+                                        "measured": r3(float(itl.mean()) * 1e3) if itl.size else None},
+                "ttft_excess_ms": {
+                    "what": ("measured TTFT - simulated TTFT per request, the simulation fed this run's measured "
+                             "send times; compare with calibration overhead_ms['open']: a larger excess is the "
+                             "engine running slower than calibrated, or a tail the model does not have"),
+                    **({"p50": r3(float(np.percentile(excess, 50)) * 1e3),
+                        "p90": r3(float(np.percentile(excess, 90)) * 1e3),
+                        "p99": r3(float(np.percentile(excess, 99)) * 1e3)} if excess.size else {})},
                 "kv_budget_can_bind": bool(top > policy["kv_token_budget"]),
                 "client_kept_up": rep.client_kept_up(),
                 "send_lateness_p99_ms": r3(rep.lateness_ms()["p99"]),
@@ -371,8 +387,6 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                 f"{meas['ttft_p99']:.1f} ms ({clock():.0f} s)")
     all_ok = all(all(v["within_goal"].values()) and v["errors"] == 0 for v in levels.values())
     mach = machine(watch)
-    ov = {lab: {"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
-                "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} for lab, d in over.items()}
     return {
         "benchmark": "fidelity_continuous",
         "model": MODEL,
@@ -383,15 +397,14 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                      "output_length": {"distribution": "capped exponential", "mean": mean_tokens, "cap": cap},
                      "decoding": "greedy, IGNORE_EOS", "arrivals": "Poisson", "level_s": level_s, "seed": seed},
         "calibration": {
-            "runs": calib_json,
-            "step_cost_us": fit["coef_us"], "fit": {k: v for k, v in fit.items() if k not in ("cost", "coef_us")},
-            "token_cost": repr(cost),
-            "overhead_ms": ov,
+            "runs": (f"before each load: closed loops (concurrency, requests) {list(CALIB_CLOSED)}, then open loops at "
+                     f"{', '.join(f'{f:g}' for f in CALIB_OPEN_FRACTIONS)} x the capacity they give, {calib_open_s:g} s "
+                     "each, own seeds; every step rebuilt from the streamed tokens feeds the fit"),
             "overhead_definition": ("per request: measured TTFT - simulated TTFT, each calibration run simulated "
                                     "with its own measured send times; the prediction adds a draw from the light "
                                     "open-loop run's samples ('open') to each simulated TTFT"),
-            "capacity_rps": r3(capacity),
             "capacity_definition": "requests/s the simulator serves with the fitted cost and a full queue",
+            "per_load": calibrations,
         },
         "levels": levels,
         "goals": {"tokens_per_s": "within 10%", "ttft_p50": "within 20%", "ttft_p99": "within 20%"},
