@@ -60,8 +60,11 @@ CALIB_OPEN_FRACTIONS = (0.3, 0.75)
 feed the step-cost fit; the overhead samples come from the first (light) one only, where the
 simulated TTFT hardly depends on the cost fit's queueing (a heavy run's TTFT error would be the
 queueing model's error, not an overhead)."""
-STEP_GAP_S = 0.0008
-"""Tokens of one step reach the client within this of each other (steps take milliseconds)."""
+STEP_GAP_S: float | None = None
+"""Optional extra rule for `rebuild_steps`: a gap longer than this (s) between tokens starts a new
+step. Off by default: when the machine is busy the responses of one step can reach the client
+milliseconds apart, and a gap rule then splits exactly the slow steps, which are dropped as
+incomplete — a fit that never sees the slow steps predicts too fast an engine."""
 FIT_COLUMNS = ("base", "decode_seqs", "prefill_tokens", "context_tokens")
 
 
@@ -103,13 +106,13 @@ def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,
 
 
 def rebuild_steps(token_times: dict[int, list[float]], rows: dict[int, np.ndarray],
-                  prompt_len: dict[int, int], gap_s: float = STEP_GAP_S) -> dict[str, np.ndarray]:
+                  prompt_len: dict[int, int], gap_s: float | None = STEP_GAP_S) -> dict[str, np.ndarray]:
     """The scheduler's steps, rebuilt from what the client saw.
 
     `token_times[i]`: arrival times of request i's tokens; `rows[i]`: its (INDEX, ACTIVE,
     WAITING, KV_TOKENS) per token; `prompt_len[i]`: its prompt tokens. Tokens are sorted by
-    time; a new step starts where the (ACTIVE, WAITING, KV_TOKENS) signature changes, the time
-    gap exceeds `gap_s`, or a request repeats. A step is kept only if it holds exactly ACTIVE
+    time; a new step starts where the (ACTIVE, WAITING, KV_TOKENS) signature changes, a request
+    repeats, or (with `gap_s`) the time gap exceeds `gap_s`. A step is kept only if it holds exactly ACTIVE
     tokens. Its duration is the gap between its first token and the previous step's, and is
     valid (`timed`) only when the engine ran back to back: the previous step was complete and
     this step has a decoding member (it was active after the previous step) or the previous
@@ -126,7 +129,8 @@ def rebuild_steps(token_times: dict[int, list[float]], rows: dict[int, np.ndarra
     groups: list[list[tuple]] = []
     for e in ev:
         g = groups[-1] if groups else None
-        if (g is None or e[3:] != g[0][3:] or e[0] - g[-1][0] > gap_s or any(x[1] == e[1] for x in g)):
+        if (g is None or e[3:] != g[0][3:] or (gap_s is not None and e[0] - g[-1][0] > gap_s)
+                or any(x[1] == e[1] for x in g)):
             groups.append([e])
         else:
             g.append(e)
