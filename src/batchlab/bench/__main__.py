@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from batchlab.bench import client, continuous, dynamic, fidelity
+from batchlab.bench import client, continuous, dynamic, fidelity, fidelity_cb
 from batchlab.bench.common import BenchError, emit
 
-BENCHES = ("dynamic", "continuous", "fidelity", "client")
+BENCHES = ("dynamic", "continuous", "fidelity", "fidelity-cb", "client")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fidelity", help="simulator predictions vs measurements on embed")
     f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
+    g = sub.add_parser("fidelity-cb", help="simulator predictions vs measurements on lm_stream (continuous batching)")
+    g.add_argument("--level-s", type=float, default=20.0)
+    g.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("client", help="the load generator's own capacity on one core (noop model)")
     k.add_argument("--duration-s", type=float, default=5.0)
     k.add_argument("--lab-max-rate", type=float, default=None)
@@ -75,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     scale=args.scale, seed=args.seed, with_lm_step=args.lm_step)
         elif args.bench == "fidelity":
             result = fidelity.run(level_s=args.level_s, seed=args.seed)
+        elif args.bench == "fidelity-cb":
+            result = fidelity_cb.run(level_s=args.level_s, seed=args.seed)
         else:
             result = client.run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or client.LAB_MAX_RATE_RPS)
     except (BenchError, ValueError) as exc:

@@ -1,0 +1,149 @@
+"""`bench fidelity-cb` (simulator vs lm_stream): the step rebuild, the cost fit, the comparison.
+
+Synthetic client records stand in for a server run: a scripted continuous-batching engine with a
+known step cost emits tokens the way lm_stream does, and the rebuild + fit must recover it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from batchlab.bench import fidelity_cb as fcb
+from batchlab.bench.__main__ import main
+from batchlab.sim.service import TokenCost
+
+TRUE = TokenCost(prefill_per_token=40.0, decode_base=1500.0, decode_per_seq=300.0, context_per_token=2.0)
+
+
+def engine_records(arrivals, prompts, outputs, cost=TRUE, max_active=8, jitter_us=0.0, seed=0,
+                   delivery_s=0.0002):
+    """Run a scripted FCFS engine; return (token_times, rows, prompt_len) as the client would see them."""
+    rng = np.random.default_rng(seed)
+    n = len(arrivals)
+    times = {i: [] for i in range(n)}
+    rows = {i: [] for i in range(n)}
+    gen = [0] * n
+    waiting, active = [], []
+    t, nxt = 0.0, 0
+    while nxt < n or waiting or active:
+        while nxt < n and arrivals[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if not waiting and not active:
+            t = arrivals[nxt]
+            continue
+        while waiting and len(active) < max_active:
+            active.append(waiting.pop(0))
+        pre = [r for r in active if gen[r] == 0]
+        dec = [r for r in active if gen[r] > 0]
+        dt = cost.iteration_time(sum(prompts[r] for r in pre), len(dec), sum(prompts[r] + gen[r] for r in dec))
+        t += dt + rng.normal(0, jitter_us) * 1e-6 if jitter_us else dt
+        kv = sum(prompts[r] + gen[r] for r in active)
+        for j, r in enumerate(active):
+            times[r].append(t + delivery_s + j * 1e-5)
+            rows[r].append((gen[r], len(active), len(waiting), kv))
+            gen[r] += 1
+        active = [r for r in active if gen[r] < outputs[r]]
+    return times, {i: np.array(v) for i, v in rows.items()}, dict(enumerate(prompts))
+
+
+def test_rebuild_and_fit_recover_a_known_step_cost():
+    rng = np.random.default_rng(1)
+    n = 300
+    arrivals = np.cumsum(rng.exponential(1 / 60.0, n))
+    prompts = [int(x) for x in rng.integers(9, 26, n)]
+    outputs = [int(x) for x in rng.integers(1, 60, n)]
+    times, rows, plen = engine_records(arrivals, prompts, outputs)
+    steps = fcb.rebuild_steps(times, rows, plen)
+    assert steps["timed"].sum() > 0.8 * steps["t"].size
+    assert steps["active"].max() > 4  # the load made real batches
+    fit = fcb.fit_step_cost(steps)
+    c = fit["cost"]
+    assert c.decode_base == pytest.approx(TRUE.decode_base, rel=0.02)
+    assert c.decode_per_seq == pytest.approx(TRUE.decode_per_seq, rel=0.02)
+    assert c.prefill_per_token == pytest.approx(TRUE.prefill_per_token, rel=0.05)
+    assert c.context_per_token == pytest.approx(TRUE.context_per_token, rel=0.1)
+
+
+def test_rebuild_times_only_back_to_back_steps():
+    # one request alone, arriving twice with an idle gap: the first step after the gap is not timed
+    times, rows, plen = engine_records(np.array([0.0, 1.0]), [10, 10], [3, 3])
+    steps = fcb.rebuild_steps(times, rows, plen)
+    assert steps["t"].size == 6
+    assert steps["timed"].tolist() == [False, True, True, False, True, True]
+    assert steps["prefill_tokens"].tolist() == [10, 0, 0, 10, 0, 0]
+    assert steps["context_tokens"].tolist() == [0, 11, 12, 0, 11, 12]
+
+
+def test_rebuild_drops_steps_with_missing_tokens():
+    times, rows, plen = engine_records(np.array([0.0, 0.0]), [10, 12], [4, 4])
+    full = fcb.rebuild_steps(times, rows, plen)
+    del times[1], rows[1]  # the client lost request 1: its steps no longer hold ACTIVE tokens
+    part = fcb.rebuild_steps(times, rows, plen)
+    assert full["t"].size == 4 and part["t"].size == 0
+
+
+def test_fit_refuses_too_few_steps():
+    times, rows, plen = engine_records(np.array([0.0]), [10], [3])
+    with pytest.raises(ValueError, match="too few"):
+        fcb.fit_step_cost(fcb.rebuild_steps(times, rows, plen))
+
+
+def test_fit_keeps_costs_non_negative():
+    rng = np.random.default_rng(2)
+    m = 200
+    steps = {"timed": np.ones(m, bool), "duration": 2e-3 + rng.normal(0, 1e-5, m),
+             "decode_seqs": rng.integers(1, 9, m).astype(float), "prefill_seqs": np.zeros(m),
+             "prefill_tokens": np.zeros(m), "context_tokens": rng.integers(10, 500, m).astype(float)}
+    fit = fcb.fit_step_cost(steps)
+    assert all(v >= 0 for v in fit["coef_us"].values())
+    assert fit["cost"].decode_base == pytest.approx(2000, rel=0.05)
+
+
+def test_compare_and_predicted_ttft():
+    out = fcb.compare({"tokens_per_s": 105, "ttft_p50": 13, "ttft_p99": 50},
+                      {"tokens_per_s": 100, "ttft_p50": 10, "ttft_p99": 50})
+    assert out["error"] == {"tokens_per_s": 0.05, "ttft_p50": 0.3, "ttft_p99": 0.0}
+    assert out["within_goal"] == {"tokens_per_s": True, "ttft_p50": False, "ttft_p99": True}
+    p = fcb.predicted_ttft_ms(np.full(1000, 0.010), np.array([0.002]))
+    assert p == {"ttft_p50": pytest.approx(12.0), "ttft_p99": pytest.approx(12.0)}
+    with pytest.raises(ValueError):
+        fcb.predicted_ttft_ms(np.array([]), np.array([0.001]))
+
+
+def test_server_policy_matches_the_config():
+    assert fcb.server_policy() == {"max_active": 8, "kv_token_budget": 4096, "max_waiting": 256}
+
+
+def test_saturated_capacity_is_the_full_batch_rate():
+    cost = TokenCost(prefill_per_token=0.0, decode_base=1000.0, decode_per_seq=0.0)
+    p = [np.zeros(10, np.int32)] * 80
+    cap = fcb.saturated_capacity(cost, {"max_active": 8, "kv_token_budget": 4096}, p, np.full(80, 10))
+    assert cap == pytest.approx(8 / (10 * 1e-3))  # 8 requests every 10 steps of 1 ms
+
+
+def test_cli_rejects_bad_level(capsys):
+    assert main(["fidelity-cb", "--level-s", "0"]) == 2
+    assert "--level-s must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_fidelity_cb_small_against_the_session_server(triton, monkeypatch):
+    import json
+
+    monkeypatch.setenv("TRITON_URL", triton.http_url)
+    monkeypatch.setenv("BATCHLAB_TRITON_KEY", triton.key or "")
+    monkeypatch.setenv("TRITON_GRPC_URL", triton.grpc_url)
+    monkeypatch.setenv("TRITON_METRICS_URL", triton.metrics_url)
+    out = json.loads(json.dumps(fcb.run(level_s=2.0, loads=(("medium", 0.5),), calib_open_s=1.0), allow_nan=False))
+    lv = out["levels"]["medium"]
+    assert lv["errors"] == 0 and lv["requests"] > 0
+    assert set(lv["error"]) == set(lv["within_goal"]) == {"tokens_per_s", "ttft_p50", "ttft_p99"}
+    assert lv["measured"]["ttft_p50"] <= lv["measured"]["ttft_p99"]
+    cal = out["calibration"]["per_load"]["medium"]
+    assert cal["fit"]["steps_timed"] >= 8 and cal["capacity_rps"] > 0
+    assert all(r["errors"] == 0 for r in cal["runs"].values())
+    busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
+    assert out["machine_busy"] is busy
+    assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
