@@ -97,7 +97,7 @@ def test_fidelity_small(monkeypatch) -> None:
         modes.extend(stat.S_IMODE(f.stat().st_mode) for f in files)
         return read(self)
     monkeypatch.setattr(fidelity.ExecutionTrace, "read", read_and_check)
-    out = _json(fidelity.run(level_s=1.5, calib_s=0.5))
+    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, continuous=False))  # lm_stream part: test_bench_fidelity_cb
     assert modes and set(modes) == {0o600}
     assert set(out["levels"]) == {"light", "medium", "near_saturation"}
     for cal in out["calibration"]["per_level"].values():

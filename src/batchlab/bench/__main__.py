@@ -40,10 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--scale", type=float, default=8.0, help="divide the chat trace's output lengths by this")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--lm-step", action="store_true", help="also run lm_step (the slowest way)")
-    f = sub.add_parser("fidelity", help="simulator predictions vs measurements on embed")
+    f = sub.add_parser("fidelity", help="simulator predictions vs measurements: embed (dynamic), then lm_stream (continuous)")
     f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
-    g = sub.add_parser("fidelity-cb", help="simulator predictions vs measurements on lm_stream (continuous batching)")
+    f.add_argument("--no-continuous", action="store_true", help="skip the lm_stream part (then goal_met covers embed only)")
+    g = sub.add_parser("fidelity-cb", help="only the lm_stream part of fidelity (continuous batching)")
     g.add_argument("--level-s", type=float, default=20.0)
     g.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("client", help="the load generator's own capacity on one core (noop model)")
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = continuous.run(rounds=args.rounds, n_requests=args.requests, concurrency=args.concurrency,
                                     scale=args.scale, seed=args.seed, with_lm_step=args.lm_step)
         elif args.bench == "fidelity":
-            result = fidelity.run(level_s=args.level_s, seed=args.seed)
+            result = fidelity.run(level_s=args.level_s, seed=args.seed, continuous=not args.no_continuous)
         elif args.bench == "fidelity-cb":
             result = fidelity_cb.run(level_s=args.level_s, seed=args.seed)
         else:

@@ -50,7 +50,7 @@ from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r
 from batchlab.lm import BOS_ID, VOCAB_SIZE, LMConfig
 from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
-from batchlab.sim.lengths import CappedLognormal, capped_lognormal
+from batchlab.sim.lengths import CappedLognormal, LengthDist, capped_lognormal
 
 MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
 CONTINUOUS = ("lm_iterative", "lm_stream")
@@ -85,7 +85,7 @@ def min_scale() -> float:
     return CHAT_TRACE["max"] / room
 
 
-def workload(n: int, dist: CappedLognormal, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+def workload(n: int, dist: LengthDist, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """`n` prompts (8-24 real tokens after <bos>) and their output lengths drawn from `dist`."""
     rng = np.random.default_rng(seed)
     prompts = []

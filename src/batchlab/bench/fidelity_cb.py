@@ -42,8 +42,8 @@ from typing import Any, Callable
 import numpy as np
 
 from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
+from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
-from batchlab.lm import BOS_ID, VOCAB_SIZE
 from batchlab.load import RequestSpec, poisson_arrivals, run_closed_loop, run_open_loop
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.lengths import capped_exponential
@@ -78,11 +78,9 @@ def server_policy(model: str = MODEL) -> dict[str, int]:
 
 
 def cb_workload(n: int, seed: int, mean_tokens: float = 24.0, cap: int = 128) -> tuple[list[np.ndarray], np.ndarray]:
-    """`n` prompts (<bos> + 8-24 random ids) and output lengths (capped exponential), seeded."""
-    rng = np.random.default_rng(seed)
-    prompts = [np.concatenate([[BOS_ID], rng.integers(3, VOCAB_SIZE, size=int(rng.integers(8, 25)))]).astype(np.int32)
-               for _ in range(n)]
-    return prompts, capped_exponential(mean_tokens, cap).sample(n, rng).astype(np.int64)
+    """`bench continuous`'s prompts with output lengths from a capped exponential, seeded."""
+    prompts, lengths = workload(n, capped_exponential(mean_tokens, cap), seed)
+    return prompts, lengths.astype(np.int64)
 
 
 def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,
