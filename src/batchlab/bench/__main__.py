@@ -86,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the server went away mid-run (connection refused / reset): one line, not a traceback
+        print(f"error: lost the server during the run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
