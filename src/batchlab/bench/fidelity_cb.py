@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
+from batchlab.bench.common import BenchError, CpuWatch, Timer, bench_server, log, machine, r3, verdict
 from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec, poisson_arrivals, run_closed_loop, run_open_loop
@@ -214,7 +214,11 @@ def saturated_capacity(cost: TokenCost, policy: dict[str, int], prompts: list[np
     p = np.array([len(x) for x in prompts])
     sim = _simulate(np.zeros(len(p)), p, lengths, cost, policy)
     fin = sim.records["finish"]
-    return float(len(p) / np.nanmax(fin))
+    cap = float(len(p) / np.nanmax(fin)) if np.any(np.isfinite(fin)) else math.nan
+    if not (math.isfinite(cap) and cap > 0):
+        raise BenchError(f"lm_stream calibration failed: the fitted step cost {cost!r} gives no usable capacity "
+                         f"({cap}); rerun (a calibration run may have been disturbed)")
+    return cap
 
 
 def _simulate(arrivals: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
