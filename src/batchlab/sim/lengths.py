@@ -56,6 +56,16 @@ class Uniform(LengthDist):
         return self.hi
 
 
+def _check_lo_cap(dist: LengthDist) -> None:
+    """Validate and normalise a capped distribution's integer bounds ``lo <= cap`` (in place, frozen)."""
+    lo = integer("lo", dist.lo, lo=1)
+    cap = integer("cap", dist.cap, lo=1)
+    if cap < lo:
+        raise ValueError(f"cap must be >= lo, got lo={lo}, cap={cap}")
+    object.__setattr__(dist, "lo", lo)
+    object.__setattr__(dist, "cap", cap)
+
+
 @dataclass(frozen=True)
 class CappedExponential(LengthDist):
     """ceil(X) for X exponential with mean ``mean``, clipped to ``[lo, cap]``.
@@ -70,12 +80,7 @@ class CappedExponential(LengthDist):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean_tokens", positive("mean", self.mean_tokens))
-        lo = integer("lo", self.lo, lo=1)
-        cap = integer("cap", self.cap, lo=1)
-        if cap < lo:
-            raise ValueError(f"cap must be >= lo, got lo={lo}, cap={cap}")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "cap", cap)
+        _check_lo_cap(self)
 
     def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
         n = integer("n", n, lo=0)
@@ -110,12 +115,7 @@ class CappedLognormal(LengthDist):
     def __post_init__(self) -> None:
         object.__setattr__(self, "median", positive("median", self.median))
         object.__setattr__(self, "sigma", positive("sigma", self.sigma))
-        lo = integer("lo", self.lo, lo=1)
-        cap = integer("cap", self.cap, lo=1)
-        if cap < lo:
-            raise ValueError(f"cap must be >= lo, got lo={lo}, cap={cap}")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "cap", cap)
+        _check_lo_cap(self)
 
     def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
         n = integer("n", n, lo=0)

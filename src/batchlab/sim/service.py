@@ -109,8 +109,22 @@ class Table:
         return b / self.time(b)
 
 
+class _AroundMean:
+    """Shared by the variable batch-time models: `time`/`batch_times` give the mean model's times."""
+
+    mean: BatchService
+
+    def time(self, b: int) -> float:
+        """Mean seconds for a batch of ``b``."""
+        return self.mean.time(b)
+
+    def batch_times(self, b: np.ndarray) -> np.ndarray:
+        """Mean seconds for each batch size in ``b``."""
+        return service_times(self.mean, b)
+
+
 @dataclass(frozen=True)
-class Lognormal:
+class Lognormal(_AroundMean):
     """Batch times that vary from one execution to the next, seeded: t(b) · X with X lognormal, E[X] = 1.
 
     ``mean`` is a batch-level model (`Affine`, `Table`) giving the mean time of a batch of b;
@@ -131,14 +145,6 @@ class Lognormal:
             raise ValueError("mean must be a fixed-time model (Affine or Table), not another Lognormal")
         object.__setattr__(self, "cv", non_negative("cv", self.cv))
         object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
-
-    def time(self, b: int) -> float:
-        """Mean seconds for a batch of ``b``."""
-        return self.mean.time(b)
-
-    def batch_times(self, b: np.ndarray) -> np.ndarray:
-        """Mean seconds for each batch size in ``b``."""
-        return service_times(self.mean, b)
 
     def sampler(self) -> Callable[[int], float]:
         """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
@@ -167,7 +173,7 @@ class Lognormal:
 
 
 @dataclass(frozen=True)
-class Resampled:
+class Resampled(_AroundMean):
     """Batch times that vary like measured ones, seeded: t(b) · X with X drawn from measured ratios.
 
     ``ratios`` are measured execution times divided by the mean model's t(b) (any batch size),
@@ -195,14 +201,6 @@ class Resampled:
     def cv(self) -> float:
         """Coefficient of variation of X (of one execution's time)."""
         return float(np.std(self.ratios))
-
-    def time(self, b: int) -> float:
-        """Mean seconds for a batch of ``b``."""
-        return self.mean.time(b)
-
-    def batch_times(self, b: np.ndarray) -> np.ndarray:
-        """Mean seconds for each batch size in ``b``."""
-        return service_times(self.mean, b)
 
     def sampler(self) -> Callable[[int], float]:
         """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
