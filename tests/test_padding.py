@@ -8,6 +8,7 @@ from itertools import product
 import numpy as np
 import pytest
 
+from batchlab.sim.lengths import CappedLognormal
 from batchlab.theory.formulas import padding_efficiency
 from batchlab.theory.padding import (
     eta_curve,
@@ -120,3 +121,13 @@ def test_steps_paid_quantile():
     assert steps_paid_quantile(d, 8, 0.99) == 50
     with pytest.raises(ValueError, match="q must"):
         steps_paid_quantile(d, 8, 0)
+
+
+def test_pmf_of_capped_lognormal_matches_its_mean_and_samples():
+    d = CappedLognormal(16.125, 0.929, 125)
+    pm = pmf_of(d)
+    vals, probs = np.asarray(pm.values), np.asarray(pm.probs)
+    assert vals[0] == 1 and vals[-1] == 125 and abs(probs.sum() - 1) < 1e-12
+    assert abs(pm.mean - d.mean) < 1e-9
+    x = d.sample(200_000, 1)
+    assert np.abs(np.bincount(x, minlength=126)[vals] / x.size - probs).max() < 0.005

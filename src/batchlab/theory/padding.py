@@ -22,6 +22,7 @@ Everything here is a plain computation: no simulation of servers, no plotting.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
@@ -95,7 +96,7 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
 
     Accepts a `LengthPMF`; a ``(lo, hi)`` pair (uniform integers); a sequence of values (with
     optional ``probs``; equally likely otherwise); or one of the simulator's length distributions
-    (``batchlab.sim.lengths``: Uniform, Fixed, Empirical, CappedExponential), recognised by their
+    (``batchlab.sim.lengths``: Uniform, Fixed, Empirical, CappedExponential, CappedLognormal), recognised by their
     fields.
     """
     if isinstance(dist, LengthPMF):
@@ -117,6 +118,18 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
         p = q ** (ks - 1.0) - q ** ks
         p[0] = 1.0 - q ** lo
         p[-1] = q ** (cap - 1.0) if cap > lo else 1.0
+        return _pmf(ks, p)
+    if name == "CappedLognormal" and hasattr(dist, "median") and hasattr(dist, "sigma"):
+        # L = clip(ceil(X), lo, cap), X lognormal: P(ceil X = k) = S(k-1) - S(k), S the survival
+        lo, cap = int(dist.lo), int(dist.cap)
+        ks = np.arange(lo, cap + 1)
+        x = np.maximum(ks.astype(float), 1e-300)
+        surv = np.array([0.5 * math.erfc((math.log(v) - math.log(dist.median)) / (dist.sigma * math.sqrt(2.0)))
+                         for v in x])
+        prev = np.concatenate([[1.0], surv[:-1]])  # S(k-1) for k > lo; the first entry takes all of X <= lo
+        p = prev - surv
+        p[0] = 1.0 - surv[0]
+        p[-1] = prev[-1] if cap > lo else 1.0
         return _pmf(ks, p)
     if isinstance(dist, tuple) and len(dist) == 2 and probs is None and all(
             isinstance(x, (int, np.integer)) for x in dist):
