@@ -18,8 +18,7 @@ import numpy as np
 
 from batchlab.lm import BOS_ID
 from batchlab.models.base import LMModelBase
-from batchlab.models.triton_io import (InputError, batch_size_column, check_token_rows, error, int_param, ok,
-                                       one_line, require)
+from batchlab.models.triton_io import int_param, serve_token_rows
 
 CONTEXT_SEED = 20
 
@@ -41,24 +40,5 @@ class TritonPythonModel(LMModelBase):
         return np.argmax(self.lm.decode_shared(self.prefix, tokens), axis=1).astype(np.int32)
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        batch: list[tuple[int, np.ndarray]] = []
-        for i, request in enumerate(requests):
-            try:
-                batch.append((i, check_token_rows(require(request, "TOKEN"), "TOKEN", self.vocab_size, 1)))
-            except InputError as exc:
-                responses[i] = error(str(exc))
-        if batch:
-            rows = sum(t.shape[0] for _, t in batch)
-            try:
-                nxt = self.step(np.concatenate([t[:, 0] for _, t in batch]))
-                start = 0
-                for i, tokens in batch:
-                    n = tokens.shape[0]
-                    responses[i] = ok({"NEXT_TOKEN": nxt[start:start + n, None],
-                                       "BATCH_SIZE": batch_size_column(n, rows)})
-                    start += n
-            except Exception as exc:  # never let one bad batch kill the stub
-                for i, _ in batch:
-                    responses[i] = error(f"decode failed: {one_line(exc)}")
-        return responses
+        return serve_token_rows(requests, "TOKEN", self.vocab_size, 1, lambda t: self.step(t[:, 0])[:, None],
+                                "NEXT_TOKEN", "decode")

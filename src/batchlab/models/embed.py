@@ -8,10 +8,7 @@ several rows; each bad request gets its own error response, the rest of the batc
 
 from __future__ import annotations
 
-import numpy as np
-
-from batchlab.models.triton_io import (InputError, batch_size_column, check_token_rows, error, ok,
-                                   one_line, require)
+from batchlab.models.triton_io import serve_token_rows
 from batchlab.models.base import LMModelBase
 
 
@@ -26,26 +23,4 @@ class TritonPythonModel(LMModelBase):
         self.length = dims[0]
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        batch: list[tuple[int, np.ndarray]] = []
-        for i, request in enumerate(requests):
-            try:
-                tokens = check_token_rows(require(request, "TOKENS"), "TOKENS",
-                                          self.vocab_size, self.length)
-                batch.append((i, tokens))
-            except InputError as exc:
-                responses[i] = error(str(exc))
-        if batch:
-            rows = sum(t.shape[0] for _, t in batch)
-            try:
-                pooled = self.lm.embed(np.concatenate([t for _, t in batch]))
-                start = 0
-                for i, tokens in batch:
-                    n = tokens.shape[0]
-                    responses[i] = ok({"EMBEDDING": pooled[start:start + n],
-                                       "BATCH_SIZE": batch_size_column(n, rows)})
-                    start += n
-            except Exception as exc:  # never let one bad batch kill the stub
-                for i, _ in batch:
-                    responses[i] = error(f"embed failed: {one_line(exc)}")
-        return responses
+        return serve_token_rows(requests, "TOKENS", self.vocab_size, self.length, self.lm.embed, "EMBEDDING", "embed")

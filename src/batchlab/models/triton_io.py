@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -206,3 +206,34 @@ def batch_size_column(rows: int, value: int) -> np.ndarray:
     """An int32 [rows, 1] column filled with `value`."""
     return np.full((rows, 1), value, dtype=np.int32)
 
+
+
+def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
+                     compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
+    """Responses of a stateless row model: every request's `name` rows, checked, computed in one call.
+
+    Each bad request gets its own error response; the good ones' rows are concatenated, passed to
+    ``compute`` (rows, length) -> (rows, ...) once, and split back as `output` plus BATCH_SIZE
+    (rows in this execution). An exception in ``compute`` fails the batch's requests, not the stub.
+    """
+    responses: list = [None] * len(requests)
+    batch: list[tuple[int, np.ndarray]] = []
+    for i, request in enumerate(requests):
+        try:
+            batch.append((i, check_token_rows(require(request, name), name, vocab_size, length)))
+        except InputError as exc:
+            responses[i] = error(str(exc))
+    if not batch:
+        return responses
+    rows = sum(t.shape[0] for _, t in batch)
+    try:
+        out = compute(np.concatenate([t for _, t in batch]))
+        start = 0
+        for i, tokens in batch:
+            n = tokens.shape[0]
+            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": batch_size_column(n, rows)})
+            start += n
+    except Exception as exc:  # never let one bad batch kill the stub
+        for i, _ in batch:
+            responses[i] = error(f"{label} failed: {one_line(exc)}")
+    return responses
