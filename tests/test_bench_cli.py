@@ -43,6 +43,7 @@ def test_missing_model_on_an_external_server_is_named(echo_repo, monkeypatch) ->
     (["continuous", "--scale", "0"], "--scale must be > 0"),
     (["continuous", "--scale", "3.5"], "--scale must be >= 3.91"),
     (["continuous", "--concurrency", "-1"], "--concurrency must be >= 1"),
+    (["continuous", "--lm", "huge"], "invalid choice: 'huge'"),
 ])
 def test_continuous_bad_flags_fail_before_any_server(argv: list[str], message: str, capsys) -> None:
     assert main(argv) == 2
@@ -63,6 +64,27 @@ def test_chat_lengths_keep_the_trace_shape() -> None:
     assert s["median"] == pytest.approx(16, abs=1)
     assert s["p90"] / s["median"] == pytest.approx(424 / 129, rel=0.1)
     assert chat_lengths(4.0).median == pytest.approx(2 * d.median)
+
+
+def test_wide_lm_copies_keep_every_other_setting(tmp_path) -> None:
+    from batchlab.bench.continuous import decode_width, lm_description, run, stage_width
+    from batchlab.config_pbtxt import load_config_text, parse_config
+
+    width = decode_width()
+    assert width == {"d_model": 512, "d_ff": 2048}  # read from the decode model's config.pbtxt
+    stage_width(tmp_path, ("generate", "lm_stream"), width)
+    for m in ("generate", "lm_stream"):
+        own, staged = (parse_config(load_config_text(m, repo)) for repo in (None, tmp_path))
+        assert {k: v.string_value for k, v in staged.parameters.items()} == {
+            **{k: v.string_value for k, v in own.parameters.items()}, "d_model": "512", "d_ff": "2048"}
+        del staged.parameters["d_model"], staged.parameters["d_ff"]
+        assert staged == own
+        assert (tmp_path / m / "1" / "model.py").is_file()
+    wide, default = lm_description("decode", False), lm_description("default", False)
+    assert wide["weights_mb"] > 3.5 * default["weights_mb"] and default["d_model"] == 256
+    assert lm_description("decode", True)["width"] == "as served at TRITON_URL"
+    with pytest.raises(ValueError, match="--lm must be one of decode, default"):
+        run(lm="wide")
 
 
 def test_capped_lognormal_mean_and_validation() -> None:

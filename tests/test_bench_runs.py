@@ -8,6 +8,7 @@ generating returning the same tokens, the server's counters agreeing with the cl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,11 +75,36 @@ def test_continuous_small_same_tokens_everywhere(via_env) -> None:
     assert all(out["same_tokens_as_generate"].values()), out["same_tokens_as_generate"]
     ratios = out["speedup_vs_static_spread"]["all"]
     assert out["speedup_vs_static"] == pytest.approx(sorted(ratios)[0] + (sorted(ratios)[1] - sorted(ratios)[0]) / 2, abs=2e-3)
+    assert out["workload"]["lm"]["width"] == "as served at TRITON_URL"
     lengths = out["workload"]["output_length"]
     assert lengths["parameters"]["cap"] == 63 and lengths["source"]["median"] == 129
     assert set(lengths["sample"]) == {"n", "mean", "median", "p90", "max"} and lengths["sample"]["n"] == 16
     busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
     assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
+
+
+def test_continuous_on_the_wide_lm_stages_private_copies(monkeypatch) -> None:
+    """Its own embedded server, on copies of the ways with the decode model's width, in a 0700 folder removed after."""
+    import stat
+
+    from batchlab.bench import continuous
+
+    for var in ("TRITON_URL", "TRITON_GRPC_URL", "TRITON_METRICS_URL", "BATCHLAB_TRITON_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    seen: list[tuple] = []
+    stage = continuous.stage_width
+
+    def stage_and_look(dest, models, width):
+        seen.append((Path(dest), stat.S_IMODE(Path(dest).stat().st_mode), models))
+        return stage(dest, models, width)
+    monkeypatch.setattr(continuous, "stage_width", stage_and_look)
+    out = _json(continuous.run(rounds=1, n_requests=4, concurrency=2, scale=32, warmup_requests=1))
+    (folder, mode, models), = seen
+    assert mode == 0o700 and not folder.exists() and models == ("generate", "lm_iterative", "lm_stream")
+    lm = out["workload"]["lm"]
+    assert (lm["width"], lm["d_model"], lm["d_ff"]) == ("decode", 512, 2048)
+    assert all(r["errors"] == 0 for rd in out["rounds"] for r in rd["results"].values())
+    assert all(out["same_tokens_as_generate"].values())
 
 
 def test_fidelity_small(monkeypatch) -> None:

@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--scale", type=float, default=8.0, help="divide the chat trace's output lengths by this")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--lm-step", action="store_true", help="also run lm_step (the slowest way)")
+    c.add_argument("--lm", choices=continuous.LMS, default="decode",
+                   help="decode: every way on the decode model's wider LM (default); default: the course's models")
     f = sub.add_parser("fidelity", help="simulator predictions vs measurements: embed (dynamic), then lm_stream (continuous)")
     f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
@@ -76,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          extra=args.extra)
         elif args.bench == "continuous":
             result = continuous.run(rounds=args.rounds, n_requests=args.requests, concurrency=args.concurrency,
-                                    scale=args.scale, seed=args.seed, with_lm_step=args.lm_step)
+                                    scale=args.scale, seed=args.seed, with_lm_step=args.lm_step,
+                                    lm=args.lm)
         elif args.bench == "fidelity":
             result = fidelity.run(level_s=args.level_s, seed=args.seed, continuous=not args.no_continuous)
         elif args.bench == "fidelity-cb":
