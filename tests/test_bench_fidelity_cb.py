@@ -112,6 +112,29 @@ def test_compare_and_predicted_ttft():
         fcb.predicted_ttft_ms(np.array([]), np.array([0.001]))
 
 
+def test_predicted_ttft_draws_from_the_pool_of_each_arrival():
+    t = np.full(1000, 0.010)
+    idle = np.arange(1000) < 300  # 30 % arrive at an idle engine
+    pools = {"idle": np.array([0.006]), "busy": np.array([0.001])}
+    p = fcb.predicted_ttft_ms(t, pools, idle=idle)
+    assert p == {"ttft_p50": pytest.approx(11.0), "ttft_p99": pytest.approx(16.0)}
+    # an empty pool falls back to both pools together
+    p = fcb.predicted_ttft_ms(t, {"idle": np.array([]), "busy": np.array([0.001])}, idle=np.ones(1000, bool))
+    assert p["ttft_p50"] == pytest.approx(11.0)
+    with pytest.raises(ValueError, match="idle mask has 3 entries for 1000"):
+        fcb.predicted_ttft_ms(t, pools, idle=np.ones(3, bool))
+    with pytest.raises(ValueError, match="pools must be"):
+        fcb.predicted_ttft_ms(t, {"idle": np.array([0.001])}, idle=idle)
+
+
+def test_idle_at_arrival_reads_the_simulated_steps():
+    cost = TokenCost(prefill_per_token=0.0, decode_base=10_000.0, decode_per_seq=0.0)  # 10 ms a step
+    pol = {"max_active": 8, "kv_token_budget": 4096}
+    # request 0 wakes the engine; 1 arrives mid-run; 2 arrives long after everything finished
+    sim = fcb._simulate(np.array([0.0, 0.005, 5.0]), np.array([4, 4, 4]), np.array([3, 3, 3]), cost, pol)
+    assert fcb.idle_at_arrival(sim).tolist() == [True, False, True]
+
+
 def test_server_policy_matches_the_config():
     assert fcb.server_policy() == {"max_active": 8, "kv_token_budget": 4096, "max_waiting": 256}
 

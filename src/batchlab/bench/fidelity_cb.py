@@ -13,7 +13,13 @@
    fit of those durations gives a `batchlab.sim.service.TokenCost` (`fit_step_cost`). The
    client/server overhead (request in, first response out) is measured TTFT − simulated TTFT
    per request of the light open-loop calibration run, simulated with its own measured send
-   times; the prediction adds a seeded draw of it to every simulated TTFT.
+   times. It is kept in two pools, by whether the simulated engine was idle when the request
+   arrived (`idle_at_arrival`): a request that wakes an idle engine waits measurably longer
+   (about 5 ms against 1.5 ms here: the wake-up of the scheduler thread and a step after idle,
+   which the step-cost fit never times because no step ran right before it), and the share of
+   such arrivals falls as the load grows (56 % at 0.3 of capacity, 10 % at 0.75, measured). The
+   prediction adds to every simulated TTFT a seeded draw from the pool its own simulated
+   arrival belongs to.
 2. For each load (a fraction of the capacity the simulator derives from the fitted cost with a
    full queue) one Poisson schedule, prompts and output lengths go both to
    `simulate_continuous` (with lm_stream's own scheduling options, `server_policy`) and to the
@@ -37,7 +43,7 @@ How lm_stream schedules, and how the simulator is set to match (`server_policy`)
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -229,9 +235,9 @@ def _simulate(arrivals: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np
 
 
 def sim_ttft(rep: Any, prompts: list[np.ndarray], lengths: np.ndarray, cost: TokenCost,
-             policy: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(measured TTFT, simulated TTFT) in seconds for the successful requests of a run, the
-    simulation fed the run's own measured send times."""
+             policy: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(measured TTFT, simulated TTFT in seconds, idle at arrival) for the successful requests of
+    a run, the simulation fed the run's own measured send times."""
     r = rep.records
     ok = r.ok & np.isfinite(r.sent)
     idx = r.index[ok] % len(prompts)
@@ -242,7 +248,11 @@ def sim_ttft(rep: Any, prompts: list[np.ndarray], lengths: np.ndarray, cost: Tok
     o = np.asarray(lengths)[idx[order]]
     sim = _simulate(sent, p, o, cost, policy)
     ttft_sim = sim.records["first_token"] - sim.records["arrival"]
-    return r.ttft[ok][order], ttft_sim
+    return r.ttft[ok][order], ttft_sim, idle_at_arrival(sim)
+
+
+def _median_ms(d: np.ndarray) -> str:
+    return f"{np.median(d) * 1e3:.2f} ms" if d.size else "no samples"
 
 
 def _err(pred: float, meas: float) -> float:
@@ -268,16 +278,45 @@ def _concat_steps(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in keys}
 
 
-def predicted_ttft_ms(sim_ttft_s: np.ndarray, overhead_s: np.ndarray, seed: int = 0) -> dict[str, float]:
+def idle_at_arrival(sim: Any) -> np.ndarray:
+    """Per request of a `simulate_continuous` result: True where no step was running when it arrived."""
+    arr = np.asarray(sim.records["arrival"], float)
+    bat = sim.batches
+    if not len(bat):
+        return np.ones(arr.size, bool)
+    i = np.searchsorted(bat["start"], arr, side="left") - 1  # the last step started before the arrival
+    return ~((i >= 0) & (arr < bat["end"][np.maximum(i, 0)]))
+
+
+def predicted_ttft_ms(sim_ttft_s: np.ndarray, overhead_s: np.ndarray | Mapping[str, np.ndarray], seed: int = 0,
+                      idle: np.ndarray | None = None) -> dict[str, float]:
     """TTFT p50/p99 (ms) of simulated TTFTs plus a client/server overhead per request, drawn
-    (seeded, with replacement) from the overhead samples the calibration runs measured."""
+    (seeded, with replacement) from the overhead samples the calibration runs measured.
+
+    `overhead_s` is one array of samples, or {"idle": ..., "busy": ...} with `idle` (a mask over
+    `sim_ttft_s`): then a request that arrived at an idle engine draws from the "idle" pool, the
+    others from "busy"; a pool without samples is replaced by both pools together.
+    """
     t = np.asarray(sim_ttft_s, float)
-    t = t[np.isfinite(t)]
-    o = np.asarray(overhead_s, float)
-    o = o[np.isfinite(o)]
-    if not t.size or not o.size:
+    pools = dict(overhead_s) if isinstance(overhead_s, Mapping) else {"idle": overhead_s, "busy": overhead_s}
+    pools = {k: np.asarray(v, float)[np.isfinite(np.asarray(v, float))] for k, v in pools.items()}
+    if set(pools) != {"idle", "busy"}:
+        raise ValueError("overhead pools must be 'idle' and 'busy'")
+    both = np.concatenate([pools["idle"], pools["busy"]])
+    mask = np.zeros(t.size, bool) if idle is None else np.asarray(idle, bool)
+    if mask.shape != t.shape:
+        raise ValueError(f"idle mask has {mask.size} entries for {t.size} TTFTs")
+    keep = np.isfinite(t)
+    t, mask = t[keep], mask[keep]
+    if not t.size or not both.size:
         raise ValueError("predicted_ttft_ms needs simulated TTFTs and overhead samples")
-    x = (t + np.random.default_rng(seed).choice(o, size=t.size)) * 1e3
+    rng = np.random.default_rng(seed)
+    extra = np.empty(t.size)
+    for flag, name in ((True, "idle"), (False, "busy")):
+        sel = mask == flag
+        pool = pools[name] if pools[name].size else both
+        extra[sel] = rng.choice(pool, size=int(sel.sum()))
+    x = (t + extra) * 1e3
     return {"ttft_p50": float(np.percentile(x, 50)), "ttft_p99": float(np.percentile(x, 99))}
 
 
@@ -313,21 +352,28 @@ def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float
     cost = fit["cost"]
     over = {}
     for label, rr in (("closed", reps["closed"]), ("open", reps["open"][:1])):
-        d = np.concatenate([m - s_ for rep_, p_, l_ in rr for m, s_ in [sim_ttft(rep_, p_, l_, cost, policy)]])
+        got = [sim_ttft(rep_, p_, l_, cost, policy) for rep_, p_, l_ in rr]
+        d = np.concatenate([m - s_ for m, s_, _ in got])
+        idle = np.concatenate([i_ for _, _, i_ in got])
         over[label] = d[np.isfinite(d)]
+        if label == "open":
+            over["open_idle"], over["open_busy"] = d[idle & np.isfinite(d)], d[~idle & np.isfinite(d)]
     capacity = saturated_capacity(cost, policy, cp, cl)
-    log(f"calibrated: {fit['coef_us']} us, overhead median {np.median(over['open']) * 1e3:.2f} ms (light open loop), "
+    log(f"calibrated: {fit['coef_us']} us, overhead median {np.median(over['open']) * 1e3:.2f} ms (light open loop; "
+        f"idle engine {_median_ms(over['open_idle'])}, busy {_median_ms(over['open_busy'])}), "
         f"{np.median(over['closed']) * 1e3:.2f} ms (closed), capacity {capacity:.0f} req/s ({clock():.0f} s)")
-    ov = {lab: {"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
-                "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} for lab, d in over.items()}
-    return {"cost": cost, "overhead_s": over["open"], "capacity_rps": capacity, "json": {
+    ov = {lab: ({"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
+                 "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} if d.size else {"samples": 0})
+          for lab, d in over.items()}
+    return {"cost": cost, "overhead_s": {"idle": over["open_idle"], "busy": over["open_busy"]},
+            "capacity_rps": capacity, "json": {
         "runs": info, "step_cost_us": fit["coef_us"],
         "fit": {k: v for k, v in fit.items() if k not in ("cost", "coef_us")},
         "token_cost": repr(cost), "overhead_ms": ov, "capacity_rps": r3(capacity)}}
 
 
 def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: int = 128,
-        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 4.0) -> dict[str, Any]:
+        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 8.0) -> dict[str, Any]:
     """Calibrate right before each load, predict, measure; return the JSON-ready section."""
     clock = Timer()
     policy = server_policy()
@@ -351,9 +397,10 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             top = np.sort(plen + lengths)[-policy["max_active"]:].sum() if len(plen) else 0
             simres = _simulate(arrivals, plen, lengths, cost, policy)
             sim = simres.summary()
+            idle = idle_at_arrival(simres)
             pred = {"tokens_per_s": sim["tokens_per_s"],
                     **predicted_ttft_ms(simres.records["first_token"] - simres.records["arrival"], cal["overhead_s"],
-                                        seed + 50 + k)}
+                                        seed + 50 + k, idle=idle)}
             # no per-token check here: the client only counts and times tokens (least client CPU)
             rep = run_open_loop(server, MODEL, stream_source(prompts, lengths, None), arrivals=arrivals, warmup_s=1.0,
                                 seed=seed + 100 + k, protocol="grpc-stream", stats=False, progress=None,
@@ -364,7 +411,7 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             bat = simres.batches
             w = bat["decode_seqs"].astype(float)
             itl_sim = float(np.sum(w * (bat["end"] - bat["start"])) / w.sum()) if w.sum() else math.nan
-            meas_t, sim_t = sim_ttft(rep, prompts, lengths, cost, policy)
+            meas_t, sim_t, idle_meas = sim_ttft(rep, prompts, lengths, cost, policy)
             excess = (meas_t - sim_t)[np.isfinite(meas_t - sim_t)]
             levels[name] = {
                 "rate_rps": r3(rate), "fraction_of_capacity": frac, "requests": rep.n, "errors": rep.n_errors,
@@ -375,6 +422,8 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                 "simulated_ttft_ms_without_overhead": {"p50": r3(sim["ttft_ms"]["p50"]),
                                                        "p99": r3(sim["ttft_ms"]["p99"])},
                 "mean_active_predicted": r3(sim["batch_size_mean"]),
+                "arrivals_at_idle_engine": {"predicted": r3(float(idle.mean())) if idle.size else None,
+                                            "measured_send_times": r3(float(idle_meas.mean())) if idle_meas.size else None},
                 "inter_token_mean_ms": {"predicted": r3(itl_sim * 1e3),
                                         "measured": r3(float(itl.mean()) * 1e3) if itl.size else None},
                 "ttft_excess_ms": {
@@ -407,8 +456,10 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                      f"{', '.join(f'{f:g}' for f in CALIB_OPEN_FRACTIONS)} x the capacity they give, {calib_open_s:g} s "
                      "each, own seeds; every step rebuilt from the streamed tokens feeds the fit"),
             "overhead_definition": ("per request: measured TTFT - simulated TTFT, each calibration run simulated "
-                                    "with its own measured send times; the prediction adds a draw from the light "
-                                    "open-loop run's samples ('open') to each simulated TTFT"),
+                                    "with its own measured send times; the light open-loop run's samples ('open') "
+                                    "are split by whether the simulated engine was idle at the request's arrival "
+                                    "('open_idle', 'open_busy'), and the prediction adds to each simulated TTFT a "
+                                    "draw from the pool of its own simulated arrival"),
             "capacity_definition": "requests/s the simulator serves with the fitted cost and a full queue",
             "per_load": calibrations,
         },
