@@ -171,3 +171,15 @@ def test_calibration_helpers() -> None:
     assert c["at_batch"] == 8 and c["speedup"] == pytest.approx(8 * 4.5 / 15.0)
     with pytest.raises(ValueError, match="nothing to calibrate"):
         batch_table(ModelStats("m"))
+
+
+def test_batch_time_drift_compares_a_run_with_the_calibrated_table() -> None:
+    from batchlab.bench.fidelity import batch_time_drift
+    from batchlab.sim.service import Table
+
+    st = ModelStats("embed", 30, 20)
+    # 10 executions of 1 taking 4.4 ms each, 10 of 2 taking 5.5 ms each (compute_infer only)
+    st.batches = {1: {"compute_infer": (10, 44_000_000)}, 2: {"compute_infer": (10, 55_000_000)}}
+    tab = Table((1, 2), (4.0, 5.0), unit="ms")
+    assert batch_time_drift(st, tab) == pytest.approx(0.10)  # 10 % slower than calibrated
+    assert np.isnan(batch_time_drift(ModelStats("embed", 0, 0), tab))

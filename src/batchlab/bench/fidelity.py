@@ -231,6 +231,17 @@ def fit_variability(service: Table, samples_us: Mapping[int, Sequence[float]]) -
                 f"{TAIL_TOLERANCE:.0%} of the measured one ({p99m:.2f})")}}
 
 
+def batch_time_drift(stats: Any, service: Any) -> float:
+    """How much longer (> 0) or shorter (< 0) a run's executions took than the calibrated t(b) says:
+    measured busy time / sum over its executions of t(b), minus 1 (`batch_stats` of the run)."""
+    busy, expected = 0.0, 0.0
+    for b, slot in stats.batches.items():
+        n = slot.get("compute_infer", (0, 0))[0]
+        busy += sum(slot.get(p, (0, 0))[1] for p in ("compute_input", "compute_infer", "compute_output")) / 1e9
+        expected += n * service.time(int(b))
+    return busy / expected - 1 if expected > 0 else float("nan")
+
+
 def _err(pred: float, meas: float) -> float:
     return (pred - meas) / meas if meas else float("nan")
 
@@ -385,7 +396,8 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                     p2 = _predict(arrivals, own_tab, overhead_ms)
                 in_situ = {"predicted": {k2: r3(p2[k2]) for k2 in ("p50_ms", "p99_ms")},
                            "error": {"p50": r3(_err(p2["p50_ms"], meas["p50_ms"])),
-                                     "p99": r3(_err(p2["p99_ms"], meas["p99_ms"]))}}
+                                     "p99": r3(_err(p2["p99_ms"], meas["p99_ms"]))},
+                           "batch_time_vs_calibration": r3(batch_time_drift(rep.server, service))}
             except (ValueError, AttributeError):
                 pass
             levels[name] = {
@@ -414,7 +426,8 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             "the fixed-time model the chapters derive with. with_this_levels_own_batch_times re-runs the "
             "simulator with the mean batch times measured during that level: the part of the error it removes "
             "is drift of the machine's speed since calibration (the 2 cores are shared), the part it leaves is "
-            "the queueing model's")
+            "the queueing model's; its batch_time_vs_calibration is that drift: the level's executions took "
+            "this much longer (> 0) or shorter than the calibrated t(b)")
     mach = machine(watch)
     cb = None
     if continuous:
