@@ -123,7 +123,7 @@ def test_fidelity_small(monkeypatch) -> None:
         modes.extend(stat.S_IMODE(f.stat().st_mode) for f in files)
         return read(self)
     monkeypatch.setattr(fidelity.ExecutionTrace, "read", read_and_check)
-    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, continuous=False))  # lm_stream part: test_bench_fidelity_cb
+    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, at_rate_s=0.5, continuous=False))  # lm_stream part: test_bench_fidelity_cb
     assert modes and set(modes) == {0o600}
     assert set(out["levels"]) == {"light", "medium", "near_saturation"}
     for cal in out["calibration"]["per_level"].values():
@@ -132,6 +132,8 @@ def test_fidelity_small(monkeypatch) -> None:
         v = cal["variability"]
         assert v["model"] in ("lognormal", "resampled") and v["executions"] > 10 and v["measured_cv"] > 0
         assert cal["overhead_spread"]["requests"] > 10
+        at = cal["at_rate_run"]
+        assert at["executions"] > 0 and set(at["batch_sizes_taken"]) <= {int(b) for b in at["batch_time_ms"]}
     assert out["service_time_model"]["by_level"] == {n: c["variability"]["model"]
                                                      for n, c in out["calibration"]["per_level"].items()}
     for lv in out["levels"].values():
@@ -183,3 +185,15 @@ def test_batch_time_drift_compares_a_run_with_the_calibrated_table() -> None:
     tab = Table((1, 2), (4.0, 5.0), unit="ms")
     assert batch_time_drift(st, tab) == pytest.approx(0.10)  # 10 % slower than calibrated
     assert np.isnan(batch_time_drift(ModelStats("embed", 0, 0), tab))
+
+
+def test_at_rate_stats_take_the_sizes_that_run_executed_often() -> None:
+    from batchlab.bench.fidelity import at_rate_stats
+
+    pooled = ModelStats("embed", 100, 60)
+    pooled.batches = {1: {"compute_infer": (40, 160_000_000)}, 2: {"compute_infer": (20, 100_000_000)}}
+    at = ModelStats("embed", 30, 20)
+    at.batches = {1: {"compute_infer": (16, 80_000_000)}, 2: {"compute_infer": (4, 24_000_000)}}
+    merged, taken = at_rate_stats(pooled, at)
+    assert taken == [1] and merged.batches[1] == at.batches[1] and merged.batches[2] == pooled.batches[2]
+    assert pooled.batches[1] == {"compute_infer": (40, 160_000_000)}  # the input is not modified

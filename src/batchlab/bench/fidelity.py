@@ -6,13 +6,16 @@
    sizes; the statistics extension's `batch_stats` give t(b), the busy time of one execution of
    b requests (smoothed, see `batchlab.probe.batch_time.service_model`). The same runs give the per-request
    overhead the simulator does not model (client latency minus the server's queue + compute
-   time).
+   time). Then one more run (own seed, `at_rate_s`) at the level's own rate: every batch size
+   it executed at least `AT_RATE_MIN_EXECUTIONS` times takes its t(b) from it
+   (`at_rate_stats`), because a batch's time depends on the request rate around it (the load
+   generator shares the 2 cores).
 2. For three load levels (light, medium, near saturation, as fractions of the calibrated
    capacity 32 / t(32), the rate full batches are served at) draw one Poisson arrival
    schedule, give the *same* schedule to `batchlab.sim.dynamic.simulate_dynamic` and to the
    open-loop load generator, and compare throughput, p50 and p99 (predicted latency =
    simulated latency + overhead).
-3. Service-time variability: during the calibration runs only, Triton's trace extension (level
+3. Service-time variability: during the calibration runs only (the at-rate run included), Triton's trace extension (level
    TIMESTAMPS, rate 1) records COMPUTE_START / COMPUTE_END of every request; the requests of one
    execution share them, which gives each execution's batch size and duration. Their spread
    around t(b) is fitted with `batchlab.sim.service.Lognormal.fit` (one cv for every size); each
@@ -30,6 +33,7 @@ are; a miss is reported with the figures that explain it.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import urllib.error
@@ -284,7 +288,7 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int, trace: Execut
     if fe.size >= 20:
         spread = {"client_rest_ms": max(overhead - float(fe.mean()), 0.0), "frontend_ms": fe}
     cap = MAX_BATCH / service.time(MAX_BATCH)  # what a long queue (full batches) is served at
-    return {"service": service, "overhead_ms": overhead, "capacity_rps": cap, "samples_us": samples,
+    return {"service": service, "overhead_ms": overhead, "capacity_rps": cap, "samples_us": samples, "pooled": pooled,
             "overhead_spread": spread, "json": {
         "batch_time_ms": {str(int(b)): r3(float(t)) for b, t in zip(sizes, smooth)},
         "batch_time_raw_ms": {str(int(b)): r3(float(t)) for b, t in zip(sizes, svc["raw_ms"])},
@@ -296,6 +300,28 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int, trace: Execut
             "client_rest_ms": r3(spread["client_rest_ms"]), "requests": int(fe.size),
             "frontend_ms": {f"p{q}": r3(float(np.percentile(fe, q))) for q in (50, 90, 99)} | {"mean": r3(float(fe.mean()))}},
         "capacity_rps": r3(cap)}}
+
+
+AT_RATE_MIN_EXECUTIONS = 5
+"""A batch size takes its t(b) from the run at the level's rate when that run executed it this often."""
+
+
+def at_rate_stats(pooled: Any, at_rate: Any, min_count: int = AT_RATE_MIN_EXECUTIONS) -> tuple[Any, list[int]]:
+    """`pooled` statistics with each batch size the run at the level's rate executed at least
+    `min_count` times taken from that run instead: (the merged statistics, those sizes).
+
+    The 2 cores are shared with the load generator, so a batch's time depends on the request
+    rate around it (measured: t(2) 7.20 ms pooled over the calibration rates against 8.52 ms in a
+    run at the level's rate and 8.22 ms in the level itself); the sizes the level executes most
+    are the ones such a run gives.
+    """
+    out = copy.deepcopy(pooled)
+    taken = []
+    for b, slot in at_rate.batches.items():
+        if slot.get("compute_infer", (0, 0))[0] >= min_count:
+            out.batches[b] = dict(slot)
+            taken.append(int(b))
+    return out, sorted(taken)
 
 
 def _predict(arrivals: np.ndarray, service: Any, overhead_ms: float, spread: Mapping[str, Any] | None = None,
@@ -329,7 +355,7 @@ def predict_variable(arrivals: np.ndarray, make: Any, overhead_ms: float, seed: 
 
 
 def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: bool = True,
-        cb_level_s: float = 20.0) -> dict[str, Any]:
+        cb_level_s: float = 20.0, at_rate_s: float = 4.0) -> dict[str, Any]:
     """Calibrate, predict, measure (embed; then lm_stream, `fidelity_cb`); return the benchmark's JSON object.
 
     `goal_met` needs both parts: every embed level and every lm_stream load within its goals, and
@@ -346,8 +372,22 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
         for k, (name, frac) in enumerate(LEVELS):
             # -- 1. calibrate right before the level (the 2 cores are shared: speed drifts) -----
             cal = calibrate_on(server, src, calib_s, seed + 10 * k, trace)
-            service, cap = cal["service"], cal["capacity_rps"]
-            samples = cal["samples_us"]
+            cap = cal["capacity_rps"]
+            rate = frac * cap
+            # ... and a run at the level's own rate (own seed), whose batch sizes replace the pooled ones
+            with trace:
+                at = run_open_loop(server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s, warmup_s=0.3,
+                                   seed=seed + 2000 + k, progress=False)
+            at_samples, at_frontend = trace.read()
+            merged, taken = at_rate_stats(cal["pooled"], at.server)
+            svc_m = service_model(merged)
+            service = Table(tuple(int(b) for b in svc_m["sizes"]), tuple(float(t) for t in svc_m["smooth_ms"]), unit="ms")
+            samples = {b: list(cal["samples_us"].get(b, [])) + list(at_samples.get(b, []))
+                       for b in sorted(set(cal["samples_us"]) | set(at_samples))}
+            cal["json"]["at_rate_run"] = {
+                "rate_rps": r3(rate), "duration_s": at_rate_s, "executions": int(at.server.execution_count),
+                "batch_sizes_taken": taken,
+                "batch_time_ms": {str(int(b)): r3(float(t)) for b, t in zip(svc_m["sizes"], svc_m["smooth_ms"])}}
             var = None
             if trace.available:
                 try:
@@ -360,7 +400,6 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                                            **var["json"]} if var else {"model": None, "why_not": var_why})
             calibrations[name] = cal["json"]
             # -- 2. predict, then measure, the same arrival schedule ----------------------------
-            rate = frac * cap
             overhead_ms = cal["overhead_ms"]
             log(f"calibrated: t(1) {service.time(1) * 1e3:.2f} ms, t(32) {service.time(32) * 1e3:.2f} ms, "
                 f"capacity {cap:.0f} req/s, overhead {overhead_ms:.2f} ms, variability "
