@@ -212,6 +212,7 @@ for name, c in (("http", H), ("grpc", G)):
     out[name]["logging"] = status(lambda: c.update_log_settings({{"log_verbose_level": 1}}))
 out["http"]["placeholder_key"] = status(lambda: H.get_model_repository_index(headers={{"x-batchlab-key": "(hidden)"}}))
 out["environ"] = status(lambda: open("/proc/{pid}/environ").read())
+out["read_shm"] = status(lambda: open("/dev/shm/" + {region!r}, "rb").read(1))
 out["ready"] = H.is_model_ready("embed")
 out["ps"] = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
 print(json.dumps(out))
@@ -412,6 +413,7 @@ c.Spawner.environment["PYTHONPATH"] = {str(ROOT / "src")!r}  # this checkout's b
                 assert probe["grpc"][api] == "StatusCode.UNAVAILABLE", (api, probe["grpc"])
             assert probe["http"]["placeholder_key"] == "403"
             assert probe["environ"] == "PermissionError"
+            assert probe["read_shm"] == "PermissionError"  # a neighbour cannot read the tensors in flight
             assert probe["ready"] is True
             assert all(f["key"] not in probe["ps"] for f in facts)
         # ... and every server kept serving its own learner.

@@ -55,6 +55,7 @@ def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_
              else httpclient.InferenceServerClient(server.http_url))
     # The attack of issue 18: a system shared-memory region that points into the Python backend's own region.
     region = server.shm_regions()[0]
+    assert {stat.S_IMODE(r.stat().st_mode) for r in server.shm_regions()} == {0o600}  # nobody else reads them
     attempts = {
         "register shm": lambda: other.register_system_shared_memory("evil", "/" + region.name, 4096),
         "shm status": lambda: other.get_system_shared_memory_status(),
@@ -84,6 +85,23 @@ def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_
     # The learner's own client sends the key without being told.
     own.load_model("echo")
     assert own.is_model_ready("echo")
+
+
+def test_python_backend_regions_are_private_even_after_a_later_load(start_triton) -> None:
+    # The Python backend creates each region mode 0644 whatever the umask; start() and the reaper fix it.
+    server = start_triton(["echo", "noop"], model_control="explicit", extra_args=["--load-model=echo"])
+    first = set(server.shm_regions())
+    assert first and {stat.S_IMODE(r.stat().st_mode) for r in first} == {0o600}
+    server.http_client().load_model("noop")  # a new instance: a new region, made after start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        regions = set(server.shm_regions())
+        if regions - first and {stat.S_IMODE(r.stat().st_mode) for r in regions} == {0o600}:
+            break
+        time.sleep(0.05)
+    assert regions - first, "loading noop made no region"
+    assert {r.name: stat.S_IMODE(r.stat().st_mode) for r in regions} == {r.name: 0o600 for r in regions}
+    assert server.private_regions() == []  # nothing left to fix
 
 
 def test_the_key_is_not_in_the_process_list(start_triton) -> None:

@@ -677,9 +677,16 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
 # the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
 # launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
 # the server's group and removes what the launch made. A normal stop() ends the reaper first.
+# While the server runs, the reaper also makes its Python backend regions private: the backend
+# creates each region (one per model instance, at every load) with mode 0644 whatever the umask
+# (Boost.Interprocess sets the mode itself), so any local user could read the tensors in flight.
+# Every `REGION_CHMOD_S` the reaper sets the launch's regions that others can read to 0600.
+REGION_CHMOD_S = 0.1
 _REAPER = (
     'trap \'kill -KILL -- -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
-    'while kill -0 "$1" 2>/dev/null; do sleep 1; done'
+    'while kill -0 "$1" 2>/dev/null; do '
+    'find /dev/shm -maxdepth 1 -name "$3*" -user "$4" -perm /077 -exec chmod 600 {} + 2>/dev/null; '
+    f'sleep {REGION_CHMOD_S}; done'
 )
 
 
@@ -769,6 +776,8 @@ class TritonServer(_Clients):
     ``["summary_latencies=true"]``), `extra_args` passed through, and `log_verbose`.
     `trace` gives the server a trace file in its private folder (`trace_path`; files mode 0600),
     with tracing off until a key holder turns it on (``POST v2/trace/setting``, level TIMESTAMPS).
+    The Python backend's shared-memory regions (the tensors in flight) are made mode 0600 at start
+    and, by the launch's reaper, within `REGION_CHMOD_S` of every later model load (`private_regions`).
 
     Whatever the mode, loading and unloading models (and the other `RESTRICTED_APIS`) needs
     the key this launch drew (`key`), which the clients from `http_client()` / `grpc_client()`
@@ -852,6 +861,21 @@ class TritonServer(_Clients):
         if not self.shm_prefix:
             return []
         return sorted(Path("/dev/shm").glob(self.shm_prefix + "*"))
+
+    def private_regions(self) -> list[Path]:
+        """Set this launch's shared-memory regions that other users can read to mode 0600; return them.
+
+        The launch's reaper does this every `REGION_CHMOD_S` while the server runs (the Python
+        backend creates a region at every model load, mode 0644); `start` does it at once.
+        """
+        fixed = []
+        for path in self.shm_regions():
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                    os.chmod(path, 0o600)
+                    fixed.append(path)
+        return fixed
 
     def shm_bytes(self) -> int:
         """Memory the regions of `shm_regions` hold now (allocated blocks, not their sizes)."""
@@ -974,15 +998,17 @@ class TritonServer(_Clients):
                 self._proc, self.key_hidden = spawn(
                     cmd, hidden=hidden, fsize_limit=SHM_LIMIT_BYTES, stdin=subprocess.DEVNULL,
                     stdout=logfd, stderr=subprocess.STDOUT, env=self._server_env(), cwd=self._workdir,
-                    umask=0o077 if self.trace else None)
+                    umask=0o077)  # what it creates itself (its trace file) is ours alone
             finally:
                 os.close(logfd)
             _LIVE.add(self)
             self._reaper, _ = spawn(["/bin/sh", "-c", _REAPER, "batchlab-reaper", str(self._proc.pid),
-                                     str(self._workdir), self.shm_prefix], death_signal=signal.SIGTERM,
+                                     str(self._workdir), self.shm_prefix, str(os.geteuid())],
+                                    death_signal=signal.SIGTERM,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.models = wait_until_ready(self.http_url, self.startup_timeout, alive=lambda: self.running,
                                            key=self.key, own=True)
+            self.private_regions()
             index = repository_index(self.http_url, key=self.key)
             broken = [m for m in index if m.get("state") == "UNAVAILABLE"]
             if broken:
