@@ -101,6 +101,22 @@ def test_fit_keeps_costs_non_negative():
     assert fit["cost"].decode_base == pytest.approx(2000, rel=0.05)
 
 
+def test_fit_prices_each_well_measured_size_by_its_own_mean():
+    # A concave engine: 1 ms, 1.2 ms, 2.4 ms for 1, 2, 3 sequences (no line through all three), size 4 rare.
+    truth = {1: 1000.0, 2: 1200.0, 3: 2400.0, 4: 2600.0}
+    sizes = np.array([1] * 60 + [2] * 60 + [3] * 60 + [4] * 3)
+    steps = {"timed": np.ones(sizes.size, bool), "duration": np.array([truth[n] for n in sizes]) * 1e-6,
+             "decode_seqs": sizes.astype(float), "prefill_seqs": np.zeros(sizes.size),
+             "prefill_tokens": np.zeros(sizes.size), "context_tokens": np.zeros(sizes.size)}
+    fit = fcb.fit_step_cost(steps)
+    cost, linear = fit["cost"], fit["linear_cost"]
+    for n in (1, 2, 3):
+        assert cost.iteration_time(0, n) == pytest.approx(truth[n] * 1e-6, rel=1e-6)
+    assert abs(linear.iteration_time(0, 2) - truth[2] * 1e-6) > 0.1 * truth[2] * 1e-6  # the line misses size 2
+    assert fit["decode_table_us"] == pytest.approx([1000.0, 1200.0, 2400.0])  # size 4: too few steps, linear
+    assert fit["decode_only_steps_by_size"]["2"]["table_us"] == pytest.approx(1200.0)
+
+
 def test_compare_and_predicted_ttft():
     out = fcb.compare({"tokens_per_s": 105, "ttft_p50": 13, "ttft_p99": 50},
                       {"tokens_per_s": 100, "ttft_p50": 10, "ttft_p99": 50})

@@ -111,3 +111,17 @@ def test_resampled_fit_divides_by_the_mean_model() -> None:
 def test_resampled_bad_arguments(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Resampled(**kwargs)
+
+
+def test_decode_table_cost_uses_its_table_then_the_linear_terms() -> None:
+    from batchlab.sim import DecodeTableCost
+
+    c = DecodeTableCost(prefill_per_token=100.0, decode_base=1000.0, decode_per_seq=500.0, context_per_token=1.0,
+                        decode_us=(1200.0, 1500.0))
+    assert c.iteration_time(0, 1) == pytest.approx(1200e-6)
+    assert c.iteration_time(10, 2, 50) == pytest.approx((1500 + 1000 + 50) * 1e-6)  # table + prefill + context
+    assert c.iteration_time(0, 3) == pytest.approx((1000 + 1500) * 1e-6)  # beyond the table: linear
+    assert c.iteration_time(8, 0) == pytest.approx((1000 + 800) * 1e-6)  # prefill only: linear
+    assert c.padded_decode_time(2, 4, 2) == pytest.approx(c.iteration_time(0, 2, 10) + c.iteration_time(0, 2, 12))
+    with pytest.raises(ValueError, match="decode_us"):
+        DecodeTableCost(prefill_per_token=1.0, decode_base=1.0, decode_per_seq=1.0, decode_us=(1.0, float("nan")))

@@ -288,3 +288,33 @@ class TokenCost:
         """Seconds for a request-level (static) batch: padded prefill, then ``max_output - 1`` padded steps."""
         return self.padded_prefill_time(batch, max_prompt) + self.padded_decode_time(batch, max_prompt, max_output - 1)
 
+
+@dataclass(frozen=True)
+class DecodeTableCost(TokenCost):
+    """A `TokenCost` whose decode part is a measured table: a step with n decoding sequences pays
+    ``decode_us[n - 1]`` (µs, the fixed cost included) instead of ``decode_base + decode_per_seq·n``;
+    prefill and context tokens are charged linearly as in `TokenCost`. Sizes beyond the table, and
+    steps with no decoding sequence, use the linear terms. For an engine whose step cost is not
+    linear in the batch (a CPU's small-matrix paths, per-sequence response costs).
+    """
+
+    decode_us: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        vals = tuple(float(v) for v in self.decode_us)
+        if any(not np.isfinite(v) or v <= 0 for v in vals):
+            raise ValueError("decode_us entries must be finite and > 0")
+        object.__setattr__(self, "decode_us", vals)
+
+    def iteration_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
+        """Seconds for one forward pass."""
+        if 0 < decode_seqs <= len(self.decode_us):
+            return (self.decode_us[decode_seqs - 1] + self.prefill_per_token * prefill_tokens
+                    + self.context_per_token * context_tokens) * US
+        return super().iteration_time(prefill_tokens, decode_seqs, context_tokens)
+
+    def padded_decode_time(self, batch: int, max_prompt: int, steps: int) -> float:
+        """Seconds for ``steps`` padded decode steps of ``batch`` sequences (see `TokenCost`)."""
+        return sum(self.iteration_time(0, batch, batch * (max_prompt + k)) for k in range(1, max(steps, 0) + 1))
+
