@@ -679,7 +679,8 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
 # the server's group and removes what the launch made. A normal stop() ends the reaper first.
 # While the server runs, the reaper also makes its Python backend regions private: the backend
 # creates each region (one per model instance, at every load) with mode 0644 whatever the umask
-# (Boost.Interprocess sets the mode itself), so any local user could read the tensors in flight.
+# (measured: still 0644 when the server runs with umask 077), so any local user could read the
+# tensors in flight.
 # Every `REGION_CHMOD_S` the reaper sets the launch's regions that others can read to 0600.
 REGION_CHMOD_S = 0.1
 _REAPER = (
