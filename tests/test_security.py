@@ -6,6 +6,7 @@ checks what `ps` and the file system show to other users.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -193,6 +194,34 @@ def _launch_in_child(echo_repo: Path) -> tuple[subprocess.Popen[str], list[Path]
     reaper = next(p for p in psutil.Process(parent.pid).children() if "batchlab-reaper" in " ".join(p.cmdline()))
     assert len(left) >= 2 and all(p.exists() for p in left), left
     return parent, left, reaper
+
+
+def test_the_reaper_kills_what_is_left_of_the_group(tmp_path: Path) -> None:
+    # A backend stub outlives a killed server (seen: an embed stub under load); the reaper's trap must end it.
+    leader = subprocess.Popen(["/bin/sh", "-c", "sleep 300 & echo $!; exec sleep 300"], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    orphan = psutil.Process(int(leader.stdout.readline()))
+    folder = tmp_path / "launch"
+    folder.mkdir()
+    reaper = subprocess.Popen(["/bin/sh", "-c", srv._REAPER, "batchlab-reaper", str(leader.pid), str(folder),
+                               "batchlab_test_none_", str(os.geteuid())])
+    try:
+        time.sleep(0.3)  # the reaper is in its loop
+        # The launching process dies: the server gets SIGKILL (PDEATHSIG), the reaper SIGTERM, at once.
+        reaper.send_signal(signal.SIGSTOP)  # hold the reaper so both are pending when it runs on
+        leader.kill()
+        leader.wait(timeout=10)
+        assert orphan.is_running()  # the server's group lives on in the orphan
+        reaper.send_signal(signal.SIGTERM)
+        reaper.send_signal(signal.SIGCONT)
+        reaper.wait(timeout=10)
+        orphan.wait(timeout=10)
+        assert not orphan.is_running() and not folder.exists()
+    finally:
+        with contextlib.suppress(psutil.Error):
+            orphan.kill()
+        if reaper.poll() is None:
+            reaper.kill()
 
 
 def test_a_killed_process_leaves_no_folder_or_shared_memory(echo_repo: Path) -> None:

@@ -677,17 +677,21 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
 # the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
 # launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
 # the server's group and removes what the launch made. A normal stop() ends the reaper first.
+# If the server dies first, the reaper still kills what is left of its group (a backend stub can
+# outlive it); the folder and regions then stay for stop() or the next launch's sweep.
 # While the server runs, the reaper also makes its Python backend regions private: the backend
 # creates each region (one per model instance, at every load) with mode 0644 whatever the umask
 # (measured: still 0644 when the server runs with umask 077), so any local user could read the
 # tensors in flight.
 # Every `REGION_CHMOD_S` the reaper sets the launch's regions that others can read to 0600.
 REGION_CHMOD_S = 0.1
+# `kill -KILL -PGID`, not `kill -KILL -- -PGID`: dash (Debian's /bin/sh) rejects the `--`.
 _REAPER = (
-    'trap \'kill -KILL -- -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
+    'trap \'kill -KILL -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
     'while kill -0 "$1" 2>/dev/null; do '
     'find /dev/shm -maxdepth 1 -name "$3*" -user "$4" -perm /077 -exec chmod 600 {} + 2>/dev/null; '
-    f'sleep {REGION_CHMOD_S}; done'
+    f'sleep {REGION_CHMOD_S}; done; '
+    'kill -KILL -"$1" 2>/dev/null'  # the server died on its own: end the stubs it left
 )
 
 
