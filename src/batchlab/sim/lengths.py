@@ -36,12 +36,7 @@ class Uniform(LengthDist):
     hi: int
 
     def __post_init__(self) -> None:
-        lo = integer("lo", self.lo, lo=1)
-        hi = integer("hi", self.hi, lo=1)
-        if hi < lo:
-            raise ValueError(f"hi must be >= lo, got lo={lo}, hi={hi}")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
+        _check_bounds(self, "hi")
 
     def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
         n = integer("n", n, lo=0)
@@ -56,14 +51,14 @@ class Uniform(LengthDist):
         return self.hi
 
 
-def _check_lo_cap(dist: LengthDist) -> None:
-    """Validate and normalise a capped distribution's integer bounds ``lo <= cap`` (in place, frozen)."""
+def _check_bounds(dist: LengthDist, top: str) -> None:
+    """Validate and normalise a distribution's integer bounds ``lo <= top`` (field `top`: hi or cap; in place, frozen)."""
     lo = integer("lo", dist.lo, lo=1)
-    cap = integer("cap", dist.cap, lo=1)
-    if cap < lo:
-        raise ValueError(f"cap must be >= lo, got lo={lo}, cap={cap}")
+    hi = integer(top, getattr(dist, top), lo=1)
+    if hi < lo:
+        raise ValueError(f"{top} must be >= lo, got lo={lo}, {top}={hi}")
     object.__setattr__(dist, "lo", lo)
-    object.__setattr__(dist, "cap", cap)
+    object.__setattr__(dist, top, hi)
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ class CappedExponential(LengthDist):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean_tokens", positive("mean", self.mean_tokens))
-        _check_lo_cap(self)
+        _check_bounds(self, "cap")
 
     def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
         n = integer("n", n, lo=0)
@@ -115,7 +110,7 @@ class CappedLognormal(LengthDist):
     def __post_init__(self) -> None:
         object.__setattr__(self, "median", positive("median", self.median))
         object.__setattr__(self, "sigma", positive("sigma", self.sigma))
-        _check_lo_cap(self)
+        _check_bounds(self, "cap")
 
     def sample(self, n: int, rng: int | np.random.Generator | None = None) -> np.ndarray:
         n = integer("n", n, lo=0)
