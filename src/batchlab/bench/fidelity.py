@@ -48,7 +48,7 @@ import numpy as np
 from batchlab.bench import fidelity_cb
 from batchlab.bench.common import BenchError, CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3, verdict
 from batchlab.load import poisson_arrivals, run_closed_loop, run_open_loop
-from batchlab.probe.batch_time import service_model
+from batchlab.probe.batch_time import service_model, smoothed_table
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.service import Lognormal, Resampled, Table
 
@@ -66,9 +66,7 @@ def busy_fraction(rep: Any) -> float:
     st = rep.server
     if st is None or rep.wall_s <= 0:
         return float("nan")
-    busy_ns = sum(sum(slot.get(p, (0, 0))[1] for p in ("compute_input", "compute_infer", "compute_output"))
-                  for slot in st.batches.values())
-    return busy_ns / 1e9 / rep.wall_s
+    return st.busy_seconds / rep.wall_s
 
 
 SIM_DRAWS = 5
@@ -238,12 +236,8 @@ def fit_variability(service: Table, samples_us: Mapping[int, Sequence[float]]) -
 def batch_time_drift(stats: Any, service: Any) -> float:
     """How much longer (> 0) or shorter (< 0) a run's executions took than the calibrated t(b) says:
     measured busy time / sum over its executions of t(b), minus 1 (`batch_stats` of the run)."""
-    busy, expected = 0.0, 0.0
-    for b, slot in stats.batches.items():
-        n = slot.get("compute_infer", (0, 0))[0]
-        busy += sum(slot.get(p, (0, 0))[1] for p in ("compute_input", "compute_infer", "compute_output")) / 1e9
-        expected += n * service.time(int(b))
-    return busy / expected - 1 if expected > 0 else float("nan")
+    expected = sum(slot.get("compute_infer", (0, 0))[0] * service.time(int(b)) for b, slot in stats.batches.items())
+    return stats.busy_seconds / expected - 1 if expected > 0 else float("nan")
 
 
 def _err(pred: float, meas: float) -> float:
@@ -278,7 +272,7 @@ def calibrate_on(server: Any, src: Any, calib_s: float, seed: int, trace: Execut
         pooled = pooled + r.server
     svc = service_model(pooled)
     sizes, smooth = svc["sizes"], svc["smooth_ms"]
-    service = Table(tuple(int(b) for b in sizes), tuple(float(t) for t in smooth), unit="ms")
+    service = smoothed_table(svc)
     x = np.array([r.throughput_rps for r in reps[1:]])
     y = np.array([r.split_ms()["total"] - r.split_ms()["queue"] - r.split_ms()["compute"] for r in reps[1:]])
     overhead = float(np.median(y))
@@ -378,10 +372,10 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             with trace:
                 at = run_open_loop(server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s, warmup_s=0.3,
                                    seed=seed + 2000 + k, progress=False)
-            at_samples, at_frontend = trace.read()
+            at_samples, _ = trace.read()
             merged, taken = at_rate_stats(cal["pooled"], at.server)
             svc_m = service_model(merged)
-            service = Table(tuple(int(b) for b in svc_m["sizes"]), tuple(float(t) for t in svc_m["smooth_ms"]), unit="ms")
+            service = smoothed_table(svc_m)
             samples = {b: list(cal["samples_us"].get(b, [])) + list(at_samples.get(b, []))
                        for b in sorted(set(cal["samples_us"]) | set(at_samples))}
             cal["json"]["at_rate_run"] = {
@@ -427,7 +421,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             in_situ = None
             try:
                 own = service_model(rep.server, min_count=2)
-                own_tab = Table(tuple(int(b) for b in own["sizes"]), tuple(float(t) for t in own["smooth_ms"]), unit="ms")
+                own_tab = smoothed_table(own)
                 if var:
                     own_fit = fit_variability(own_tab, samples)
                     p2 = predict_variable(arrivals, own_fit["make"], overhead_ms, seed + 500 + 10 * k, spread)

@@ -358,6 +358,11 @@ def service_model(stats: ModelStats, min_count: int = 3) -> dict[str, Any]:
             "affine_ms": (base, per)}
 
 
+def smoothed_table(model: dict[str, Any]) -> Table:
+    """The simulator `Table` of a `service_model`'s smoothed t(b)."""
+    return Table(tuple(int(b) for b in model["sizes"]), tuple(float(t) for t in model["smooth_ms"]), unit="ms")
+
+
 def speedup_ceiling(model: dict[str, Any], t1_ms: float, max_b: int = 16) -> dict[str, float] | None:
     """Best b · t(1) / t(b) over b <= max_b on the smoothed table: what batching can give at most."""
     sizes, smooth = model["sizes"], model["smooth_ms"]
