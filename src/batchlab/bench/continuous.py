@@ -117,7 +117,7 @@ def lm_description(lm: str, external: bool) -> dict[str, Any]:
     if external:
         return {"width": "as served at TRITON_URL", "why": LM_WHY}
     width = decode_width() if lm == "decode" else {k: getattr(LMConfig(), k) for k in WIDTH_KEYS}
-    model = ToyLM(LMConfig(**width)) if lm == "decode" else ToyLM.default()
+    model = ToyLM(LMConfig(**width))
     return {"width": lm, **width, "weights_mb": r3(model.weight_bytes / 1e6),
             "models": "staged copies of the course's configs with these parameters" if lm == "decode"
             else "the course's models as they are", "why": LM_WHY}
