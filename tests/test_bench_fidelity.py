@@ -100,3 +100,47 @@ def test_the_launcher_puts_the_trace_file_in_its_private_folder(tmp_path: Path) 
     plain = TritonServer(models=["embed"])
     plain._workdir, plain.ports, plain.shm_prefix, plain.key = tmp_path, server.ports, "p_", "k"
     assert plain.trace_path is None and not any(a.startswith("--trace-config") for a in plain._command(tmp_path)[0])
+
+
+def test_a_schedule_is_split_into_equal_windows_that_start_at_zero() -> None:
+    from batchlab.bench.common import split_schedule
+
+    a = np.array([0.1, 0.9, 1.0, 2.5, 3.99])
+    cuts = split_schedule(a, 4, 4.0)
+    assert [a[s].tolist() for s in cuts] == [[0.1, 0.9], [1.0], [2.5], [3.99]]
+    assert (a[cuts[2]] - 2 * 1.0).tolist() == [0.5]
+    assert sum(s.stop - s.start for s in cuts) == a.size
+    assert [a[s].size for s in split_schedule(np.array([]), 3, 1.0)] == [0, 0, 0]
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        split_schedule(a, 0, 4.0)
+
+
+@pytest.mark.parametrize("rounds, order", [(1, "AL"), (2, "ALLA"), (3, "ALLAAL"), (4, "ALLAALLA")])
+def test_interleaving_is_abba_with_as_many_of_each(rounds: int, order: str) -> None:
+    from batchlab.bench.common import interleaved_order
+
+    got = interleaved_order(rounds)
+    assert "".join(got) == order and got.count("A") == got.count("L") == rounds
+
+
+def test_a_segmented_prediction_pools_segments_each_from_an_idle_server() -> None:
+    from batchlab.bench.fidelity import _predict
+    from batchlab.sim.dynamic import simulate_dynamic
+
+    svc = Table((1, 32), (4.0, 40.0), unit="ms")
+    rng = np.random.default_rng(3)
+    # the first segment ends in a burst of 200: laid end to end, the second would queue behind it
+    segs = [np.sort(np.r_[rng.uniform(0, 1.9, 300), np.full(200, 1.99)]), np.sort(rng.uniform(0, 2.0, 500))]
+    pooled = _predict(segs, svc, overhead_ms=1.0)
+    lat, done, span = [], 0, 0.0
+    for s in segs:
+        r = simulate_dynamic(s, svc, 32, warmup=0.0).records
+        lat.append((r["finish"] - r["arrival"]) * 1e3 + 1.0)
+        done, span = done + r.size, span + float(r["finish"].max() - r["arrival"].min())
+    x = np.concatenate(lat)
+    assert pooled["p50_ms"] == pytest.approx(np.percentile(x, 50))
+    assert pooled["p99_ms"] == pytest.approx(np.percentile(x, 99))
+    assert pooled["throughput_rps"] == pytest.approx(done / span)
+    # not the same as one schedule laid end to end: each segment starts from an idle server
+    one = _predict([np.concatenate([segs[0], segs[1] + 2.0])], svc, overhead_ms=1.0)
+    assert one["p50_ms"] > pooled["p50_ms"] + 0.3 and one["p99_ms"] > pooled["p99_ms"]

@@ -175,7 +175,8 @@ def test_fidelity_cb_small_against_the_session_server(triton, monkeypatch):
     monkeypatch.setenv("BATCHLAB_TRITON_KEY", triton.key or "")
     monkeypatch.setenv("TRITON_GRPC_URL", triton.grpc_url)
     monkeypatch.setenv("TRITON_METRICS_URL", triton.metrics_url)
-    out = json.loads(json.dumps(fcb.run(level_s=2.0, loads=(("medium", 0.5),), calib_open_s=1.0), allow_nan=False))
+    out = json.loads(json.dumps(fcb.run(level_s=2.0, loads=(("medium", 0.5),), calib_open_s=1.0, rounds=2,
+                                        at_rate_s=2.0), allow_nan=False))
     lv = out["levels"]["medium"]
     assert lv["errors"] == 0 and lv["requests"] > 0
     assert set(lv["error"]) == set(lv["within_goal"]) == {"tokens_per_s", "ttft_p50", "ttft_p99"}
@@ -183,6 +184,22 @@ def test_fidelity_cb_small_against_the_session_server(triton, monkeypatch):
     cal = out["calibration"]["per_load"]["medium"]
     assert cal["fit"]["steps_timed"] >= 8 and cal["capacity_rps"] > 0
     assert all(r["errors"] == 0 for r in cal["runs"].values())
+    at = cal["at_rate_runs"]  # the interleaved runs at the load's rate: their steps join the fit
+    assert at["segments"] == 2 and len(at["runs"]) == 2 and all(r["errors"] == 0 for r in at["runs"])
+    assert at["fit"]["steps_timed"] == cal["fit"]["steps_timed"] + sum(r["timed_steps"] for r in at["runs"])
     busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
     assert out["machine_busy"] is busy
     assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
+
+
+def test_pooled_segments_add_tokens_and_spans():
+    cost = TokenCost(prefill_per_token=0.0, decode_base=10_000.0, decode_per_seq=0.0)  # 10 ms a step
+    pol = {"max_active": 8, "kv_token_budget": 4096}
+    a = fcb._simulate(np.array([0.0]), np.array([4]), np.array([3]), cost, pol)  # 3 steps: 30 ms
+    b = fcb._simulate(np.array([0.0, 0.0]), np.array([4, 4]), np.array([5, 5]), cost, pol)  # 5 steps, 2 seqs
+    out = fcb.pool_continuous([a, b])
+    assert out["tokens_per_s"] == pytest.approx((3 + 10) / (0.030 + 0.050))
+    assert out["ttft_s"].tolist() == pytest.approx([0.010, 0.010, 0.010])
+    assert out["batch_size_mean"] == pytest.approx((3 * 1 + 5 * 2) / 8)
+    assert out["inter_token_s"] == pytest.approx(0.010)
+    assert np.isnan(fcb.pool_continuous([])["tokens_per_s"])

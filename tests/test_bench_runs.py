@@ -123,7 +123,8 @@ def test_fidelity_small(monkeypatch) -> None:
         modes.extend(stat.S_IMODE(f.stat().st_mode) for f in files)
         return read(self)
     monkeypatch.setattr(fidelity.ExecutionTrace, "read", read_and_check)
-    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, at_rate_s=0.5, continuous=False))  # lm_stream part: test_bench_fidelity_cb
+    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, at_rate_s=1.0, rounds=2,
+                             continuous=False))  # lm_stream part: test_bench_fidelity_cb
     assert modes and set(modes) == {0o600}
     assert set(out["levels"]) == {"light", "medium", "near_saturation"}
     for cal in out["calibration"]["per_level"].values():
@@ -134,6 +135,8 @@ def test_fidelity_small(monkeypatch) -> None:
         assert cal["overhead_spread"]["requests"] > 10
         at = cal["at_rate_run"]
         assert at["executions"] > 0 and set(at["batch_sizes_taken"]) <= {int(b) for b in at["batch_time_ms"]}
+        assert at["segments"] == 2 and at["duration_s"] == 1.0
+    assert "interleaved ALLA" in out["calibration"]["runs"]
     assert out["service_time_model"]["by_level"] == {n: c["variability"]["model"]
                                                      for n, c in out["calibration"]["per_level"].items()}
     for lv in out["levels"].values():

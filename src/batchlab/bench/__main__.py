@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from batchlab.bench import client, continuous, dynamic, fidelity, fidelity_cb
-from batchlab.bench.common import BenchError, emit
+from batchlab.bench.common import INTERLEAVE_ROUNDS, BenchError, emit
 
 BENCHES = ("dynamic", "continuous", "fidelity", "fidelity-cb", "client")
 
@@ -45,9 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fidelity", help="simulator predictions vs measurements: embed (dynamic), then lm_stream (continuous)")
     f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
+                   help="segments per level, interleaved with as many runs at its rate")
     f.add_argument("--no-continuous", action="store_true", help="skip the lm_stream part (then goal_met covers embed only)")
     g = sub.add_parser("fidelity-cb", help="only the lm_stream part of fidelity (continuous batching)")
     g.add_argument("--level-s", type=float, default=20.0)
+    g.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
+                   help="segments per load, interleaved with as many open loops at its rate")
     g.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("client", help="the load generator's own capacity on one core (noop model)")
     k.add_argument("--duration-s", type=float, default=5.0)
@@ -81,9 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     scale=args.scale, seed=args.seed, with_lm_step=args.lm_step,
                                     lm=args.lm)
         elif args.bench == "fidelity":
-            result = fidelity.run(level_s=args.level_s, seed=args.seed, continuous=not args.no_continuous)
+            result = fidelity.run(level_s=args.level_s, seed=args.seed, continuous=not args.no_continuous,
+                                  rounds=args.rounds)
         elif args.bench == "fidelity-cb":
-            result = fidelity_cb.run(level_s=args.level_s, seed=args.seed)
+            result = fidelity_cb.run(level_s=args.level_s, seed=args.seed, rounds=args.rounds)
         else:
             result = client.run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or client.LAB_MAX_RATE_RPS)
     except (BenchError, ValueError) as exc:

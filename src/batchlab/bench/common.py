@@ -53,6 +53,30 @@ def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
         server.stop()
 
 
+INTERLEAVE_ROUNDS = 4
+"""Segments each fidelity level is run in, interleaved with as many runs at its rate (`interleaved_order`)."""
+SEGMENT_WARMUP_S = 0.5
+"""Warm-up (same rate, own schedule, drained and left out) before each interleaved segment."""
+
+
+def split_schedule(arrivals: np.ndarray, rounds: int, duration_s: float) -> list[slice]:
+    """Slices of sorted `arrivals` (over `duration_s`) cutting it into `rounds` equal time windows;
+    window j's send times are ``arrivals[s] - j * duration_s / rounds`` (it starts at 0)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    a = np.asarray(arrivals, dtype=float)
+    cuts = [0, *np.searchsorted(a, [j * duration_s / rounds for j in range(1, rounds)], side="left"), a.size]
+    return [slice(int(cuts[j]), int(cuts[j + 1])) for j in range(rounds)]
+
+
+def interleaved_order(rounds: int) -> list[str]:
+    """The order of at-rate ("A") and level ("L") segments: A L L A, A L L A, ... (ABBA).
+
+    A linear drift of the machine's speed then weighs on both kinds alike; `rounds` of each."""
+    pattern = "ALLA" * ((rounds + 1) // 2)
+    return list(pattern[: 2 * rounds]) if rounds % 2 == 0 else list(pattern[: 2 * rounds - 2]) + ["A", "L"]
+
+
 def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
     """`n` fixed-length prompts of real (non-pad, non-special) token ids for `embed`, (n, length) int32."""
     return random_embed_inputs(n, length, seed, low=3)["TOKENS"]

@@ -6,16 +6,21 @@
    sizes; the statistics extension's `batch_stats` give t(b), the busy time of one execution of
    b requests (smoothed, see `batchlab.probe.batch_time.service_model`). The same runs give the per-request
    overhead the simulator does not model (client latency minus the server's queue + compute
-   time). Then one more run (own seed, `at_rate_s`) at the level's own rate: every batch size
-   it executed at least `AT_RATE_MIN_EXECUTIONS` times takes its t(b) from it
+   time). Then runs at the level's own rate (own seeds, `at_rate_s` in all): every batch size
+   they executed at least `AT_RATE_MIN_EXECUTIONS` times takes its t(b) from them
    (`at_rate_stats`), because a batch's time depends on the request rate around it (the load
    generator shares the 2 cores).
 2. For three load levels (light, medium, near saturation, as fractions of the calibrated
    capacity 32 / t(32), the rate full batches are served at) draw one Poisson arrival
    schedule, give the *same* schedule to `batchlab.sim.dynamic.simulate_dynamic` and to the
    open-loop load generator, and compare throughput, p50 and p99 (predicted latency =
-   simulated latency + overhead).
-3. Service-time variability: during the calibration runs only (the at-rate run included), Triton's trace extension (level
+   simulated latency + overhead). The schedule is run in `INTERLEAVE_ROUNDS` segments
+   (`split_schedule`), interleaved A L L A A L L A with the runs at the level's rate
+   (`interleaved_order`): the machine's speed drifts by several per cent within a minute (measured: a 4-s run at the
+   level's rate and the level right after it gave t(1) 7.03 and 6.33 ms), and interleaving makes
+   calibration and measurement see the same drift. Each segment starts from an idle server, and
+   so does its simulation; the segments are pooled on both sides.
+3. Service-time variability: during the calibration runs only (the at-rate runs included), Triton's trace extension (level
    TIMESTAMPS, rate 1) records COMPUTE_START / COMPUTE_END of every request; the requests of one
    execution share them, which gives each execution's batch size and duration. Their spread
    around t(b) is fitted with `batchlab.sim.service.Lognormal.fit` (one cv for every size); each
@@ -46,8 +51,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from batchlab.bench import fidelity_cb
-from batchlab.bench.common import BenchError, CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3, verdict
-from batchlab.load import poisson_arrivals, run_closed_loop, run_open_loop
+from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, BenchError, CpuWatch, Timer, bench_server,
+                                   embed_prompts, embed_source, interleaved_order, log, machine, r3, split_schedule,
+                                   verdict)
+from batchlab.load import pool_reports, poisson_arrivals, run_closed_loop, run_open_loop
 from batchlab.probe.batch_time import service_model, smoothed_table
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.service import Lognormal, Resampled, Table
@@ -318,21 +325,33 @@ def at_rate_stats(pooled: Any, at_rate: Any, min_count: int = AT_RATE_MIN_EXECUT
     return out, sorted(taken)
 
 
-def _predict(arrivals: np.ndarray, service: Any, overhead_ms: float, spread: Mapping[str, Any] | None = None,
-             seed: int = 0) -> dict[str, float]:
-    """Simulate; latency + overhead (a constant, or with `spread` a constant + a drawn frontend time)."""
-    res = simulate_dynamic(arrivals, service, MAX_BATCH, warmup=0.0)
-    sim = res.summary()
-    out = {"throughput_rps": sim["throughput_rps"], "p50_ms": sim["latency_ms"]["p50"] + overhead_ms,
-           "p99_ms": sim["latency_ms"]["p99"] + overhead_ms, "mean_batch_size": sim["batch_size_mean"],
-           "instance_busy_fraction": sim.get("utilization")}
+def _predict(segments: Sequence[np.ndarray], service: Any, overhead_ms: float,
+             spread: Mapping[str, Any] | None = None, seed: int = 0) -> dict[str, float]:
+    """Simulate each segment from an empty server (as each is run); pool them; latency + overhead
+    (a constant, or with `spread` a constant + a drawn frontend time)."""
+    lat, done, span, execs, items, busy = [], 0, 0.0, 0, 0.0, 0.0
+    for arr in segments:
+        res = simulate_dynamic(arr, service, MAX_BATCH, warmup=0.0)
+        sim = res.summary()
+        tp = sim["throughput_rps"]
+        seg_span = sim["completed"] / tp if tp else 0.0
+        done += sim["completed"]
+        span += seg_span
+        execs += sim["executions"]
+        items += (sim["batch_size_mean"] or 0.0) * sim["executions"]
+        busy += (sim.get("utilization") or 0.0) * seg_span
+        x = res.to_arrays()["latency"] * 1e3
+        lat.append(x[np.isfinite(x)])
+    x = np.concatenate(lat) if lat else np.array([])
     if spread is not None:
-        lat = res.to_arrays()["latency"] * 1e3
-        lat = lat[np.isfinite(lat)]
         fe = np.asarray(spread["frontend_ms"])
-        lat = lat + spread["client_rest_ms"] + fe[np.random.default_rng(seed).integers(fe.size, size=lat.size)]
-        out["p50_ms"], out["p99_ms"] = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
-    return out
+        x = x + spread["client_rest_ms"] + fe[np.random.default_rng(seed).integers(fe.size, size=x.size)]
+    else:
+        x = x + overhead_ms
+    return {"throughput_rps": done / span if span > 0 else math.nan,
+            "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)),
+            "mean_batch_size": items / execs if execs else math.nan,
+            "instance_busy_fraction": busy / span if span > 0 else math.nan}
 
 
 def _errors(pred: Mapping[str, float], meas: Mapping[str, float]) -> dict[str, float]:
@@ -340,21 +359,26 @@ def _errors(pred: Mapping[str, float], meas: Mapping[str, float]) -> dict[str, f
             "p50": _err(pred["p50_ms"], meas["p50_ms"]), "p99": _err(pred["p99_ms"], meas["p99_ms"])}
 
 
-def predict_variable(arrivals: np.ndarray, make: Any, overhead_ms: float, seed: int,
+def predict_variable(segments: Sequence[np.ndarray], make: Any, overhead_ms: float, seed: int,
                      spread: Mapping[str, Any] | None = None, draws: int = SIM_DRAWS) -> dict[str, float]:
     """Median over `draws` seeded simulations with variable batch times (`make(seed)` gives the model)
     and, with `spread`, a drawn per-request overhead."""
-    runs = [_predict(arrivals, make(seed + j), overhead_ms, spread, seed + j) for j in range(draws)]
+    runs = [_predict(segments, make(seed + j), overhead_ms, spread, seed + j) for j in range(draws)]
     return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
 
 
 def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: bool = True,
-        cb_level_s: float = 20.0, at_rate_s: float = 4.0) -> dict[str, Any]:
+        cb_level_s: float = 20.0, at_rate_s: float = 12.0, rounds: int = INTERLEAVE_ROUNDS) -> dict[str, Any]:
     """Calibrate, predict, measure (embed; then lm_stream, `fidelity_cb`); return the benchmark's JSON object.
+
+    Each level's `level_s` schedule is run in `rounds` segments, interleaved with `rounds` runs at
+    its rate (`at_rate_s` in all) that calibrate the batch sizes it executes.
 
     `goal_met` needs both parts: every embed level and every lm_stream load within its goals, and
     neither run on a busy machine.
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     clock = Timer()
     src = embed_source(embed_prompts(512, seed=2))
     with bench_server([EMBED_MODEL], trace=True) as server, CpuWatch(server) as watch:
@@ -368,10 +392,24 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             cal = calibrate_on(server, src, calib_s, seed + 10 * k, trace)
             cap = cal["capacity_rps"]
             rate = frac * cap
-            # ... and a run at the level's own rate (own seed), whose batch sizes replace the pooled ones
-            with trace:
-                at = run_open_loop(server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s, warmup_s=0.3,
-                                   seed=seed + 2000 + k, progress=False)
+            # -- 2. the level, in `rounds` segments interleaved (ABBA) with as many runs at its rate
+            #       (own seeds, "A"), whose batch sizes replace the pooled ones: both see the same drift
+            arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
+            segments = [arrivals[sl] - j * level_s / rounds
+                        for j, sl in enumerate(split_schedule(arrivals, rounds, level_s))]
+            a_reps, l_reps, li = [], [], 0
+            for j, kind in enumerate(interleaved_order(rounds)):
+                if kind == "A":
+                    with trace:
+                        a_reps.append(run_open_loop(server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s / rounds,
+                                                    warmup_s=SEGMENT_WARMUP_S, seed=seed + 2000 + 50 * k + j,
+                                                    progress=False, warn=False))
+                else:
+                    l_reps.append(run_open_loop(server, EMBED_MODEL, src, arrivals=segments[li],
+                                                warmup_s=SEGMENT_WARMUP_S, seed=seed + 100 + 50 * k + j,
+                                                progress=False, warn=False, label=name))
+                    li += 1
+            at, rep = pool_reports(a_reps), pool_reports(l_reps, label=name)
             at_samples, _ = trace.read()
             merged, taken = at_rate_stats(cal["pooled"], at.server)
             svc_m = service_model(merged)
@@ -379,7 +417,8 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             samples = {b: list(cal["samples_us"].get(b, [])) + list(at_samples.get(b, []))
                        for b in sorted(set(cal["samples_us"]) | set(at_samples))}
             cal["json"]["at_rate_run"] = {
-                "rate_rps": r3(rate), "duration_s": at_rate_s, "executions": int(at.server.execution_count),
+                "rate_rps": r3(rate), "duration_s": at_rate_s, "segments": rounds,
+                "executions": int(at.server.execution_count),
                 "batch_sizes_taken": taken,
                 "batch_time_ms": {str(int(b)): r3(float(t)) for b, t in zip(svc_m["sizes"], svc_m["smooth_ms"])}}
             var = None
@@ -399,15 +438,12 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                 f"capacity {cap:.0f} req/s, overhead {overhead_ms:.2f} ms, variability "
                 f"{var['json']['model'] + ' cv ' + str(var['json']['measured_cv']) if var else None} "
                 f"({clock():.0f} s)")
-            arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
-            fixed = _predict(arrivals, service, overhead_ms)
+            fixed = _predict(segments, service, overhead_ms)
             spread = cal["overhead_spread"]
-            variable = (predict_variable(arrivals, var["make"], overhead_ms, seed + 500 + 10 * k, spread)
+            variable = (predict_variable(segments, var["make"], overhead_ms, seed + 500 + 10 * k, spread)
                         if var else None)
-            const_overhead = (predict_variable(arrivals, var["make"], overhead_ms, seed + 500 + 10 * k)
+            const_overhead = (predict_variable(segments, var["make"], overhead_ms, seed + 500 + 10 * k)
                               if var and spread else None)
-            rep = run_open_loop(server, EMBED_MODEL, src, arrivals=arrivals, warmup_s=1.0, seed=seed + 100 + k,
-                                progress=None, label=name)
             lat = rep.latency_ms()
             meas = {"throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
                     "mean_batch_size": rep.mean_batch_size(), "instance_busy_fraction": busy_fraction(rep)}
@@ -424,9 +460,9 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                 own_tab = smoothed_table(own)
                 if var:
                     own_fit = fit_variability(own_tab, samples)
-                    p2 = predict_variable(arrivals, own_fit["make"], overhead_ms, seed + 500 + 10 * k, spread)
+                    p2 = predict_variable(segments, own_fit["make"], overhead_ms, seed + 500 + 10 * k, spread)
                 else:
-                    p2 = _predict(arrivals, own_tab, overhead_ms)
+                    p2 = _predict(segments, own_tab, overhead_ms)
                 in_situ = {"predicted": {k2: r3(p2[k2]) for k2 in ("p50_ms", "p99_ms")},
                            "error": {"p50": r3(_err(p2["p50_ms"], meas["p50_ms"])),
                                      "p99": r3(_err(p2["p99_ms"], meas["p99_ms"]))},
@@ -465,7 +501,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
     cb = None
     if continuous:
         try:
-            cb = fidelity_cb.run(level_s=cb_level_s, seed=seed)
+            cb = fidelity_cb.run(level_s=cb_level_s, seed=seed, rounds=rounds)
         except (BenchError, ValueError) as exc:  # keep the embed part's figures; the goal then fails
             log(f"lm_stream part failed: {exc}")
             cb = {"error": str(exc).splitlines()[0], "goal_met_as_measured": False, "machine": machine()}
@@ -481,7 +517,10 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
         "model": EMBED_MODEL, "max_batch_size": MAX_BATCH, "max_queue_delay_us": 0, "instances": 1,
         "calibration": {
             "runs": (f"before each level: a closed loop at concurrency 48 (rough capacity X), then open loops at "
-                     f"{', '.join(f'{f:g}' for f in CALIB_FRACTIONS)} x X, {calib_s:g} s each, own seeds"),
+                     f"{', '.join(f'{f:g}' for f in CALIB_FRACTIONS)} x X, {calib_s:g} s each, own seeds; then "
+                     f"{rounds} runs at the level's rate ({at_rate_s / rounds:g} s each, own seeds) interleaved "
+                     f"{''.join(interleaved_order(rounds))} with the level's {rounds} segments "
+                     f"({level_s / rounds:g} s each); every segment after a {SEGMENT_WARMUP_S:g}-s warm-up"),
             "overhead_definition": "median over the open-loop calibration runs of client latency - (queue + compute)",
             "per_level": calibrations,
         },

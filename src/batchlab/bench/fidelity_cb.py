@@ -11,20 +11,27 @@
    took (the gap between the first tokens of consecutive steps: forward pass + sending the
    responses + the scheduler's own bookkeeping, all that the engine's clock sees). A least-squares
    fit of those durations gives a `batchlab.sim.service.TokenCost`, and each decode-only batch
-   size's own mean duration a `DecodeTableCost` on top of it (`fit_step_cost`). The
-   client/server overhead (request in, first response out) is measured TTFT − simulated TTFT
-   per request of the light open-loop calibration run, simulated with its own measured send
-   times. It is kept in two pools, by whether the simulated engine was idle when the request
-   arrived (`idle_at_arrival`): a request that wakes an idle engine waits measurably longer
-   (about 5 ms against 1.5 ms here: the wake-up of the scheduler thread and a step after idle,
-   which the step-cost fit never times because no step ran right before it), and the share of
-   such arrivals falls as the load grows (56 % at 0.3 of capacity, 10 % at 0.75, measured). The
-   prediction adds to every simulated TTFT a seeded draw from the pool its own simulated
-   arrival belongs to.
-2. For each load (a fraction of the capacity the simulator derives from the fitted cost with a
-   full queue) one Poisson schedule, prompts and output lengths go both to
-   `simulate_continuous` (with lm_stream's own scheduling options, `server_policy`) and to the
-   server (open loop, gRPC stream); tokens/s and TTFT p50/p99 are compared.
+   size's own mean duration a `DecodeTableCost` on top of it (`fit_step_cost`).
+2. For each load (a fraction of the capacity the simulator derives from that fit with a full
+   queue) one Poisson schedule, prompts and output lengths go both to `simulate_continuous`
+   (with lm_stream's own scheduling options, `server_policy`) and to the server (open loop, gRPC
+   stream); tokens/s and TTFT p50/p99 are compared. The schedule is run in
+   `INTERLEAVE_ROUNDS` segments, interleaved A L L A A L L A with open loops at the load's own rate (own seeds, "A"): the
+   machine's speed drifts (one load once ran its decode steps 44 % slower than the calibration
+   seconds before), and interleaving makes the runs that calibrate and the runs that are
+   measured see the same drift. Each segment starts from an idle engine, and so does its
+   simulation; both sides are pooled over the segments.
+3. The A runs' steps join the step-cost fit the prediction uses. Their requests also give the
+   client/server overhead (request in, first response out): measured TTFT − simulated TTFT per
+   request, each run simulated with its own measured send times. It is kept in two pools, by
+   whether the simulated engine was idle when the request arrived (`idle_at_arrival`): a
+   request that wakes an idle engine waits measurably longer (about 5–9 ms against 2 ms here:
+   the wake-up of the scheduler thread and a step after idle, which the step-cost fit never
+   times because no step ran right before it). The pools move with the rate too (measured in
+   one run: idle-engine median 8.7 ms in the light calibration run against 7.3 ms in the runs at
+   0.75 of capacity, busy 2.5 against 2.3 ms), so they are taken at the load's own rate. The prediction adds to every simulated TTFT a seeded draw from the pool
+   its own simulated arrival belongs to; `with_light_run_overhead` gives the prediction with
+   the light calibration run's pools instead.
 
 Goals: tokens/s within 10 %, TTFT p50 and p99 within 20 %.
 
@@ -48,10 +55,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from batchlab.bench.common import BenchError, CpuWatch, Timer, bench_server, log, machine, r3, verdict
+from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, BenchError, CpuWatch, Timer, bench_server,
+                                   interleaved_order, log, machine, r3, split_schedule, verdict)
 from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
-from batchlab.load import RequestSpec, poisson_arrivals, run_closed_loop, run_open_loop
+from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.lengths import capped_exponential
 from batchlab.probe.batch_time import isotonic
@@ -353,18 +361,54 @@ def predicted_ttft_ms(sim_ttft_s: np.ndarray, overhead_s: np.ndarray | Mapping[s
     return {"ttft_p50": float(np.percentile(x, 50)), "ttft_p99": float(np.percentile(x, 99))}
 
 
+def timed_run(server: Any, prompts: list[np.ndarray], lengths: np.ndarray, **kw: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """One run (open loop with ``arrivals``, else closed) streaming lm_stream with token times ->
+    (report, the steps rebuilt from its tokens, `rebuild_steps`)."""
+    sink: dict[int, np.ndarray] = {}
+    runner = run_open_loop if "arrivals" in kw else run_closed_loop
+    rep = runner(server, MODEL, stream_source(prompts, lengths, sink), protocol="grpc-stream", stats=False,
+                 progress=False, record_token_times=True, **kw)
+    return rep, _collect(rep, sink, prompts)
+
+
+def fit_and_overhead(parts: list[dict[str, np.ndarray]], closed: list[Any], open_: list[Any],
+                     policy: dict[str, int]) -> dict[str, Any]:
+    """The step-cost fit over every rebuilt step in `parts`, and with that cost the overhead samples
+    (s) of the runs in `closed` and `open_` (each run (report, prompts, lengths)): ``closed``,
+    ``open`` and, split by whether the simulated engine was idle at arrival, ``open_idle`` /
+    ``open_busy``."""
+    fit = fit_step_cost(_concat_steps(parts))
+    over = {}
+    for label, rr in (("closed", closed), ("open", open_)):
+        got = [sim_ttft(rep_, p_, l_, fit["cost"], policy) for rep_, p_, l_ in rr]
+        d = np.concatenate([m - s_ for m, s_, _ in got] or [np.zeros(0)])
+        idle = np.concatenate([i_ for _, _, i_ in got] or [np.zeros(0, bool)])
+        over[label] = d[np.isfinite(d)]
+        if label == "open":
+            over["open_idle"], over["open_busy"] = d[idle & np.isfinite(d)], d[~idle & np.isfinite(d)]
+    return {"fit": fit, "over": over}
+
+
+def calibration_json(fit: Mapping[str, Any], over: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The fit and overhead figures of a calibration, JSON-ready."""
+    ov = {lab: ({"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
+                 "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} if d.size else {"samples": 0})
+          for lab, d in over.items()}
+    return {"step_cost_us": fit["coef_us"], "fit": {k: v for k, v in fit.items() if k not in ("cost", "linear_cost", "coef_us")},
+            "token_cost": repr(fit["cost"]), "overhead_ms": ov}
+
+
 def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float, cap: int,
               calib_open_s: float, clock: Callable[[], float]) -> dict[str, Any]:
     """The calibration runs (own seeds): closed loops, then open loops at fractions of the capacity
-    the closed loops give -> fitted `TokenCost`, overhead samples (s), capacity (req/s), JSON."""
-    parts, info, reps = [], {}, {"closed": [], "open": []}
+    the closed loops give -> fitted `TokenCost`, overhead samples (s), capacity (req/s), the runs'
+    steps (``parts``) and reports (``reps``, for `fit_and_overhead`), JSON."""
+    parts: list[dict[str, np.ndarray]] = []
+    info: dict[str, Any] = {}
+    reps: dict[str, list[Any]] = {"closed": [], "open": []}
 
     def one(label: str, key: str, prompts: list[np.ndarray], lengths: np.ndarray, **kw: Any) -> None:
-        sink: dict[int, np.ndarray] = {}
-        runner = run_open_loop if "arrivals" in kw else run_closed_loop
-        rep = runner(server, MODEL, stream_source(prompts, lengths, sink), protocol="grpc-stream", stats=False,
-                     progress=False, record_token_times=True, **kw)
-        st = _collect(rep, sink, prompts)
+        rep, st = timed_run(server, prompts, lengths, **kw)
         parts.append(st)
         reps[label].append((rep, prompts, lengths))
         info[key] = {"requests": rep.n, "errors": rep.n_errors, "tokens": rep.tokens, "steps": int(st["t"].size),
@@ -381,33 +425,51 @@ def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float
         one("open", f"open_{frac:g}", *cb_workload(n_c, seed + 10 + k, mean_tokens, cap),
             arrivals=poisson_arrivals(frac * cap0, n=n_c, seed=seed + 20 + k), warn=False)
         info[f"open_{frac:g}"]["rate_rps"] = r3(frac * cap0)
-    fit = fit_step_cost(_concat_steps(parts))
-    cost = fit["cost"]
-    over = {}
-    for label, rr in (("closed", reps["closed"]), ("open", reps["open"][:1])):
-        got = [sim_ttft(rep_, p_, l_, cost, policy) for rep_, p_, l_ in rr]
-        d = np.concatenate([m - s_ for m, s_, _ in got])
-        idle = np.concatenate([i_ for _, _, i_ in got])
-        over[label] = d[np.isfinite(d)]
-        if label == "open":
-            over["open_idle"], over["open_busy"] = d[idle & np.isfinite(d)], d[~idle & np.isfinite(d)]
-    capacity = saturated_capacity(cost, policy, cp, cl)
+    fo = fit_and_overhead(parts, reps["closed"], reps["open"][:1], policy)
+    fit, over = fo["fit"], fo["over"]
+    capacity = saturated_capacity(fit["cost"], policy, cp, cl)
     log(f"calibrated: {fit['coef_us']} us, overhead median {np.median(over['open']) * 1e3:.2f} ms (light open loop; "
         f"idle engine {_median_ms(over['open_idle'])}, busy {_median_ms(over['open_busy'])}), "
         f"{np.median(over['closed']) * 1e3:.2f} ms (closed), capacity {capacity:.0f} req/s ({clock():.0f} s)")
-    ov = {lab: ({"median": r3(float(np.median(d)) * 1e3), "p90": r3(float(np.percentile(d, 90)) * 1e3),
-                 "p99": r3(float(np.percentile(d, 99)) * 1e3), "samples": int(d.size)} if d.size else {"samples": 0})
-          for lab, d in over.items()}
-    return {"cost": cost, "overhead_s": {"idle": over["open_idle"], "busy": over["open_busy"]},
-            "capacity_rps": capacity, "json": {
-        "runs": info, "step_cost_us": fit["coef_us"],
-        "fit": {k: v for k, v in fit.items() if k not in ("cost", "linear_cost", "coef_us")},
-        "token_cost": repr(cost), "overhead_ms": ov, "capacity_rps": r3(capacity)}}
+    return {"cost": fit["cost"], "overhead_s": {"idle": over["open_idle"], "busy": over["open_busy"]},
+            "capacity_rps": capacity, "parts": parts, "reps": reps,
+            "json": {"runs": info, **calibration_json(fit, over), "capacity_rps": r3(capacity)}}
+
+
+def pool_continuous(sims: list[Any]) -> dict[str, Any]:
+    """Several `simulate_continuous` results (segments, each from an idle engine) pooled: tokens/s
+    (tokens over the summed first-arrival-to-last-finish spans), TTFTs (s), mean active sequences
+    per step, and the token-weighted mean inter-token time (s)."""
+    tokens, span, steps, seqs, dec, itl_num = 0.0, 0.0, 0, 0.0, 0.0, 0.0
+    ttft = []
+    for res in sims:
+        r, b = res.records, res.batches
+        done = np.isfinite(r["finish"])
+        if done.any():
+            tokens += float(r["output_tokens"][done].sum())
+            span += float(r["finish"][done].max() - r["arrival"].min())
+        t = r["first_token"] - r["arrival"]
+        ttft.append(t[np.isfinite(t)])
+        if len(b):
+            w = b["decode_seqs"].astype(float)
+            steps, seqs, dec = steps + len(b), seqs + float(b["size"].sum()), dec + float(w.sum())
+            itl_num += float(np.sum(w * (b["end"] - b["start"])))
+    return {"tokens_per_s": tokens / span if span > 0 else math.nan,
+            "ttft_s": np.concatenate(ttft) if ttft else np.zeros(0),
+            "batch_size_mean": seqs / steps if steps else math.nan,
+            "inter_token_s": itl_num / dec if dec else math.nan}
 
 
 def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: int = 128,
-        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 8.0) -> dict[str, Any]:
-    """Calibrate right before each load, predict, measure; return the JSON-ready section."""
+        loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 8.0,
+        rounds: int = INTERLEAVE_ROUNDS, at_rate_s: float = 20.0) -> dict[str, Any]:
+    """Calibrate right before each load, predict, measure; return the JSON-ready section.
+
+    Each load's `level_s` schedule is run in `rounds` segments interleaved with `rounds` open
+    loops at its rate (`at_rate_s` in all), whose steps join the step-cost fit.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     clock = Timer()
     policy = server_policy()
     calibrations: dict[str, Any] = {}
@@ -420,31 +482,58 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
         for k, (name, frac) in enumerate(loads):
             # -- 1. calibrate right before the load (the 2 cores are shared: speed drifts) --------
             cal = calibrate(server, policy, seed + 1000 + 100 * k, mean_tokens, cap, calib_open_s, clock)
-            cost, capacity = cal["cost"], cal["capacity_rps"]
+            capacity = cal["capacity_rps"]
             calibrations[name] = cal["json"]
-            # -- 2. predict, then measure, the same schedule, prompts and output lengths ----------
+            # -- 2. the load in `rounds` segments, interleaved (ABBA) with as many open loops at its
+            #       rate (own seeds, "A") whose steps join the fit: both see the machine's drift -----
             rate = frac * capacity
             arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
             prompts, lengths = cb_workload(len(arrivals), seed + 10 + k, mean_tokens, cap)
             plen = np.array([len(x) for x in prompts])
             top = np.sort(plen + lengths)[-policy["max_active"]:].sum() if len(plen) else 0
-            simres = _simulate(arrivals, plen, lengths, cost, policy)
-            sim = simres.summary()
-            idle = idle_at_arrival(simres)
+            segs = [(arrivals[sl] - j * level_s / rounds, prompts[sl], lengths[sl])
+                    for j, sl in enumerate(split_schedule(arrivals, rounds, level_s))]
+            a_parts, a_info, a_reps, l_reps = [], [], [], []
+            for j, kind in enumerate(interleaved_order(rounds)):
+                if kind == "A":
+                    arr_a = poisson_arrivals(rate, duration=at_rate_s / rounds, seed=seed + 3000 + 50 * k + j)
+                    pa, la = cb_workload(max(len(arr_a), 1), seed + 4000 + 50 * k + j, mean_tokens, cap)
+                    rep_a, st = timed_run(server, pa, la, arrivals=arr_a, warmup_s=SEGMENT_WARMUP_S,
+                                          seed=seed + 5000 + 50 * k + j, warn=False)
+                    a_parts.append(st)
+                    a_reps.append((rep_a, pa, la))
+                    a_info.append({"requests": rep_a.n, "errors": rep_a.n_errors, "timed_steps": int(st["timed"].sum())})
+                else:
+                    sa, sp, sl_ = segs[len(l_reps)]
+                    # no per-token check here: the client only counts and times tokens (least client CPU)
+                    l_reps.append((run_open_loop(server, MODEL, stream_source(sp, sl_, None), arrivals=sa,
+                                                 warmup_s=SEGMENT_WARMUP_S, seed=seed + 100 + 50 * k + j,
+                                                 protocol="grpc-stream", stats=False, progress=False,
+                                                 record_token_times=True, label=name, warn=False), sp, sl_))
+            fo = fit_and_overhead(cal["parts"] + a_parts, cal["reps"]["closed"], a_reps, policy)
+            cost = fo["fit"]["cost"]
+            over = {"idle": fo["over"]["open_idle"], "busy": fo["over"]["open_busy"]}
+            light = fit_and_overhead(cal["parts"] + a_parts, [], cal["reps"]["open"][:1], policy)["over"]
+            calibrations[name]["at_rate_runs"] = {
+                "rate_rps": r3(rate), "runs": a_info, "duration_s": at_rate_s, "segments": rounds,
+                "what": ("open loops at the load's rate interleaved with its segments: their steps join the fit "
+                         "below, and their requests give the overhead pools the prediction draws from"),
+                **calibration_json(fo["fit"], fo["over"])}
+            # -- 3. predict each segment (from an idle engine, as it was run) and pool both sides ---
+            sims = [_simulate(sa, np.array([len(x) for x in sp]), sl_, cost, policy) for sa, sp, sl_ in segs]
+            sim = pool_continuous(sims)
+            idle = np.concatenate([idle_at_arrival(r) for r in sims])
             pred = {"tokens_per_s": sim["tokens_per_s"],
-                    **predicted_ttft_ms(simres.records["first_token"] - simres.records["arrival"], cal["overhead_s"],
-                                        seed + 50 + k, idle=idle)}
-            # no per-token check here: the client only counts and times tokens (least client CPU)
-            rep = run_open_loop(server, MODEL, stream_source(prompts, lengths, None), arrivals=arrivals, warmup_s=1.0,
-                                seed=seed + 100 + k, protocol="grpc-stream", stats=False, progress=None,
-                                record_token_times=True, label=name, warn=False)
+                    **predicted_ttft_ms(sim["ttft_s"], over, seed + 50 + k, idle=idle)}
+            pred_light = predicted_ttft_ms(sim["ttft_s"], {"idle": light["open_idle"], "busy": light["open_busy"]},
+                                           seed + 50 + k, idle=idle)
+            rep = pool_reports([r for r, _, _ in l_reps], label=name)
             tt = rep.ttft_ms()
             meas = {"tokens_per_s": rep.tokens_per_s, "ttft_p50": tt["p50"], "ttft_p99": tt["p99"]}
             itl = rep.records.inter_token()
-            bat = simres.batches
-            w = bat["decode_seqs"].astype(float)
-            itl_sim = float(np.sum(w * (bat["end"] - bat["start"])) / w.sum()) if w.sum() else math.nan
-            meas_t, sim_t, idle_meas = sim_ttft(rep, prompts, lengths, cost, policy)
+            got = [sim_ttft(r, sp, sl_, cost, policy) for r, sp, sl_ in l_reps]
+            meas_t, sim_t = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+            idle_meas = np.concatenate([g[2] for g in got])
             excess = (meas_t - sim_t)[np.isfinite(meas_t - sim_t)]
             levels[name] = {
                 "rate_rps": r3(rate), "fraction_of_capacity": frac, "requests": rep.n, "errors": rep.n_errors,
@@ -452,12 +541,17 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                 "predicted": {k2: r3(v) for k2, v in pred.items()},
                 "measured": {k2: r3(v) for k2, v in meas.items()},
                 **compare(pred, meas),
-                "simulated_ttft_ms_without_overhead": {"p50": r3(sim["ttft_ms"]["p50"]),
-                                                       "p99": r3(sim["ttft_ms"]["p99"])},
+                "with_light_run_overhead": {
+                    "what": ("the same prediction with the overhead pools of the light calibration run "
+                             f"({CALIB_OPEN_FRACTIONS[0]:g} x capacity) instead of the runs at this load's rate"),
+                    "predicted": {k2: r3(v) for k2, v in pred_light.items()},
+                    "error": {k2: r3(_err(pred_light[k2], meas[k2])) for k2 in pred_light}},
+                "simulated_ttft_ms_without_overhead": {"p50": r3(float(np.percentile(sim["ttft_s"], 50)) * 1e3),
+                                                       "p99": r3(float(np.percentile(sim["ttft_s"], 99)) * 1e3)},
                 "mean_active_predicted": r3(sim["batch_size_mean"]),
                 "arrivals_at_idle_engine": {"predicted": r3(float(idle.mean())) if idle.size else None,
                                             "measured_send_times": r3(float(idle_meas.mean())) if idle_meas.size else None},
-                "inter_token_mean_ms": {"predicted": r3(itl_sim * 1e3),
+                "inter_token_mean_ms": {"predicted": r3(sim["inter_token_s"] * 1e3),
                                         "measured": r3(float(itl.mean()) * 1e3) if itl.size else None},
                 "ttft_excess_ms": {
                     "what": ("measured TTFT - simulated TTFT per request, the simulation fed this run's measured "
@@ -487,12 +581,20 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
         "calibration": {
             "runs": (f"before each load: closed loops (concurrency, requests) {list(CALIB_CLOSED)}, then open loops at "
                      f"{', '.join(f'{f:g}' for f in CALIB_OPEN_FRACTIONS)} x the capacity they give, {calib_open_s:g} s "
-                     "each, own seeds; every step rebuilt from the streamed tokens feeds the fit"),
-            "overhead_definition": ("per request: measured TTFT - simulated TTFT, each calibration run simulated "
-                                    "with its own measured send times; the light open-loop run's samples ('open') "
-                                    "are split by whether the simulated engine was idle at the request's arrival "
-                                    "('open_idle', 'open_busy'), and the prediction adds to each simulated TTFT a "
-                                    "draw from the pool of its own simulated arrival"),
+                     f"each, own seeds; then {rounds} open loops at the load's rate ({at_rate_s / rounds:g} s each, "
+                     f"own seeds) interleaved {''.join(interleaved_order(rounds))} with the load's {rounds} segments "
+                     f"({level_s / rounds:g} s each), every segment after a {SEGMENT_WARMUP_S:g}-s warm-up; every "
+                     "step rebuilt from the streamed tokens of all these runs feeds the fit (per_load.*.at_rate_runs: "
+                     "the fit the prediction uses)"),
+            "overhead_definition": ("per request: measured TTFT - simulated TTFT, each run simulated with its own "
+                                    "measured send times; the samples of the runs at the load's rate "
+                                    "(per_load.*.at_rate_runs.overhead_ms 'open') are split by whether the "
+                                    "simulated engine was idle at the request's arrival ('open_idle', "
+                                    "'open_busy'), and the prediction adds to each simulated TTFT a draw from the "
+                                    "pool of its own simulated arrival; per_load.*.overhead_ms are the calibration "
+                                    "runs' own with the calibration's fit (the light open loop's as 'open'); "
+                                    "with_light_run_overhead draws from the light open loop's pools recomputed "
+                                    "with the fit the prediction uses"),
             "capacity_definition": "requests/s the simulator serves with the fitted cost and a full queue",
             "per_load": calibrations,
         },
