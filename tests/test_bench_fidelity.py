@@ -56,6 +56,31 @@ def test_a_heavier_tail_than_the_lognormal_is_resampled() -> None:
     assert isinstance(svc, Resampled) and svc.time(8) == TAB.time(8)
 
 
+def test_slow_executions_in_runs_are_drawn_in_blocks() -> None:
+    from batchlab.bench.fidelity import BLOCK, autocorrelation
+
+    rng = np.random.default_rng(4)
+    sigma = np.sqrt(np.log1p(0.2 ** 2))
+    z = np.zeros(2000)  # an AR(1) log-time: slow stretches last tens of executions
+    for k in range(1, z.size):
+        z[k] = 0.9 * z[k - 1] + np.sqrt(1 - 0.81) * rng.standard_normal()
+    sizes = rng.choice([1, 8, 32], z.size)
+    seq = [(int(b), TAB.time(int(b)) * 1e6 * float(np.exp(sigma * v - sigma ** 2 / 2))) for b, v in zip(sizes, z)]
+    samples = {b: [us for bb, us in seq if bb == b] for b in (1, 8, 32)}
+    fit = fit_variability(TAB, samples, seq)
+    assert fit["model"] == "block_resampled", fit["json"]["why"]
+    assert fit["json"]["autocorrelation_of_log_time_over_mean"]["lag1"] == pytest.approx(0.9, abs=0.05)
+    svc = fit["make"](1)
+    assert isinstance(svc, Resampled) and svc.block == BLOCK
+    # the same times shuffled: no runs, so the tail test decides (a lognormal here)
+    order = rng.permutation(len(seq))
+    fit = fit_variability(TAB, samples, [seq[i] for i in order])
+    assert fit["model"] == "lognormal" and abs(fit["json"]["autocorrelation_of_log_time_over_mean"]["lag1"]) < 0.1
+    assert fit_variability(TAB, samples)["json"]["autocorrelation_of_log_time_over_mean"] is None  # no order given
+    ac = autocorrelation(np.array([1.0, -1.0] * 50), lags=(1, 2, 500))
+    assert ac["lag1"] == pytest.approx(-0.99) and ac["lag2"] == pytest.approx(0.98) and np.isnan(ac["lag500"])
+
+
 def test_lognormal_quantile_has_mean_one_shape() -> None:
     assert lognormal_quantile(0.0, 0.99) == pytest.approx(1.0)
     sigma = np.sqrt(np.log1p(0.5 ** 2))
@@ -144,3 +169,53 @@ def test_a_segmented_prediction_pools_segments_each_from_an_idle_server() -> Non
     # not the same as one schedule laid end to end: each segment starts from an idle server
     one = _predict([np.concatenate([segs[0], segs[1] + 2.0])], svc, overhead_ms=1.0)
     assert one["p50_ms"] > pooled["p50_ms"] + 0.3 and one["p99_ms"] > pooled["p99_ms"]
+
+
+def _stats(times_ms: dict[int, tuple[int, float]]):
+    """ModelStats whose batch size b ran `count` executions of `ms` each (all in compute_infer)."""
+    from batchlab.load import ModelStats
+
+    return ModelStats(model="embed", batches={b: {"compute_infer": (c, int(c * ms * 1e6))}
+                                              for b, (c, ms) in times_ms.items()})
+
+
+def test_sizes_the_at_rate_run_lacks_are_scaled_by_its_drift() -> None:
+    from batchlab.bench.fidelity import at_rate_service
+
+    pooled = _stats({1: (50, 4.0), 2: (50, 6.0), 16: (10, 30.0), 32: (10, 50.0)})
+    at_rate = _stats({1: (40, 3.6), 2: (30, 5.4), 16: (2, 20.0)})  # 10 % faster; size 16 too rare to take
+    svc, taken, scale = at_rate_service(pooled, at_rate)
+    assert taken == [1, 2]
+    # the run's busy time over what the calibration prices its executions at (size 16 included)
+    assert scale == pytest.approx((40 * 3.6 + 30 * 5.4 + 2 * 20.0) / (40 * 4.0 + 30 * 6.0 + 2 * 30.0))
+    by = dict(zip(svc["sizes"].tolist(), svc["smooth_ms"].tolist()))
+    assert by[1] == pytest.approx(3.6) and by[2] == pytest.approx(5.4)
+    assert by[16] == pytest.approx(30.0 * scale) and by[32] == pytest.approx(50.0 * scale)
+    # nothing taken from the run: the calibration as it is
+    svc, taken, scale = at_rate_service(pooled, _stats({1: (2, 3.0)}))
+    assert taken == [] and scale == 1.0 and svc["smooth_ms"].tolist() == pytest.approx([4.0, 6.0, 30.0, 50.0])
+
+
+def test_turnaround_counts_only_gaps_with_work_waiting() -> None:
+    from batchlab.bench.fidelity import turnaround_from_trace
+
+    def req(tid, queued, c0, c1):
+        return [{"id": tid, "model_name": "embed"},
+                {"id": tid, "timestamps": [{"name": "QUEUE_START", "ns": queued}, {"name": "COMPUTE_START", "ns": c0},
+                                           {"name": "COMPUTE_END", "ns": c1}]}]
+    entries = (req(1, 0, 0, 1000) + req(2, 500, 1300, 2300)  # 2 queued during 1's execution: gap 300 ns
+               + req(3, 900, 1300, 2300)                     # same execution as 2
+               + req(4, 5000, 5000, 6000))                   # arrived to an idle instance: no gap counted
+    assert turnaround_from_trace(entries) == [pytest.approx(0.3)]
+
+
+def test_replicate_reports_a_second_measurement_against_the_first() -> None:
+    from batchlab.bench.common import replicate
+
+    from batchlab.bench.common import not_reproducible
+
+    out = replicate({"p50": 11.0, "p99": 30.0}, {"p50": 10.0, "p99": 40.0}, {"p50": 0.1, "p99": 0.2})
+    assert out["measured"] == {"p50": 11.0, "p99": 30.0}
+    assert out["difference"] == {"p50": pytest.approx(0.1), "p99": pytest.approx(-0.25)}
+    assert out["within_goal_of_each_other"] == {"p50": True, "p99": False}
+    assert not_reproducible({"light": {"runs_at_its_rate_measured": out}, "other": {}}, "x.") == ["x.light.p99"]

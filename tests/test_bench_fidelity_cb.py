@@ -11,7 +11,7 @@ import pytest
 
 from batchlab.bench import fidelity_cb as fcb
 from batchlab.bench.__main__ import main
-from batchlab.sim.service import TokenCost
+from batchlab.sim.service import DecodeTableCost, TokenCost
 
 TRUE = TokenCost(prefill_per_token=40.0, decode_base=1500.0, decode_per_seq=300.0, context_per_token=2.0)
 
@@ -186,7 +186,18 @@ def test_fidelity_cb_small_against_the_session_server(triton, monkeypatch):
     assert all(r["errors"] == 0 for r in cal["runs"].values())
     at = cal["at_rate_runs"]  # the interleaved runs at the load's rate: their steps join the fit
     assert at["segments"] == 2 and len(at["runs"]) == 2 and all(r["errors"] == 0 for r in at["runs"])
-    assert at["fit"]["steps_timed"] == cal["fit"]["steps_timed"] + sum(r["timed_steps"] for r in at["runs"])
+    a_timed = sum(r["timed_steps"] for r in at["runs"])
+    if a_timed >= fcb.AT_RATE_MIN_STEPS:
+        assert at["fit_from"] == "these runs" and at["fit"]["steps_timed"] == a_timed
+    else:  # too few of their own: the calibration runs' steps join them
+        assert at["fit"]["steps_timed"] == cal["fit"]["steps_timed"] + a_timed and "calibration" in at["fit_from"]
+    drift = lv["step_time_vs_fit"]  # the segments' own steps were rebuilt and compared with the fit
+    assert set(drift) == {"what", "segments", "at_rate_runs"} and abs(drift["at_rate_runs"]) < 1
+    again = lv["runs_at_its_rate_measured"]  # the runs at the load's rate, measured like the load
+    assert set(again["difference"]) == {"tokens_per_s", "ttft_p50", "ttft_p99"} and again["measured"]["ttft_p50"] > 0
+    slow = lv["ttft_if_steps_5pct_slower"]
+    assert 0 < slow["predicted"]["ttft_p50"] <= slow["predicted"]["ttft_p99"]
+    assert set(slow["change_vs_prediction"]) == {"ttft_p50", "ttft_p99"}
     busy = out["machine"]["cpu_cores_used_by_other_processes"] > 0.3
     assert out["machine_busy"] is busy
     assert out["goal_met"] is (out["goal_met_as_measured"] and not busy)
@@ -203,3 +214,38 @@ def test_pooled_segments_add_tokens_and_spans():
     assert out["batch_size_mean"] == pytest.approx((3 * 1 + 5 * 2) / 8)
     assert out["inter_token_s"] == pytest.approx(0.010)
     assert np.isnan(fcb.pool_continuous([])["tokens_per_s"])
+
+
+def test_step_time_vs_fit_reads_a_slower_engine():
+    rng = np.random.default_rng(3)
+    n = 200
+    arrivals = np.cumsum(rng.exponential(1 / 60.0, n))
+    prompts = [int(x) for x in rng.integers(9, 26, n)]
+    outputs = [int(x) for x in rng.integers(1, 40, n)]
+    steps = fcb.rebuild_steps(*engine_records(arrivals, prompts, outputs))
+    # a step is timed first token to first token; the client's small per-token delivery offsets stay out
+    assert fcb.step_time_vs_fit(steps, TRUE) == pytest.approx(0.0, abs=0.01)
+    slow = fcb.rebuild_steps(*engine_records(arrivals, prompts, outputs, cost=fcb.scaled_cost(TRUE, 1.1)))
+    assert fcb.step_time_vs_fit(slow, TRUE) == pytest.approx(0.10, abs=0.01)
+    none = {k: v[:0] for k, v in steps.items() if k != "n_groups"}
+    assert np.isnan(fcb.step_time_vs_fit(none, TRUE))
+
+
+def test_scaled_cost_scales_every_term_and_the_table():
+    table = DecodeTableCost(prefill_per_token=40.0, decode_base=1500.0, decode_per_seq=300.0,
+                            context_per_token=2.0, decode_us=(1800.0, 2100.0))
+    for cost in (TRUE, table):
+        s = fcb.scaled_cost(cost, 1.05)
+        assert type(s) is type(cost)
+        for args in ((0, 1, 30), (0, 2, 60), (64, 0, 0), (16, 5, 200)):
+            assert s.iteration_time(*args) == pytest.approx(1.05 * cost.iteration_time(*args))
+    with pytest.raises(ValueError, match="factor"):
+        fcb.scaled_cost(TRUE, 0.0)
+
+
+def test_served_by_next_step_marks_who_waited_for_a_slot():
+    cost = TokenCost(prefill_per_token=0.0, decode_base=10_000.0, decode_per_seq=0.0)  # 10 ms a step
+    pol = {"max_active": 1, "kv_token_budget": 4096}
+    # one slot: the first request is served at once, the second waits for it, the third finds it free
+    sim = fcb._simulate(np.array([0.0, 0.001, 0.5]), np.array([4, 4, 4]), np.array([3, 3, 3]), cost, pol)
+    assert fcb.served_by_next_step(sim).tolist() == [True, False, True]

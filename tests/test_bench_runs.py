@@ -131,11 +131,14 @@ def test_fidelity_small(monkeypatch) -> None:
         times = list(cal["batch_time_ms"].values())
         assert times == sorted(times)  # the smoothed table never decreases
         v = cal["variability"]
-        assert v["model"] in ("lognormal", "resampled") and v["executions"] > 10 and v["measured_cv"] > 0
+        assert v["model"] in ("lognormal", "resampled", "block_resampled") and v["executions"] > 10 and v["measured_cv"] > 0
         assert cal["overhead_spread"]["requests"] > 10
         at = cal["at_rate_run"]
         assert at["executions"] > 0 and set(at["batch_sizes_taken"]) <= {int(b) for b in at["batch_time_ms"]}
         assert at["segments"] == 2 and at["duration_s"] == 1.0
+        assert at["other_sizes_scaled_by"] > 0
+        turn = cal["turnaround"]  # traced: the gaps between executions with work waiting
+        assert turn["gaps"] >= 0 and turn["turnaround_us"] >= 0
     assert "interleaved ALLA" in out["calibration"]["runs"]
     assert out["service_time_model"]["by_level"] == {n: c["variability"]["model"]
                                                      for n, c in out["calibration"]["per_level"].items()}
@@ -143,6 +146,9 @@ def test_fidelity_small(monkeypatch) -> None:
         assert lv["errors"] == 0
         assert set(lv["error_fixed_time"]) == {"throughput", "p50", "p99"}
         assert lv["predicted_fixed_time"]["p99_ms"] > 0 and lv["p99_with_constant_overhead"]["predicted_ms"] > 0
+        assert set(lv["runs_at_its_rate_measured"]["difference"]) == {"p50", "p99"}
+        slow = lv["if_batches_5pct_slower"]  # the same prediction with every t(b) 5 % longer
+        assert slow["predicted"]["p99_ms"] > 0 and set(slow["change_vs_prediction"]) == {"p50_ms", "p99_ms"}
         for k in ("throughput", "p50", "p99"):
             assert lv["error"][k] == pytest.approx(
                 (lv["predicted"][f"{k}_rps" if k == "throughput" else f"{k}_ms"]

@@ -103,6 +103,28 @@ def test_resampled_fit_divides_by_the_mean_model() -> None:
     assert sorted(svc.ratios) == pytest.approx([0.5, 1.0, 1.5])
 
 
+def test_block_resampling_keeps_runs_of_slow_executions_together() -> None:
+    # measured in time order: 200 normal executions, then 200 slow ones
+    seq = [(4, BASE.time(4) * 1e6 * (1.0 if k < 200 else 2.0)) for k in range(400)]
+    blocks = Resampled.fit_sequence(BASE, seq, block=50, seed=1)
+    assert blocks.block == 50 and blocks.ratios[0] < blocks.ratios[-1]  # order kept
+    draw = blocks.sampler()
+    x = np.array([draw(4) for _ in range(5000)]) / BASE.time(4)
+    lag1 = np.corrcoef(np.log(x[:-1]), np.log(x[1:]))[0, 1]
+    assert lag1 > 0.8  # consecutive draws come from the same stretch of the measured sequence
+    iid = Resampled(BASE, blocks.ratios, seed=1).sampler()
+    y = np.array([iid(4) for _ in range(5000)]) / BASE.time(4)
+    assert abs(np.corrcoef(np.log(y[:-1]), np.log(y[1:]))[0, 1]) < 0.1
+    assert x.mean() == pytest.approx(1.0, rel=0.05) and y.mean() == pytest.approx(1.0, rel=0.05)
+    # the same marginal shape, but a queue builds behind a run of slow executions: a heavier tail
+    a = _arr(rate=2500.0, n=30000, seed=2)
+    p99 = [float(np.percentile(simulate_dynamic(a, m, 16).to_arrays()["latency"], 99))
+           for m in (Resampled(BASE, blocks.ratios, seed=3), Resampled(BASE, blocks.ratios, seed=3, block=50))]
+    assert p99[1] > 1.2 * p99[0]
+    with pytest.raises(ValueError, match="block"):
+        Resampled(BASE, [1.0, 2.0], block=0)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(mean=BASE, ratios=[1.0]), "at least 2"),
     (dict(mean=BASE, ratios=[1.0, -2.0]), "ratios"),

@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -239,3 +239,29 @@ class Timer:
 
     def __call__(self) -> float:
         return time.monotonic() - self.t0
+
+
+SENSITIVITY = 0.05
+"""The fidelity benchmarks also predict each load with every batch time (step cost) this much
+longer: how far an error of that size (the machine's speed drifting between runs) moves the figures."""
+
+
+def replicate(other: Mapping[str, float], meas: Mapping[str, float], goals: Mapping[str, float]) -> dict[str, Any]:
+    """Figures of the runs at a load's rate (own seeds, interleaved with the measured ones, as long in
+    all) next to the measured ones, for each key of `goals` (its allowed relative error): (other -
+    meas) / meas is how far a second measurement of the same load lands, the noise floor a
+    prediction's error is judged against; ``within_goal_of_each_other`` says where it is inside the goal."""
+    def diff(a: float, b: float) -> float:
+        return (a - b) / b if b else math.nan
+    d = {k: diff(float(other[k]), float(meas[k])) for k in goals}
+    return {"what": ("the same figures measured in the runs at the load's rate (own seeds, interleaved with it): "
+                     "difference is how far a second measurement of this load lands from the measured one"),
+            "measured": {k: r3(float(other[k])) for k in goals},
+            "difference": {k: r3(v) for k, v in d.items()},
+            "within_goal_of_each_other": {k: bool(abs(v) <= goals[k]) for k, v in d.items()}}
+
+
+def not_reproducible(levels: Mapping[str, Mapping[str, Any]], prefix: str = "") -> list[str]:
+    """``level.figure`` wherever two measurements of the same load (`replicate`) differed by more than the goal."""
+    return [f"{prefix}{name}.{k}" for name, lv in levels.items()
+            for k, ok in lv.get("runs_at_its_rate_measured", {}).get("within_goal_of_each_other", {}).items() if not ok]

@@ -21,9 +21,18 @@
    seconds before), and interleaving makes the runs that calibrate and the runs that are
    measured see the same drift. Each segment starts from an idle engine, and so does its
    simulation; both sides are pooled over the segments.
-3. The A runs' steps join the step-cost fit the prediction uses. Their requests also give the
+3. The A runs' steps make the step-cost fit the prediction uses (the calibration runs' steps,
+   made tens of seconds earlier, join them only when the A runs timed fewer than
+   `AT_RATE_MIN_STEPS`. Measured in one run against a fit pooled with the calibration steps:
+   the A runs' steps took +8.5 % (medium) and −7.8 % (near capacity), the segments' +4.9 % and
+   −15.6 %; and near capacity a 5 % slower step moved the predicted TTFT p99 by +24 %). Their
+   requests also give the
    client/server overhead (request in, first response out): measured TTFT − simulated TTFT per
-   request, each run simulated with its own measured send times. It is kept in two pools, by
+   request, each run simulated with its own measured send times, of the requests neither engine
+   made wait (the server's step that produced their first token left nobody waiting, and the
+   simulated engine served them by the first step after their arrival): a request that queued in
+   one engine and not in the other differs by a queue, not by an overhead, and the prediction's
+   own queue would count it twice. It is kept in two pools, by
    whether the simulated engine was idle when the request arrived (`idle_at_arrival`): a
    request that wakes an idle engine waits measurably longer (about 5–9 ms against 2 ms here:
    the wake-up of the scheduler thread and a step after idle, which the step-cost fit never
@@ -32,6 +41,15 @@
    0.75 of capacity, busy 2.5 against 2.3 ms), so they are taken at the load's own rate. The prediction adds to every simulated TTFT a seeded draw from the pool
    its own simulated arrival belongs to; `with_light_run_overhead` gives the prediction with
    the light calibration run's pools instead.
+4. Where an error comes from. The segments are run with the same client work as the A runs, so
+   their steps are rebuilt too: `step_time_vs_fit` says how much slower (> 0) they ran than the
+   fit the prediction uses, ``with_these_segments_own_steps`` re-runs the prediction with a fit
+   to the segments' own steps (what is left is the queueing model's error), and
+   ``ttft_if_steps_5pct_slower`` shows how far a 5 % error in the step cost moves the
+   prediction. Near capacity the TTFT tail is a queue waiting for one of `max_active` slots, and
+   it moves several times faster than the step cost does. ``runs_at_its_rate_measured`` gives
+   the same figures of the A runs (as long in all, own seeds): how far a second measurement of
+   the same load lands from the first, the noise floor of the error.
 
 Goals: tokens/s within 10 %, TTFT p50 and p99 within 20 %.
 
@@ -55,8 +73,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, BenchError, CpuWatch, Timer, bench_server,
-                                   interleaved_order, log, machine, r3, split_schedule, verdict)
+from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIVITY, BenchError, CpuWatch, Timer,
+                                   bench_server, interleaved_order, log, machine, r3, replicate, split_schedule,
+                                   verdict)
 from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
@@ -82,6 +101,8 @@ step. Off by default: when the machine is busy the responses of one step can rea
 milliseconds apart, and a gap rule then splits exactly the slow steps, which are dropped as
 incomplete — a fit that never sees the slow steps predicts too fast an engine."""
 FIT_COLUMNS = ("base", "decode_seqs", "prefill_tokens", "context_tokens")
+AT_RATE_MIN_STEPS = 400
+"""The runs at a load's rate make its step-cost fit alone when they timed at least this many steps."""
 TABLE_MIN_STEPS = 10
 """A decode-only batch size with at least this many timed steps gets its own mean in the decode table."""
 
@@ -275,10 +296,31 @@ def _simulate(arrivals: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np
                                max_num_tokens=None, kv_policy="reserve", warmup=0.0)
 
 
+def served_by_next_step(sim: Any) -> np.ndarray:
+    """Per request of a `simulate_continuous` result: True where its first token came from the first
+    step that started after it arrived (it never waited for a slot or for the KV budget)."""
+    arr = np.asarray(sim.records["arrival"], float)
+    first = np.asarray(sim.records["first_token"], float)
+    bat = sim.batches
+    if not len(bat):
+        return np.zeros(arr.size, bool)
+    i = np.searchsorted(bat["start"], arr, side="left")
+    ok = i < len(bat)
+    out = np.zeros(arr.size, bool)
+    out[ok] = first[ok] <= bat["end"][i[ok]] + 1e-9
+    return out
+
+
 def sim_ttft(rep: Any, prompts: list[np.ndarray], lengths: np.ndarray, cost: TokenCost,
-             policy: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(measured TTFT, simulated TTFT in seconds, idle at arrival) for the successful requests of
-    a run, the simulation fed the run's own measured send times."""
+             policy: dict[str, int], rows: Mapping[int, np.ndarray] | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(measured TTFT, simulated TTFT in seconds, idle at arrival, unqueued) for the successful
+    requests of a run, the simulation fed the run's own measured send times.
+
+    ``unqueued`` is True where neither engine made the request wait: the simulated one served it
+    by the first step after its arrival (`served_by_next_step`) and, with `rows` (the per-token
+    (INDEX, ACTIVE, WAITING, KV_TOKENS) the server streamed, by request index), the server's step
+    that produced its first token left nobody waiting. Without `rows` only the first test applies."""
     r = rep.records
     ok = r.ok & np.isfinite(r.sent)
     idx = r.index[ok] % len(prompts)
@@ -289,7 +331,12 @@ def sim_ttft(rep: Any, prompts: list[np.ndarray], lengths: np.ndarray, cost: Tok
     o = np.asarray(lengths)[idx[order]]
     sim = _simulate(sent, p, o, cost, policy)
     ttft_sim = sim.records["first_token"] - sim.records["arrival"]
-    return r.ttft[ok][order], ttft_sim, idle_at_arrival(sim)
+    unq = served_by_next_step(sim)
+    if rows is not None:
+        waiting = np.array([rows[int(i)][0, 2] if int(i) in rows and len(rows[int(i)]) else -1
+                            for i in r.index[ok][order]])
+        unq &= waiting == 0
+    return r.ttft[ok][order], ttft_sim, idle_at_arrival(sim), unq
 
 
 def _median_ms(d: np.ndarray) -> str:
@@ -361,31 +408,41 @@ def predicted_ttft_ms(sim_ttft_s: np.ndarray, overhead_s: np.ndarray | Mapping[s
     return {"ttft_p50": float(np.percentile(x, 50)), "ttft_p99": float(np.percentile(x, 99))}
 
 
-def timed_run(server: Any, prompts: list[np.ndarray], lengths: np.ndarray, **kw: Any) -> tuple[Any, dict[str, np.ndarray]]:
+def timed_run(server: Any, prompts: list[np.ndarray], lengths: np.ndarray,
+              **kw: Any) -> tuple[Any, dict[str, np.ndarray], dict[int, np.ndarray]]:
     """One run (open loop with ``arrivals``, else closed) streaming lm_stream with token times ->
-    (report, the steps rebuilt from its tokens, `rebuild_steps`)."""
+    (report, the steps rebuilt from its tokens (`rebuild_steps`), the per-token rows by request)."""
     sink: dict[int, np.ndarray] = {}
     runner = run_open_loop if "arrivals" in kw else run_closed_loop
     rep = runner(server, MODEL, stream_source(prompts, lengths, sink), protocol="grpc-stream", stats=False,
                  progress=False, record_token_times=True, **kw)
-    return rep, _collect(rep, sink, prompts)
+    return rep, _collect(rep, sink, prompts), sink
 
 
 def fit_and_overhead(parts: list[dict[str, np.ndarray]], closed: list[Any], open_: list[Any],
                      policy: dict[str, int]) -> dict[str, Any]:
     """The step-cost fit over every rebuilt step in `parts`, and with that cost the overhead samples
-    (s) of the runs in `closed` and `open_` (each run (report, prompts, lengths)): ``closed``,
-    ``open`` and, split by whether the simulated engine was idle at arrival, ``open_idle`` /
-    ``open_busy``."""
+    (s) of the runs in `closed` and `open_` (each run (report, prompts, lengths, rows)): ``closed``,
+    ``open`` (every request), and the pools the prediction draws from, ``open_idle`` /
+    ``open_busy`` (split by whether the simulated engine was idle at arrival), which hold only the
+    requests no engine made wait (`sim_ttft`'s ``unqueued``; the others are ``open_queued``).
+
+    Why the pools leave out queued requests: a request that waited for a slot in one engine and
+    not in the other has a TTFT difference of a queue, not of an overhead (measured here: at 0.75
+    of capacity 10 % of the requests of the runs at that rate differed by more than 370 ms), and
+    the prediction's own queue would count that twice."""
     fit = fit_step_cost(_concat_steps(parts))
     over = {}
     for label, rr in (("closed", closed), ("open", open_)):
-        got = [sim_ttft(rep_, p_, l_, fit["cost"], policy) for rep_, p_, l_ in rr]
-        d = np.concatenate([m - s_ for m, s_, _ in got] or [np.zeros(0)])
-        idle = np.concatenate([i_ for _, _, i_ in got] or [np.zeros(0, bool)])
-        over[label] = d[np.isfinite(d)]
+        got = [sim_ttft(rep_, p_, l_, fit["cost"], policy, rows_) for rep_, p_, l_, rows_ in rr]
+        d = np.concatenate([g[0] - g[1] for g in got] or [np.zeros(0)])
+        idle = np.concatenate([g[2] for g in got] or [np.zeros(0, bool)])
+        unq = np.concatenate([g[3] for g in got] or [np.zeros(0, bool)])
+        fin = np.isfinite(d)
+        over[label] = d[fin]
         if label == "open":
-            over["open_idle"], over["open_busy"] = d[idle & np.isfinite(d)], d[~idle & np.isfinite(d)]
+            over["open_idle"], over["open_busy"] = d[idle & unq & fin], d[~idle & unq & fin]
+            over["open_queued"] = d[~unq & fin]
     return {"fit": fit, "over": over}
 
 
@@ -408,9 +465,9 @@ def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float
     reps: dict[str, list[Any]] = {"closed": [], "open": []}
 
     def one(label: str, key: str, prompts: list[np.ndarray], lengths: np.ndarray, **kw: Any) -> None:
-        rep, st = timed_run(server, prompts, lengths, **kw)
+        rep, st, rows = timed_run(server, prompts, lengths, **kw)
         parts.append(st)
-        reps[label].append((rep, prompts, lengths))
+        reps[label].append((rep, prompts, lengths, rows))
         info[key] = {"requests": rep.n, "errors": rep.n_errors, "tokens": rep.tokens, "steps": int(st["t"].size),
                      "timed_steps": int(st["timed"].sum())}
         if label == "open":
@@ -434,6 +491,30 @@ def calibrate(server: Any, policy: dict[str, int], seed: int, mean_tokens: float
     return {"cost": fit["cost"], "overhead_s": {"idle": over["open_idle"], "busy": over["open_busy"]},
             "capacity_rps": capacity, "parts": parts, "reps": reps,
             "json": {"runs": info, **calibration_json(fit, over), "capacity_rps": r3(capacity)}}
+
+
+def step_time_vs_fit(steps: Mapping[str, np.ndarray], cost: TokenCost) -> float:
+    """How much longer (> 0) or shorter (< 0) the timed steps in `steps` took than `cost` prices
+    them: sum of measured durations / sum of `cost.iteration_time` over the same steps, minus 1."""
+    m = np.asarray(steps["timed"], bool) & np.isfinite(np.asarray(steps["duration"], float))
+    if not m.any():
+        return math.nan
+    fitted = sum(cost.iteration_time(int(p), int(d), int(c)) for p, d, c in
+                 zip(steps["prefill_tokens"][m], steps["decode_seqs"][m], steps["context_tokens"][m]))
+    return float(np.sum(steps["duration"][m]) / fitted - 1) if fitted > 0 else math.nan
+
+
+def scaled_cost(cost: TokenCost, factor: float) -> TokenCost:
+    """`cost` with every step `factor` times as long (an engine that much slower, > 1, or faster)."""
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"factor must be > 0, got {factor!r}")
+    kw = {"prefill_per_token": cost.prefill_per_token * factor, "decode_base": cost.decode_base * factor,
+          "decode_per_seq": cost.decode_per_seq * factor, "context_per_token": cost.context_per_token * factor}
+    if isinstance(cost, DecodeTableCost):
+        return DecodeTableCost(**kw, decode_us=tuple(v * factor for v in cost.decode_us))
+    return TokenCost(**kw)
+
+
 
 
 def pool_continuous(sims: list[Any]) -> dict[str, Any]:
@@ -462,14 +543,16 @@ def pool_continuous(sims: list[Any]) -> dict[str, Any]:
 
 def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: int = 128,
         loads: tuple[tuple[str, float], ...] = LOADS, calib_open_s: float = 8.0,
-        rounds: int = INTERLEAVE_ROUNDS, at_rate_s: float = 20.0) -> dict[str, Any]:
+        rounds: int = INTERLEAVE_ROUNDS, at_rate_s: float | None = None) -> dict[str, Any]:
     """Calibrate right before each load, predict, measure; return the JSON-ready section.
 
     Each load's `level_s` schedule is run in `rounds` segments interleaved with `rounds` open
-    loops at its rate (`at_rate_s` in all), whose steps join the step-cost fit.
+    loops at its rate (`at_rate_s` in all, as long as the load unless given), whose steps make the
+    step-cost fit.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
+    at_rate_s = level_s if at_rate_s is None else at_rate_s
     clock = Timer()
     policy = server_policy()
     calibrations: dict[str, Any] = {}
@@ -485,7 +568,7 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             capacity = cal["capacity_rps"]
             calibrations[name] = cal["json"]
             # -- 2. the load in `rounds` segments, interleaved (ABBA) with as many open loops at its
-            #       rate (own seeds, "A") whose steps join the fit: both see the machine's drift -----
+            #       rate (own seeds, "A") whose steps make the fit: both see the machine's drift -----
             rate = frac * capacity
             arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
             prompts, lengths = cb_workload(len(arrivals), seed + 10 + k, mean_tokens, cap)
@@ -493,31 +576,35 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             top = np.sort(plen + lengths)[-policy["max_active"]:].sum() if len(plen) else 0
             segs = [(arrivals[sl] - j * level_s / rounds, prompts[sl], lengths[sl])
                     for j, sl in enumerate(split_schedule(arrivals, rounds, level_s))]
-            a_parts, a_info, a_reps, l_reps = [], [], [], []
+            a_parts, a_info, a_reps, l_reps, l_parts = [], [], [], [], []
             for j, kind in enumerate(interleaved_order(rounds)):
                 if kind == "A":
                     arr_a = poisson_arrivals(rate, duration=at_rate_s / rounds, seed=seed + 3000 + 50 * k + j)
                     pa, la = cb_workload(max(len(arr_a), 1), seed + 4000 + 50 * k + j, mean_tokens, cap)
-                    rep_a, st = timed_run(server, pa, la, arrivals=arr_a, warmup_s=SEGMENT_WARMUP_S,
-                                          seed=seed + 5000 + 50 * k + j, warn=False)
+                    rep_a, st, rows_a = timed_run(server, pa, la, arrivals=arr_a, warmup_s=SEGMENT_WARMUP_S,
+                                                  seed=seed + 5000 + 50 * k + j, warn=False)
                     a_parts.append(st)
-                    a_reps.append((rep_a, pa, la))
+                    a_reps.append((rep_a, pa, la, rows_a))
                     a_info.append({"requests": rep_a.n, "errors": rep_a.n_errors, "timed_steps": int(st["timed"].sum())})
                 else:
                     sa, sp, sl_ = segs[len(l_reps)]
-                    # no per-token check here: the client only counts and times tokens (least client CPU)
-                    l_reps.append((run_open_loop(server, MODEL, stream_source(sp, sl_, None), arrivals=sa,
-                                                 warmup_s=SEGMENT_WARMUP_S, seed=seed + 100 + 50 * k + j,
-                                                 protocol="grpc-stream", stats=False, progress=False,
-                                                 record_token_times=True, label=name, warn=False), sp, sl_))
-            fo = fit_and_overhead(cal["parts"] + a_parts, cal["reps"]["closed"], a_reps, policy)
+                    # the same client work as the A runs (steps rebuilt): only the seeds differ
+                    rep_l, st_l, rows_l = timed_run(server, sp, sl_, arrivals=sa, warmup_s=SEGMENT_WARMUP_S,
+                                                    seed=seed + 100 + 50 * k + j, label=name, warn=False)
+                    l_reps.append((rep_l, sp, sl_, rows_l))
+                    l_parts.append(st_l)
+            a_timed = sum(int(p_["timed"].sum()) for p_ in a_parts)
+            fit_parts = a_parts if a_timed >= AT_RATE_MIN_STEPS else cal["parts"] + a_parts
+            fo = fit_and_overhead(fit_parts, cal["reps"]["closed"], a_reps, policy)
             cost = fo["fit"]["cost"]
             over = {"idle": fo["over"]["open_idle"], "busy": fo["over"]["open_busy"]}
-            light = fit_and_overhead(cal["parts"] + a_parts, [], cal["reps"]["open"][:1], policy)["over"]
+            light = fit_and_overhead(fit_parts, [], cal["reps"]["open"][:1], policy)["over"]
             calibrations[name]["at_rate_runs"] = {
                 "rate_rps": r3(rate), "runs": a_info, "duration_s": at_rate_s, "segments": rounds,
-                "what": ("open loops at the load's rate interleaved with its segments: their steps join the fit "
-                         "below, and their requests give the overhead pools the prediction draws from"),
+                "fit_from": ("these runs" if fit_parts is a_parts else
+                             f"these runs and the calibration runs (these timed {a_timed} steps, < {AT_RATE_MIN_STEPS})"),
+                "what": ("open loops at the load's rate interleaved with its segments: their steps make the fit "
+                         "below (fit_from), and their requests give the overhead pools the prediction draws from"),
                 **calibration_json(fo["fit"], fo["over"])}
             # -- 3. predict each segment (from an idle engine, as it was run) and pool both sides ---
             sims = [_simulate(sa, np.array([len(x) for x in sp]), sl_, cost, policy) for sa, sp, sl_ in segs]
@@ -525,13 +612,32 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
             idle = np.concatenate([idle_at_arrival(r) for r in sims])
             pred = {"tokens_per_s": sim["tokens_per_s"],
                     **predicted_ttft_ms(sim["ttft_s"], over, seed + 50 + k, idle=idle)}
+            # -- where an error comes from: the segments' own steps, and how sensitive the tail is --
+            l_steps = _concat_steps(l_parts)
+            drift = {"segments": step_time_vs_fit(l_steps, cost), "at_rate_runs": step_time_vs_fit(_concat_steps(a_parts), cost)}
+            own = None
+            try:
+                own_cost = fit_step_cost(l_steps)["cost"]
+                own_sims = [_simulate(sa, np.array([len(x) for x in sp]), sl_, own_cost, policy) for sa, sp, sl_ in segs]
+                own_pool = pool_continuous(own_sims)
+                own = {"tokens_per_s": own_pool["tokens_per_s"],
+                       **predicted_ttft_ms(own_pool["ttft_s"], over, seed + 50 + k,
+                                           idle=np.concatenate([idle_at_arrival(r) for r in own_sims]))}
+            except ValueError:  # too few timed steps in the segments
+                pass
+            slow_cost = scaled_cost(cost, 1 + SENSITIVITY)
+            slow_sims = [_simulate(sa, np.array([len(x) for x in sp]), sl_, slow_cost, policy) for sa, sp, sl_ in segs]
+            slow = predicted_ttft_ms(pool_continuous(slow_sims)["ttft_s"], over, seed + 50 + k,
+                                     idle=np.concatenate([idle_at_arrival(r) for r in slow_sims]))
             pred_light = predicted_ttft_ms(sim["ttft_s"], {"idle": light["open_idle"], "busy": light["open_busy"]},
                                            seed + 50 + k, idle=idle)
-            rep = pool_reports([r for r, _, _ in l_reps], label=name)
+            rep = pool_reports([r for r, *_ in l_reps], label=name)
+            a_rep = pool_reports([r for r, *_ in a_reps])
+            a_tt = a_rep.ttft_ms()
             tt = rep.ttft_ms()
             meas = {"tokens_per_s": rep.tokens_per_s, "ttft_p50": tt["p50"], "ttft_p99": tt["p99"]}
             itl = rep.records.inter_token()
-            got = [sim_ttft(r, sp, sl_, cost, policy) for r, sp, sl_ in l_reps]
+            got = [sim_ttft(r, sp, sl_, cost, policy, rows_) for r, sp, sl_, rows_ in l_reps]
             meas_t, sim_t = np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
             idle_meas = np.concatenate([g[2] for g in got])
             excess = (meas_t - sim_t)[np.isfinite(meas_t - sim_t)]
@@ -546,6 +652,19 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                              f"({CALIB_OPEN_FRACTIONS[0]:g} x capacity) instead of the runs at this load's rate"),
                     "predicted": {k2: r3(v) for k2, v in pred_light.items()},
                     "error": {k2: r3(_err(pred_light[k2], meas[k2])) for k2 in pred_light}},
+                "step_time_vs_fit": {
+                    "what": ("measured / fitted duration of the timed steps, minus 1 (> 0: the engine ran slower than "
+                             "the fit the prediction uses), in the load's segments and in the runs at its rate"),
+                    **{k2: r3(v) for k2, v in drift.items()}},
+                "with_these_segments_own_steps": None if own is None else {
+                    "what": ("the prediction re-run with a step cost fitted to the load's own segments: the part of "
+                             "the error it removes is the machine's speed drifting between the runs at the load's "
+                             "rate and the segments; the part it leaves is the queueing model's"),
+                    "predicted": {k2: r3(v) for k2, v in own.items()},
+                    "error": {k2: r3(_err(own[k2], meas[k2])) for k2 in own}},
+                f"ttft_if_steps_{round(SENSITIVITY * 100)}pct_slower": {
+                    "predicted": {k2: r3(v) for k2, v in slow.items()},
+                    "change_vs_prediction": {k2: r3(_err(slow[k2], pred[k2])) for k2 in slow}},
                 "simulated_ttft_ms_without_overhead": {"p50": r3(float(np.percentile(sim["ttft_s"], 50)) * 1e3),
                                                        "p99": r3(float(np.percentile(sim["ttft_s"], 99)) * 1e3)},
                 "mean_active_predicted": r3(sim["batch_size_mean"]),
@@ -561,12 +680,16 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                         "p90": r3(float(np.percentile(excess, 90)) * 1e3),
                         "p99": r3(float(np.percentile(excess, 99)) * 1e3)} if excess.size else {})},
                 "kv_budget_can_bind": bool(top > policy["kv_token_budget"]),
+                "runs_at_its_rate_measured": replicate(
+                    {"ttft_p50": a_tt["p50"], "ttft_p99": a_tt["p99"], "tokens_per_s": a_rep.tokens_per_s}, meas,
+                    CB_GOALS),
                 "client_kept_up": rep.client_kept_up(),
                 "send_lateness_p99_ms": r3(rep.lateness_ms()["p99"]),
             }
             log(f"{name} @ {rate:.0f} req/s: tokens/s pred {pred['tokens_per_s']:.0f} / meas {meas['tokens_per_s']:.0f}, "
                 f"TTFT p50 {pred['ttft_p50']:.1f} / {meas['ttft_p50']:.1f} ms, p99 {pred['ttft_p99']:.1f} / "
-                f"{meas['ttft_p99']:.1f} ms ({clock():.0f} s)")
+                f"{meas['ttft_p99']:.1f} ms; steps vs fit {drift['segments']:+.1%} (segments), "
+                f"{drift['at_rate_runs']:+.1%} (runs at its rate) ({clock():.0f} s)")
     all_ok = all(all(v["within_goal"].values()) and v["errors"] == 0 for v in levels.values())
     mach = machine(watch)
     return {
@@ -583,12 +706,14 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                      f"{', '.join(f'{f:g}' for f in CALIB_OPEN_FRACTIONS)} x the capacity they give, {calib_open_s:g} s "
                      f"each, own seeds; then {rounds} open loops at the load's rate ({at_rate_s / rounds:g} s each, "
                      f"own seeds) interleaved {''.join(interleaved_order(rounds))} with the load's {rounds} segments "
-                     f"({level_s / rounds:g} s each), every segment after a {SEGMENT_WARMUP_S:g}-s warm-up; every "
-                     "step rebuilt from the streamed tokens of all these runs feeds the fit (per_load.*.at_rate_runs: "
-                     "the fit the prediction uses)"),
+                     f"({level_s / rounds:g} s each), every segment after a {SEGMENT_WARMUP_S:g}-s warm-up; the "
+                     "steps rebuilt from the streamed tokens of the runs at the load's rate make the fit the "
+                     f"prediction uses (per_load.*.at_rate_runs; with the calibration runs' steps when they timed "
+                     f"fewer than {AT_RATE_MIN_STEPS})"),
             "overhead_definition": ("per request: measured TTFT - simulated TTFT, each run simulated with its own "
                                     "measured send times; the samples of the runs at the load's rate "
-                                    "(per_load.*.at_rate_runs.overhead_ms 'open') are split by whether the "
+                                    "(per_load.*.at_rate_runs.overhead_ms 'open') of the requests neither engine "
+                                    "made wait (the others: 'open_queued') are split by whether the "
                                     "simulated engine was idle at the request's arrival ('open_idle', "
                                     "'open_busy'), and the prediction adds to each simulated TTFT a draw from the "
                                     "pool of its own simulated arrival; per_load.*.overhead_ms are the calibration "

@@ -181,11 +181,18 @@ class Resampled(_AroundMean):
     `sampler` draws X with replacement. Where a lognormal does not match the measured tail, this
     keeps its shape exactly (one shape for every batch size, like `Lognormal`'s one cv).
     `fit` builds it from per-execution times measured on the server.
+
+    With ``block`` > 1 the ratios are taken in their given (measured) order, ``block`` consecutive
+    ones from each random start (a block bootstrap): on a shared machine slow executions come in
+    runs (measured here: lag-1 autocorrelation 0.24-0.69 of log time / t(b)), and a queue builds
+    up behind a run of slow ones, which independent draws never produce. `fit_sequence` builds it
+    from executions in time order.
     """
 
     mean: BatchService
     ratios: tuple[float, ...]
     seed: int = 0
+    block: int = 1
 
     def __post_init__(self) -> None:
         check_batch_service(self.mean)
@@ -196,6 +203,7 @@ class Resampled(_AroundMean):
             raise ValueError("ratios needs at least 2 values, all > 0")
         object.__setattr__(self, "ratios", tuple(float(x) for x in r / r.mean()))
         object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
+        object.__setattr__(self, "block", integer("block", self.block, lo=1))
 
     @property
     def cv(self) -> float:
@@ -207,10 +215,21 @@ class Resampled(_AroundMean):
         rng = rng_of(self.seed)
         pool = np.asarray(self.ratios)
         mean = self.mean
+        block = min(self.block, pool.size)
+        if block == 1:
+            def draw(b: int) -> float:
+                return mean.time(b) * float(pool[rng.integers(pool.size)])
+            return draw
+        at = [0, 0]  # next index, draws left in this block
 
-        def draw(b: int) -> float:
-            return mean.time(b) * float(pool[rng.integers(pool.size)])
-        return draw
+        def draw_block(b: int) -> float:
+            if at[1] == 0:
+                at[0], at[1] = int(rng.integers(pool.size - block + 1)), block
+            x = pool[at[0]]
+            at[0] += 1
+            at[1] -= 1
+            return mean.time(b) * float(x)
+        return draw_block
 
     @classmethod
     def fit(cls, mean: BatchService, samples_us: Mapping[int, Sequence[float]], seed: int = 0) -> "Resampled":
@@ -221,6 +240,16 @@ class Resampled(_AroundMean):
         if r.size < 2:
             raise ValueError("samples_us needs at least 2 measured times")
         return cls(mean, tuple(r.tolist()), seed)
+
+    @classmethod
+    def fit_sequence(cls, mean: BatchService, sequence: Sequence[tuple[int, float]], block: int,
+                     seed: int = 0) -> "Resampled":
+        """The ratios time / t(b) of executions given in time order as (batch size, microseconds),
+        kept in that order and drawn ``block`` at a time."""
+        if len(sequence) < 2:
+            raise ValueError("sequence needs at least 2 measured executions")
+        r = [float(us) * US / mean.time(int(b)) for b, us in sequence]
+        return cls(mean, tuple(r), seed, block)
 
 
 def service_times(service: BatchService, b: np.ndarray) -> np.ndarray:
