@@ -219,3 +219,33 @@ def test_replicate_reports_a_second_measurement_against_the_first() -> None:
     assert out["difference"] == {"p50": pytest.approx(0.1), "p99": pytest.approx(-0.25)}
     assert out["within_goal_of_each_other"] == {"p50": True, "p99": False}
     assert not_reproducible({"light": {"runs_at_its_rate_measured": out}, "other": {}}, "x.") == ["x.light.p99"]
+
+
+def test_the_candidate_that_predicts_the_runs_at_rate_is_chosen() -> None:
+    from batchlab.bench.fidelity import choose_by_runs_at_rate
+    from batchlab.load import LoadReport
+    from batchlab.load.records import RequestRecord, Records
+    from batchlab.sim.dynamic import simulate_dynamic
+    from batchlab.sim.workload import poisson
+
+    truth = Lognormal(TAB, 0.1, seed=9)
+    runs = []
+    for j in range(2):  # two "runs at the level's rate": the true server is the lognormal one, + 1 ms
+        a = poisson(300.0, 1500, seed=20 + j)
+        res = simulate_dynamic(a, truth, 32, warmup=0.0).to_arrays()
+        recs = [RequestRecord(index=i, sent=float(t), scheduled=float(t), first=float(t + lat + 1e-3),
+                              last=float(t + lat + 1e-3), responses=1)
+                for i, (t, lat) in enumerate(zip(a, res["latency"]))]
+        runs.append(LoadReport(model="embed", mode="open", protocol="grpc", records=Records.from_list(recs),
+                               wall_s=float(a[-1]), client_cpu_s=0.0))
+    heavy = tuple([0.5] * 90 + [5.5] * 10)  # the same mean, a far heavier tail
+    var = {"model": "resampled", "make": lambda s: Resampled(TAB, heavy, s),
+           "candidates": {"lognormal": lambda s: Lognormal(TAB, 0.1, s), "resampled": lambda s: Resampled(TAB, heavy, s)},
+           "json": {"model": "resampled", "why": "rule"}}
+    out = choose_by_runs_at_rate(var, runs, overhead_ms=1.0, seed=1, spread=None, turnaround_us=0.0)
+    assert out["model"] == "lognormal" and out["json"]["rule_would_pick"] == "resampled"
+    errs = out["json"]["error_on_runs_at_its_rate"]
+    assert abs(errs["lognormal"]["p99"]) < 0.1 < abs(errs["resampled"]["p99"])
+    assert isinstance(out["make"](0), Lognormal)
+    single = {**var, "candidates": {"resampled": var["make"]}}  # one candidate: nothing to choose
+    assert choose_by_runs_at_rate(single, runs, 1.0, 1, None, 0.0) is single
