@@ -680,9 +680,10 @@ def run(level_s: float = 20.0, seed: int = 0, mean_tokens: float = 24.0, cap: in
                         "p90": r3(float(np.percentile(excess, 90)) * 1e3),
                         "p99": r3(float(np.percentile(excess, 99)) * 1e3)} if excess.size else {})},
                 "kv_budget_can_bind": bool(top > policy["kv_token_budget"]),
+                # TTFT only: tokens/s is each workload's own offered token rate (other output lengths)
                 "runs_at_its_rate_measured": replicate(
-                    {"ttft_p50": a_tt["p50"], "ttft_p99": a_tt["p99"], "tokens_per_s": a_rep.tokens_per_s}, meas,
-                    CB_GOALS),
+                    {"ttft_p50": a_tt["p50"], "ttft_p99": a_tt["p99"]}, meas,
+                    {k2: CB_GOALS[k2] for k2 in ("ttft_p50", "ttft_p99")}),
                 "client_kept_up": rep.client_kept_up(),
                 "send_lateness_p99_ms": r3(rep.lateness_ms()["p99"]),
             }
