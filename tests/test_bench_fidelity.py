@@ -249,3 +249,29 @@ def test_the_candidate_that_predicts_the_runs_at_rate_is_chosen() -> None:
     assert isinstance(out["make"](0), Lognormal)
     single = {**var, "candidates": {"resampled": var["make"]}}  # one candidate: nothing to choose
     assert choose_by_runs_at_rate(single, runs, 1.0, 1, None, 0.0) is single
+
+
+def test_a_server_that_stopped_answering_stops_the_benchmark() -> None:
+    from batchlab.bench.common import BenchError, require_answers
+    from batchlab.load import LoadReport
+    from batchlab.load.records import RequestRecord, Records
+
+    def report(errors):
+        recs = [RequestRecord(index=i, sent=0.01 * i, first=0.01 * i + 0.005, last=0.01 * i + 0.005, responses=1,
+                              error=e) for i, e in enumerate(errors)]
+        return LoadReport(model="embed", mode="open", protocol="grpc", records=Records.from_list(recs),
+                          wall_s=1.0, client_cpu_s=0.0)
+    ok = report([None] * 10)
+    assert require_answers(ok, "light") is ok
+    refused = report([None] * 9 + ["[StatusCode.UNAVAILABLE] exceeds maximum queue size"])
+    assert require_answers(refused, "light") is refused  # a scheduler's refusal is an answer
+    gone = report([None] * 9 + ["[StatusCode.UNAVAILABLE] failed to connect to all addresses: Connection refused"])
+    with pytest.raises(BenchError, match="stopped answering"):
+        require_answers(gone, "light")
+    late = report([None] * 9 + ["[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"])
+    with pytest.raises(BenchError, match=r"light: 1 of 10 requests failed \(\[StatusCode.DEADLINE_EXCEEDED\]"):
+        require_answers(late, "light")
+    with pytest.raises(BenchError, match="10 of 10"):
+        require_answers(report(["[StatusCode.INTERNAL] model crashed"] * 10), "medium")
+    one_bad = report([None] * 9 + ["[StatusCode.INTERNAL] model crashed"])
+    assert require_answers(one_bad, "medium") is one_bad  # a failed answer is counted by the level, not fatal

@@ -1,7 +1,7 @@
 """`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
 
 Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
-models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about seven).
+models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about five).
 Errors: one line on stderr, exit status 2.
 """
 
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--lm", choices=continuous.LMS, default="decode",
                    help="decode: every way on the decode model's wider LM (default); default: the course's models")
     f = sub.add_parser("fidelity", help="simulator predictions vs measurements: embed (dynamic), then lm_stream (continuous)")
-    f.add_argument("--level-s", type=float, default=24.0)
+    f.add_argument("--level-s", type=float, default=12.0)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
                    help="segments per level, interleaved with as many runs at its rate")

@@ -22,6 +22,24 @@ class BenchError(Exception):
     """A benchmark cannot run (missing model, server failure); the CLI prints it in one line."""
 
 
+STOPPED_ANSWERING = ("deadline exceeded", "client timeout", "connection refused", "failed to connect")
+"""Lower-case fragments of the errors a server that stopped answering gives (seen here: Triton 2.51's
+gRPC frontend stopped answering while HTTP still did, as in triton-inference-server/server#6899)."""
+
+
+def require_answers(rep: Any, what: str) -> Any:
+    """`rep` when its server kept answering; BenchError (one line) when every request failed or any
+    failed the way a server that stopped answering fails (`STOPPED_ANSWERING`), so a benchmark stops
+    at once instead of waiting out one client timeout per request for minutes."""
+    kinds = rep.records.errors()
+    stuck = [k for k in kinds if any(f in k.lower() for f in STOPPED_ANSWERING)]
+    if stuck or (rep.n and rep.n_ok == 0):
+        first = (stuck or list(kinds) or ["no answer"])[0]
+        raise BenchError(f"{what}: {rep.n_errors} of {rep.n} requests failed ({first}); the server stopped "
+                         "answering: rerun the benchmark")
+    return rep
+
+
 def log(msg: str) -> None:
     """Progress for the human: stderr only (stdout carries exactly one JSON object)."""
     print(f"[bench] {msg}", file=sys.stderr, flush=True)

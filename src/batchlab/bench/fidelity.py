@@ -67,7 +67,7 @@ import numpy as np
 from batchlab.bench import fidelity_cb
 from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIVITY, BenchError, CpuWatch, Timer,
                                    bench_server, embed_prompts, embed_source, interleaved_order, log, machine,
-                                   not_reproducible, r3, replicate, split_schedule, verdict)
+                                   not_reproducible, r3, replicate, require_answers, split_schedule, verdict)
 from batchlab.load import pool_reports, poisson_arrivals, run_closed_loop, run_open_loop
 from batchlab.probe.batch_time import isotonic, service_model, smoothed_table
 from batchlab.sim.dynamic import simulate_dynamic
@@ -527,14 +527,13 @@ def predict_variable(segments: Sequence[np.ndarray], make: Any, overhead_ms: flo
     return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
 
 
-def run(level_s: float = 24.0, calib_s: float = 2.0, seed: int = 0, continuous: bool = True,
+def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: bool = True,
         cb_level_s: float = 20.0, at_rate_s: float | None = None, rounds: int = INTERLEAVE_ROUNDS) -> dict[str, Any]:
     """Calibrate, predict, measure (embed; then lm_stream, `fidelity_cb`); return the benchmark's JSON object.
 
     Each level's `level_s` schedule is run in `rounds` segments, interleaved with `rounds` runs at
     its rate (`at_rate_s` in all, as long as the level unless given) that calibrate the batch sizes
-    it executes. 24 s a level: measured at 12 s, the p99 of the runs at a level's rate and of the
-    level itself, the same load measured twice, differed by up to 23 %.
+    it executes.
 
     `goal_met` needs both parts: every embed level and every lm_stream load within its goals, and
     neither run on a busy machine.
@@ -564,13 +563,14 @@ def run(level_s: float = 24.0, calib_s: float = 2.0, seed: int = 0, continuous: 
             for j, kind in enumerate(interleaved_order(rounds)):
                 if kind == "A":
                     with trace:
-                        a_reps.append(run_open_loop(server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s / rounds,
-                                                    warmup_s=SEGMENT_WARMUP_S, seed=seed + 2000 + 50 * k + j,
-                                                    progress=False, warn=False))
+                        a_reps.append(require_answers(run_open_loop(
+                            server, EMBED_MODEL, src, rate=rate, duration_s=at_rate_s / rounds,
+                            warmup_s=SEGMENT_WARMUP_S, seed=seed + 2000 + 50 * k + j, progress=False, warn=False),
+                            f"{name}: a run at its rate"))
                 else:
-                    l_reps.append(run_open_loop(server, EMBED_MODEL, src, arrivals=segments[li],
-                                                warmup_s=SEGMENT_WARMUP_S, seed=seed + 100 + 50 * k + j,
-                                                progress=False, warn=False, label=name))
+                    l_reps.append(require_answers(run_open_loop(
+                        server, EMBED_MODEL, src, arrivals=segments[li], warmup_s=SEGMENT_WARMUP_S,
+                        seed=seed + 100 + 50 * k + j, progress=False, warn=False, label=name), f"{name}: a segment"))
                     li += 1
             at, rep = pool_reports(a_reps), pool_reports(l_reps, label=name)
             at_got = trace.read()

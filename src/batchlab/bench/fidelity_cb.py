@@ -74,8 +74,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIVITY, BenchError, CpuWatch, Timer,
-                                   bench_server, interleaved_order, log, machine, r3, replicate, split_schedule,
-                                   verdict)
+                                   bench_server, interleaved_order, log, machine, r3, replicate, require_answers,
+                                   split_schedule, verdict)
 from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
@@ -416,6 +416,7 @@ def timed_run(server: Any, prompts: list[np.ndarray], lengths: np.ndarray,
     runner = run_open_loop if "arrivals" in kw else run_closed_loop
     rep = runner(server, MODEL, stream_source(prompts, lengths, sink), protocol="grpc-stream", stats=False,
                  progress=False, record_token_times=True, **kw)
+    require_answers(rep, f"lm_stream {kw.get('label') or 'run'}")
     return rep, _collect(rep, sink, prompts), sink
 
 
