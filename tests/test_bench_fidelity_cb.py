@@ -48,12 +48,15 @@ def engine_records(arrivals, prompts, outputs, cost=TRUE, max_active=8, jitter_u
     return times, {i: np.array(v) for i, v in rows.items()}, dict(enumerate(prompts))
 
 
-def test_rebuild_and_fit_recover_a_known_step_cost():
-    rng = np.random.default_rng(1)
-    n = 300
+def poisson_workload(seed, n, max_output):
+    """Poisson arrivals at 60/s, prompts of 9-25 tokens, outputs of 1..max_output-1 tokens."""
+    rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / 60.0, n))
-    prompts = [int(x) for x in rng.integers(9, 26, n)]
-    outputs = [int(x) for x in rng.integers(1, 60, n)]
+    return (arrivals, [int(x) for x in rng.integers(9, 26, n)], [int(x) for x in rng.integers(1, max_output, n)])
+
+
+def test_rebuild_and_fit_recover_a_known_step_cost():
+    arrivals, prompts, outputs = poisson_workload(1, 300, 60)
     times, rows, plen = engine_records(arrivals, prompts, outputs)
     steps = fcb.rebuild_steps(times, rows, plen)
     assert steps["timed"].sum() > 0.8 * steps["t"].size
@@ -217,11 +220,7 @@ def test_pooled_segments_add_tokens_and_spans():
 
 
 def test_step_time_vs_fit_reads_a_slower_engine():
-    rng = np.random.default_rng(3)
-    n = 200
-    arrivals = np.cumsum(rng.exponential(1 / 60.0, n))
-    prompts = [int(x) for x in rng.integers(9, 26, n)]
-    outputs = [int(x) for x in rng.integers(1, 40, n)]
+    arrivals, prompts, outputs = poisson_workload(3, 200, 40)
     steps = fcb.rebuild_steps(*engine_records(arrivals, prompts, outputs))
     # a step is timed first token to first token; the client's small per-token delivery offsets stay out
     assert fcb.step_time_vs_fit(steps, TRUE) == pytest.approx(0.0, abs=0.01)

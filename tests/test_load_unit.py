@@ -395,3 +395,19 @@ def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
         warnings.simplefilter("error", ClientFellBehind)
         rep = run_open_loop(server, "m", spec, rate=100.0, n_requests=20, stats=False, progress=False)
     assert rep.client_fell_behind() is False
+
+
+def test_settled_stats_waits_until_the_counts_stop_moving(monkeypatch) -> None:
+    # the success count is already complete, but the last iterations are counted a moment later
+    reads = iter([(5, 40, 30), (5, 47, 33), (5, 48, 34), (5, 48, 34), (5, 99, 99)])
+
+    def fake_fetch(url: str, model: str) -> ModelStats:
+        ok, inf, ex = next(reads)
+        return ModelStats(model=model, inference_count=inf, execution_count=ex, phases={"success": (ok, ok * 1000)})
+    monkeypatch.setattr(runner, "fetch_stats", fake_fetch)
+
+    class Server:
+        http_url = "127.0.0.1:9"
+    before = ModelStats(model="m")
+    after = asyncio.run(runner.settled_stats(Server(), "m", before, expect=5))
+    assert (after.inference_count, after.execution_count) == (48, 34)

@@ -100,17 +100,24 @@ async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple
 
 
 async def settled_stats(server: Any, model: str, before: ModelStats, expect: int, timeout: float = 2.0) -> ModelStats:
-    """Statistics after a run, re-read until they count `expect` successful requests (or `timeout`).
+    """Statistics after a run, re-read until they count `expect` successful requests and two reads in
+    a row agree on the inference and execution counts (or `timeout`).
 
     The server updates its counters when a request is released, which can be a moment after the
-    client has its answer; reading once right away could miss the last few.
+    client has its answer; reading once right away could miss the last few. The success count alone
+    is not enough for an iterative sequence, whose executions are counted per iteration: a test
+    once saw 1 % fewer inferences than tokens streamed.
     """
     deadline = time.monotonic() + timeout
+    prev: ModelStats | None = None
     while True:
         after = await _in_thread(fetch_stats, server.http_url, model)
         d = after - before
-        if d.success >= expect or time.monotonic() > deadline:
+        stable = prev is not None and (after.inference_count, after.execution_count) == (
+            prev.inference_count, prev.execution_count)
+        if (d.success >= expect and stable) or time.monotonic() > deadline:
             return after
+        prev = after
         await asyncio.sleep(0.05)
 
 
