@@ -281,6 +281,33 @@ def test_lm_stream_batches_inside_the_model_and_matches_solo():
     model.finalize()
 
 
+def test_lm_stream_cancel_check_asks_the_running_and_a_few_waiting_in_turn():
+    from batchlab.lm import FCFSAdmission
+    from batchlab.models.lm_stream import CANCEL_CHECK_WAITING as K
+
+    model = make("lm_stream")
+    model.cancel_check_s = float("inf")  # the scheduler thread never checks; the test does
+    model.batcher.policy = FCFSAdmission(max_active=1, kv_token_budget=4096)
+    reqs = [fake_pb.Request(gen_inputs(encode("一口锅"), 250, batched=False, ignore_eos=True)) for _ in range(30)]
+    asked: list[int] = []
+    for k, r in enumerate(reqs):
+        r.sender.is_cancelled = (lambda k=k, real=r.sender.is_cancelled: asked.append(k) or real())
+    model.execute(reqs)
+    deadline = time.monotonic() + 10
+    while not reqs[0].sender.sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    model._check_cancelled()  # one check: the running request and K of the 29 waiting, not all 30
+    assert asked[0] == 0 and len(asked) == 1 + K and len(set(asked)) == 1 + K
+    reqs[-1].sender.cancel()  # the last in the queue: reached within ceil(29 / K) checks
+    asked.clear()
+    for _ in range(-(-29 // K)):
+        model._check_cancelled()
+    assert set(asked) == set(range(30)) and len(asked) <= -(-29 // K) * (1 + K)
+    assert all(sender is not reqs[-1].sender for _, sender in model.senders.values())
+    assert model.batcher.n_waiting == 28
+    model.finalize()
+
+
 def test_lm_stream_errors_cancel_and_budget():
     from batchlab.lm import FCFSAdmission
 

@@ -7,7 +7,9 @@ of reserved KV tokens, both config parameters) admits waiting sequences (at most
 `max_waiting` may wait; more are refused); one forward pass then
 prefills the admitted ones and decodes all active ones; each sequence's token is streamed at
 once, with the FINAL flag at <eos> or MAX_TOKENS. A sequence whose client cancelled is dropped
-and its KV cache freed.
+and its KV cache freed: every `cancel_check_ms` (20) the scheduler asks Triton whether each
+running request and `CANCEL_CHECK_WAITING` of the waiting ones (in turn) were cancelled, so a
+check costs the same however long the queue is.
 
 Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
 IGNORE_EOS BOOL [1]. Outputs per streamed response (INT32 [1] each): TOKEN, INDEX (0-based
@@ -30,6 +32,15 @@ from batchlab.models._gen_inputs import generation_limits, read_sequences
 from batchlab.models.base import LMModelBase
 
 
+CANCEL_CHECK_WAITING = 8
+"""Waiting requests asked about cancellation per check, taking turns (the running ones are asked
+every check). Each `is_cancelled` is a round trip to the Triton process; asking every waiting one
+every 20 ms made each step slower the longer the queue was. Measured with 100 requests kept
+waiting (closed loop at concurrency 108): 8-sequence decode steps 8.9-9.7 ms against 5.9-6.1 ms
+with none waiting, tokens/s 755-804 against 1123-1164; asking 8 in turn, 6.0-6.4 ms and
+1095-1159 tokens/s. Near capacity the old polling let a queue grow because it was long."""
+
+
 class TritonPythonModel(LMModelBase):
     """Triton entry point of `lm_stream`."""
 
@@ -44,6 +55,7 @@ class TritonPythonModel(LMModelBase):
             self.lm, policy, max_waiting=int_param(self.params, "max_waiting", 256, 1))
         self.senders: dict[int, tuple[object, object]] = {}  # id(seq) -> (seq, sender)
         self.ids = itertools.count(1)
+        self._cancel_turn = 0  # seq_id of the last waiting request asked; the next check goes on after it
         self.cond = threading.Condition()
         self.stopping = False
         self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
@@ -89,7 +101,17 @@ class TritonPythonModel(LMModelBase):
             pass  # the client is gone
 
     def _check_cancelled(self) -> None:
-        for key, (seq, sender) in list(self.senders.items()):
+        running = {id(s) for s in list(self.batcher.active)}
+        entries = list(self.senders.items())
+        queued = [e for e in entries if e[0] not in running]
+        ask = [e for e in entries if e[0] in running]
+        if queued:  # in arrival order (seq_id), from where the last check stopped, wrapping round
+            queued.sort(key=lambda e: e[1][0].seq_id)
+            after = [e for e in queued if e[1][0].seq_id > self._cancel_turn]
+            turn = (after + queued[:len(queued) - len(after)])[:CANCEL_CHECK_WAITING]
+            ask += turn
+            self._cancel_turn = turn[-1][1][0].seq_id
+        for key, (seq, sender) in ask:
             try:
                 gone = sender.is_cancelled()
             except Exception:
