@@ -248,3 +248,53 @@ def test_served_by_next_step_marks_who_waited_for_a_slot():
     # one slot: the first request is served at once, the second waits for it, the third finds it free
     sim = fcb._simulate(np.array([0.0, 0.001, 0.5]), np.array([4, 4, 4]), np.array([3, 3, 3]), cost, pol)
     assert fcb.served_by_next_step(sim).tolist() == [True, False, True]
+
+
+def _steps(durations_us, decode=4, context=100):
+    n = len(durations_us)
+    return {"timed": np.ones(n, bool), "duration": np.asarray(durations_us, float) * 1e-6,
+            "decode_seqs": np.full(n, float(decode)), "prefill_tokens": np.zeros(n),
+            "context_tokens": np.full(n, float(context)), "prefill_seqs": np.zeros(n)}
+
+
+def test_step_variability_draws_measured_steps_in_blocks():
+    unit = TRUE.iteration_time(0, 4, 100) * 1e6
+    runs = fcb.step_variability([_steps([unit * (2.0 if (k // 100) % 2 else 1.0) for k in range(600)])], TRUE)
+    assert runs["model"].block == fcb.STEP_BLOCK and runs["json"]["model"] == "block_resampled"
+    assert runs["json"]["autocorrelation_of_log_time_over_fit"]["lag1"] > 0.9
+    assert runs["model"].ratios[0] < runs["model"].ratios[150]  # measured order kept, rescaled to mean 1
+    # receive jitter: a late token lengthens one gap and shortens the next; blocks keep the pairs
+    late = np.tile([1.3, 0.7], 300) * unit
+    jit = fcb.step_variability([_steps(late)], TRUE)
+    assert jit["json"]["autocorrelation_of_log_time_over_fit"]["lag1"] < -0.9
+    assert jit["json"]["cv"] == pytest.approx(0.3, rel=0.01) and jit["model"].block == fcb.STEP_BLOCK
+    draw = jit["model"].sampler()
+    sums = [sum(draw() for _ in range(fcb.STEP_BLOCK)) for _ in range(40)]  # one block each
+    assert np.std(sums) < 0.5  # ~0 (an odd start shifts the pairs by one); drawn one at a time: ~2.1
+    # untimed, unfinished and zero-length gaps are left out
+    st = _steps([unit, unit, 0.0, float("nan"), unit * 3])
+    st["timed"][1] = False
+    assert fcb.step_variability([st], TRUE)["json"]["steps"] == 2
+
+
+def test_predict_segments_fixed_and_variable():
+    rng = np.random.default_rng(3)
+    segs = []
+    for j in range(2):
+        arr = np.cumsum(rng.exponential(1 / 40.0, 300))
+        segs.append((arr, [np.zeros(int(x)) for x in rng.integers(9, 26, 300)], rng.integers(1, 60, 300)))
+    over = {"idle": np.array([0.004]), "busy": np.array([0.001])}
+    policy = {"max_active": 8, "kv_token_budget": 4096}
+    fixed = fcb.predict_segments(segs, TRUE, policy, over, seed=1)
+    sims = [fcb._simulate(a, np.array([len(x) for x in p]), o, TRUE, policy) for a, p, o in segs]
+    pooled = fcb.pool_continuous(sims)
+    assert fixed["tokens_per_s"] == pytest.approx(pooled["tokens_per_s"])
+    assert fixed["sim_ttft_p99_ms"] == pytest.approx(np.percentile(pooled["ttft_s"], 99) * 1e3)
+    assert fixed["ttft_p50"] >= fixed["sim_ttft_p50_ms"] + 1.0 - 1e-9  # every request pays >= 1 ms overhead
+    unit = TRUE.iteration_time(0, 4, 100) * 1e6
+    slow_runs = fcb.step_variability([_steps([unit * (2.5 if (k // 100) % 3 == 2 else 1.0) for k in range(900)])],
+                                     TRUE)["model"]
+    var = fcb.predict_segments(segs, slow_runs, policy, over, seed=1)
+    assert var == fcb.predict_segments(segs, slow_runs, policy, over, seed=1)  # seeded
+    assert var["ttft_p99"] > 1.2 * fixed["ttft_p99"]  # runs of slow steps queue the requests behind them
+    assert var["tokens_per_s"] == pytest.approx(fixed["tokens_per_s"], rel=0.1)  # the offered load is served

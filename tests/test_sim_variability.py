@@ -1,11 +1,11 @@
-"""Seeded service-time variability (`Lognormal`): mean kept, tail heavier, reproducible, fixed time the default."""
+"""Seeded service-time variability (`Lognormal`, `Resampled`, `ResampledSteps`): mean kept, tail heavier, reproducible, fixed time the default."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from batchlab.sim import Affine, Lognormal, Resampled, simulate_dynamic
+from batchlab.sim import Affine, Lognormal, Resampled, ResampledSteps, TokenCost, simulate_continuous, simulate_dynamic
 from batchlab.sim.workload import poisson
 
 BASE = Affine(2000.0, 150.0)
@@ -147,3 +147,62 @@ def test_decode_table_cost_uses_its_table_then_the_linear_terms() -> None:
     assert c.padded_decode_time(2, 4, 2) == pytest.approx(c.iteration_time(0, 2, 10) + c.iteration_time(0, 2, 12))
     with pytest.raises(ValueError, match="decode_us"):
         DecodeTableCost(prefill_per_token=1.0, decode_base=1.0, decode_per_seq=1.0, decode_us=(1.0, float("nan")))
+
+
+STEP = TokenCost(prefill_per_token=50.0, decode_base=2000.0, decode_per_seq=400.0, context_per_token=1.0)
+
+
+def _cb_workload(n: int = 3000, rate: float = 35.0, seed: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return poisson(rate, n, seed=seed), rng.integers(9, 26, n), rng.integers(1, 60, n)
+
+
+def test_resampled_steps_keep_the_mean_step_and_are_seeded() -> None:
+    steps = ResampledSteps(STEP, (0.5, 1.0, 1.5, 3.0), seed=2)
+    assert sum(steps.ratios) / 4 == pytest.approx(1.0)  # rescaled to mean 1
+    assert steps.iteration_time(10, 3, 40) == STEP.iteration_time(10, 3, 40)  # the mean model's time
+    a, b = steps.sampler(), steps.sampler()
+    xa = [a() for _ in range(200)]
+    assert xa == [b() for _ in range(200)] and set(xa) <= set(steps.ratios)
+    arr, p, o = _cb_workload()
+    kw = dict(max_active=8, warmup=0.0)
+    fixed = simulate_continuous(arr, p, o, STEP, **kw)
+    flat = simulate_continuous(arr, p, o, ResampledSteps(STEP, (1.0, 1.0)), **kw)  # no spread: the fixed model
+    assert np.array_equal(fixed.batches["end"], flat.batches["end"])
+    flat_ctx = TokenCost(prefill_per_token=50.0, decode_base=2000.0, decode_per_seq=400.0)  # no context term
+    var = simulate_continuous(arr, p, o, ResampledSteps(flat_ctx, steps.ratios, seed=2), **kw)
+    dur = var.batches["end"] - var.batches["start"]
+    mean = np.array([flat_ctx.iteration_time(int(pt), int(d)) for pt, d in
+                     zip(var.batches["prefill_tokens"], var.batches["decode_seqs"])])
+    x = dur / mean  # each step: its mean time times one of the ratios, about equally often
+    assert np.isclose(x[:, None], np.array(steps.ratios)[None, :]).any(axis=1).all()
+    assert x.mean() == pytest.approx(1.0, rel=0.05)
+    again = simulate_continuous(arr, p, o, ResampledSteps(flat_ctx, steps.ratios, seed=2), **kw)
+    assert np.array_equal(var.records["finish"], again.records["finish"])
+
+
+def test_resampled_steps_in_blocks_fatten_the_ttft_tail() -> None:
+    # measured in time order: 300 normal steps, then 300 slow ones, then 300 normal
+    seq = [(0, 4, 100, STEP.iteration_time(0, 4, 100) * 1e6 * (2.0 if 300 <= k < 600 else 1.0)) for k in range(900)]
+    blocks = ResampledSteps.fit_sequence(STEP, seq, block=100, seed=1)
+    assert blocks.block == 100 and blocks.ratios[0] < blocks.ratios[400]  # order kept
+    arr, p, o = _cb_workload(rate=44.0)
+    ttft = [np.nanpercentile(simulate_continuous(arr, p, o, m, max_active=8).records["first_token"]
+                             - arr, 99) for m in (STEP, ResampledSteps(STEP, blocks.ratios, seed=1), blocks)]
+    assert ttft[2] > 1.2 * ttft[1] > 1.2 * ttft[0]  # a run of slow steps queues more than scattered ones
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mean=BASE, ratios=[1.0, 2.0]), "TokenCost"),
+    (dict(mean=STEP, ratios=[1.0]), "at least 2"),
+    (dict(mean=STEP, ratios=[1.0, 0.0]), "ratios"),
+    (dict(mean=STEP, ratios=[1.0, 2.0], block=0), "block"),
+])
+def test_resampled_steps_bad_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ResampledSteps(**kwargs)
+
+
+def test_continuous_simulator_refuses_a_batch_level_model() -> None:
+    with pytest.raises(ValueError, match="TokenCost"):
+        simulate_continuous([0.0], [9], [3], BASE, max_active=8)

@@ -1,7 +1,7 @@
 """`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
 
 Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
-models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about five).
+models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about eight).
 Errors: one line on stderr, exit status 2.
 """
 
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="segments per level, interleaved with as many runs at its rate")
     f.add_argument("--no-continuous", action="store_true", help="skip the lm_stream part (then goal_met covers embed only)")
     g = sub.add_parser("fidelity-cb", help="only the lm_stream part of fidelity (continuous batching)")
-    g.add_argument("--level-s", type=float, default=20.0)
+    g.add_argument("--level-s", type=float, default=fidelity_cb.LEVEL_S)
     g.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
                    help="segments per load, interleaved with as many open loops at its rate")
     g.add_argument("--seed", type=int, default=0)

@@ -264,6 +264,19 @@ SENSITIVITY = 0.05
 longer: how far an error of that size (the machine's speed drifting between runs) moves the figures."""
 
 
+SIM_DRAWS = 11
+"""Seeded simulations per load with variable batch (step) times; the prediction is their median."""
+AUTOCORR_MIN = 0.1
+"""Executions (steps) whose lag-1 autocorrelation of log time / mean time is at least this are drawn in blocks."""
+
+
+def autocorrelation(x: np.ndarray, lags: Sequence[int] = (1, 10, 50)) -> dict[str, float]:
+    """Autocorrelation of `x` at each lag (NaN where `x` is too short)."""
+    x = np.asarray(x, float) - np.mean(x)
+    den = float(np.dot(x, x))
+    return {f"lag{k}": (float(np.dot(x[:-k], x[k:])) / den if 0 < k < x.size and den > 0 else math.nan) for k in lags}
+
+
 def replicate(other: Mapping[str, float], meas: Mapping[str, float], goals: Mapping[str, float]) -> dict[str, Any]:
     """Figures of the runs at a load's rate (own seeds, interleaved with the measured ones, as long in
     all) next to the measured ones, for each key of `goals` (its allowed relative error): (other -

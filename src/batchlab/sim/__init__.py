@@ -5,7 +5,7 @@ Modules, one concept each:
 * `workload` — arrival times (Poisson, constant, MMPP / on-off, rate curve, trace) and token
   lengths (`lengths`: uniform, capped exponential, empirical, fixed);
 * `service` — execution-time models: `Affine`, `Table`, `TokenCost` (and `DecodeTableCost`), `Lognormal` and `Resampled`
-  (seeded variability);
+  (seeded variability; `ResampledSteps` for forward passes);
 * `rule` — a dynamic-batcher setting and Triton's decision it gives (`BatchRule`), and the queue
   policy (`QueuePolicy`);
 * `engine` — the event heap;
@@ -23,13 +23,13 @@ from .nobatch import simulate_nobatch
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
 from .rule import BatchRule, QueuePolicy
 from .sequence import simulate_sequence
-from .service import Affine, DecodeTableCost, Lognormal, Resampled, Table, TokenCost
+from .service import Affine, DecodeTableCost, Lognormal, Resampled, ResampledSteps, Table, TokenCost
 from .static_generation import simulate_static_generation
 
 __all__ = [
     "simulate_dynamic", "simulate_rule", "simulate_nobatch", "simulate_static_generation", "simulate_sequence",
     "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Lognormal", "Resampled", "Table",
     "TokenCost",
-    "DecodeTableCost",
+    "DecodeTableCost", "ResampledSteps",
     "BatchRule", "QueuePolicy",
 ]

@@ -172,6 +172,35 @@ class Lognormal(_AroundMean):
         return cls(mean, float(np.sqrt(np.expm1(ss / dof))), seed)
 
 
+def _ratios(name: str, ratios: Sequence[float]) -> tuple[float, ...]:
+    """Measured time / mean-model time ratios, checked and rescaled to mean 1."""
+    r = times_array(name, ratios, sorted_required=False)
+    if r.size < 2 or np.any(r <= 0):
+        raise ValueError(f"{name} needs at least 2 values, all > 0")
+    return tuple(float(x) for x in r / r.mean())
+
+
+def ratio_sampler(ratios: Sequence[float], block: int, seed: int) -> Callable[[], float]:
+    """A fresh seeded draw function ``draw() -> ratio`` over measured ratios: with replacement
+    (``block`` = 1), or ``block`` consecutive ones from each random start (a block bootstrap, which
+    keeps runs of slow executions together). The same seed gives the same sequence."""
+    rng = rng_of(seed)
+    pool = np.asarray(ratios, dtype=np.float64)
+    block = min(block, pool.size)
+    if block == 1:
+        return lambda: float(pool[rng.integers(pool.size)])
+    at = [0, 0]  # next index, draws left in this block
+
+    def draw_block() -> float:
+        if at[1] == 0:
+            at[0], at[1] = int(rng.integers(pool.size - block + 1)), block
+        x = pool[at[0]]
+        at[0] += 1
+        at[1] -= 1
+        return float(x)
+    return draw_block
+
+
 @dataclass(frozen=True)
 class Resampled(_AroundMean):
     """Batch times that vary like measured ones, seeded: t(b) · X with X drawn from measured ratios.
@@ -198,10 +227,7 @@ class Resampled(_AroundMean):
         check_batch_service(self.mean)
         if hasattr(self.mean, "sampler"):
             raise ValueError("mean must be a fixed-time model (Affine or Table), not a variable one")
-        r = times_array("ratios", self.ratios, sorted_required=False)
-        if r.size < 2 or np.any(r <= 0):
-            raise ValueError("ratios needs at least 2 values, all > 0")
-        object.__setattr__(self, "ratios", tuple(float(x) for x in r / r.mean()))
+        object.__setattr__(self, "ratios", _ratios("ratios", self.ratios))
         object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
         object.__setattr__(self, "block", integer("block", self.block, lo=1))
 
@@ -212,24 +238,12 @@ class Resampled(_AroundMean):
 
     def sampler(self) -> Callable[[int], float]:
         """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
-        rng = rng_of(self.seed)
-        pool = np.asarray(self.ratios)
+        factor = ratio_sampler(self.ratios, self.block, self.seed)
         mean = self.mean
-        block = min(self.block, pool.size)
-        if block == 1:
-            def draw(b: int) -> float:
-                return mean.time(b) * float(pool[rng.integers(pool.size)])
-            return draw
-        at = [0, 0]  # next index, draws left in this block
 
-        def draw_block(b: int) -> float:
-            if at[1] == 0:
-                at[0], at[1] = int(rng.integers(pool.size - block + 1)), block
-            x = pool[at[0]]
-            at[0] += 1
-            at[1] -= 1
-            return mean.time(b) * float(x)
-        return draw_block
+        def draw(b: int) -> float:
+            return mean.time(b) * factor()
+        return draw
 
     @classmethod
     def fit(cls, mean: BatchService, samples_us: Mapping[int, Sequence[float]], seed: int = 0) -> "Resampled":
@@ -347,3 +361,51 @@ class DecodeTableCost(TokenCost):
         """Seconds for ``steps`` padded decode steps of ``batch`` sequences (see `TokenCost`)."""
         return sum(self.iteration_time(0, batch, batch * (max_prompt + k)) for k in range(1, max(steps, 0) + 1))
 
+
+@dataclass(frozen=True)
+class ResampledSteps:
+    """Forward-pass times that vary like measured ones, seeded: ``mean.iteration_time(...) · X``
+    with X drawn from measured ratios (measured step duration / the `TokenCost`'s price for it).
+
+    The continuous-batching counterpart of `Resampled`: `iteration_time` gives the mean model's
+    (capacity and derivations unchanged); `simulate_continuous` calls `sampler` for one draw per
+    iteration. ``ratios`` are rescaled to mean 1; with ``block`` > 1 they are drawn ``block``
+    consecutive ones at a time in their measured order (runs of slow steps stay together, and so
+    does a step measured long by a late token with the short one after it). `fit_sequence`
+    builds it from steps in time order.
+    """
+
+    mean: TokenCost
+    ratios: tuple[float, ...]
+    seed: int = 0
+    block: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mean, TokenCost):
+            raise ValueError(f"mean must be a TokenCost, got {type(self.mean).__name__}")
+        object.__setattr__(self, "ratios", _ratios("ratios", self.ratios))
+        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
+        object.__setattr__(self, "block", integer("block", self.block, lo=1))
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of X (of one step's time)."""
+        return float(np.std(self.ratios))
+
+    def iteration_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
+        """Mean seconds for one forward pass (the mean model's)."""
+        return self.mean.iteration_time(prefill_tokens, decode_seqs, context_tokens)
+
+    def sampler(self) -> Callable[[], float]:
+        """A fresh seeded draw function ``draw() -> X`` (multiply a step's mean time by it)."""
+        return ratio_sampler(self.ratios, self.block, self.seed)
+
+    @classmethod
+    def fit_sequence(cls, mean: TokenCost, steps: Sequence[tuple[int, int, int, float]], block: int,
+                     seed: int = 0) -> "ResampledSteps":
+        """The ratios of steps given in time order as (prefill tokens, decoding sequences, context
+        tokens, measured microseconds), kept in that order and drawn ``block`` at a time."""
+        if len(steps) < 2:
+            raise ValueError("steps needs at least 2 measured steps")
+        r = [float(us) * US / mean.iteration_time(int(p), int(d), int(c)) for p, d, c, us in steps]
+        return cls(mean, tuple(r), seed, block)
