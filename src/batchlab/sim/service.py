@@ -201,8 +201,27 @@ def ratio_sampler(ratios: Sequence[float], block: int, seed: int) -> Callable[[]
     return draw_block
 
 
+class _MeasuredRatios:
+    """Shared by `Resampled` and `ResampledSteps`: measured ratios X (rescaled to mean 1), a seed and
+    a block length for drawing them."""
+
+    ratios: tuple[float, ...]
+    seed: int
+    block: int
+
+    def _check_ratios(self) -> None:
+        object.__setattr__(self, "ratios", _ratios("ratios", self.ratios))
+        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
+        object.__setattr__(self, "block", integer("block", self.block, lo=1))
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of X (of one execution's or step's time)."""
+        return float(np.std(self.ratios))
+
+
 @dataclass(frozen=True)
-class Resampled(_AroundMean):
+class Resampled(_AroundMean, _MeasuredRatios):
     """Batch times that vary like measured ones, seeded: t(b) · X with X drawn from measured ratios.
 
     ``ratios`` are measured execution times divided by the mean model's t(b) (any batch size),
@@ -227,14 +246,7 @@ class Resampled(_AroundMean):
         check_batch_service(self.mean)
         if hasattr(self.mean, "sampler"):
             raise ValueError("mean must be a fixed-time model (Affine or Table), not a variable one")
-        object.__setattr__(self, "ratios", _ratios("ratios", self.ratios))
-        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
-        object.__setattr__(self, "block", integer("block", self.block, lo=1))
-
-    @property
-    def cv(self) -> float:
-        """Coefficient of variation of X (of one execution's time)."""
-        return float(np.std(self.ratios))
+        self._check_ratios()
 
     def sampler(self) -> Callable[[int], float]:
         """A fresh seeded draw function ``draw(b) -> seconds``; the same seed gives the same sequence."""
@@ -363,7 +375,7 @@ class DecodeTableCost(TokenCost):
 
 
 @dataclass(frozen=True)
-class ResampledSteps:
+class ResampledSteps(_MeasuredRatios):
     """Forward-pass times that vary like measured ones, seeded: ``mean.iteration_time(...) · X``
     with X drawn from measured ratios (measured step duration / the `TokenCost`'s price for it).
 
@@ -383,14 +395,7 @@ class ResampledSteps:
     def __post_init__(self) -> None:
         if not isinstance(self.mean, TokenCost):
             raise ValueError(f"mean must be a TokenCost, got {type(self.mean).__name__}")
-        object.__setattr__(self, "ratios", _ratios("ratios", self.ratios))
-        object.__setattr__(self, "seed", integer("seed", self.seed, lo=0))
-        object.__setattr__(self, "block", integer("block", self.block, lo=1))
-
-    @property
-    def cv(self) -> float:
-        """Coefficient of variation of X (of one step's time)."""
-        return float(np.std(self.ratios))
+        self._check_ratios()
 
     def iteration_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int = 0) -> float:
         """Mean seconds for one forward pass (the mean model's)."""
