@@ -1,7 +1,7 @@
 """`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
 
 Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
-models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about eight).
+models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about seven).
 Errors: one line on stderr, exit status 2.
 """
 
