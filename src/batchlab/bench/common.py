@@ -266,8 +266,6 @@ longer: how far an error of that size (the machine's speed drifting between runs
 
 SIM_DRAWS = 11
 """Seeded simulations per load with variable batch (step) times; the prediction is their median."""
-AUTOCORR_MIN = 0.1
-"""Executions (steps) whose lag-1 autocorrelation of log time / mean time is at least this are drawn in blocks."""
 
 
 def autocorrelation(x: np.ndarray, lags: Sequence[int] = (1, 10, 50)) -> dict[str, float]:

@@ -65,9 +65,10 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from batchlab.bench import fidelity_cb
-from batchlab.bench.common import (AUTOCORR_MIN, INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIVITY, SIM_DRAWS,
-                                   BenchError, CpuWatch, Timer, autocorrelation, bench_server, embed_prompts, embed_source, interleaved_order, log, machine,
-                                   not_reproducible, r3, replicate, require_answers, split_schedule, verdict)
+from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIVITY, SIM_DRAWS, BenchError, CpuWatch,
+                                   Timer, autocorrelation, bench_server, embed_prompts, embed_source, interleaved_order,
+                                   log, machine, not_reproducible, r3, replicate, require_answers, split_schedule,
+                                   verdict)
 from batchlab.load import pool_reports, poisson_arrivals, run_closed_loop, run_open_loop
 from batchlab.probe.batch_time import isotonic, service_model, smoothed_table
 from batchlab.sim.dynamic import simulate_dynamic
@@ -88,7 +89,6 @@ def busy_fraction(rep: Any) -> float:
     if st is None or rep.wall_s <= 0:
         return float("nan")
     return st.busy_seconds / rep.wall_s
-
 
 
 FRONTEND_STAMPS = (("GRPC_WAITREAD_END", "HTTP_RECV_END"), ("GRPC_SEND_END", "HTTP_SEND_END"))
@@ -261,6 +261,8 @@ measured ratios themselves are resampled (`Resampled`)."""
 BLOCK = 50
 """Executions per block when the measured ratios are drawn in their time order (`Resampled` with
 ``block``): measured, the autocorrelation of log time / t(b) falls to 0.04-0.08 by lag 50."""
+AUTOCORR_MIN = 0.1
+"""Executions whose lag-1 autocorrelation of log time / t(b) is at least this are drawn in blocks."""
 
 
 def fit_variability(service: Table, samples_us: Mapping[int, Sequence[float]],
@@ -516,7 +518,8 @@ def predict_variable(segments: Sequence[np.ndarray], make: Any, overhead_ms: flo
 
 
 def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: bool = True,
-        cb_level_s: float = fidelity_cb.LEVEL_S, at_rate_s: float | None = None, rounds: int = INTERLEAVE_ROUNDS) -> dict[str, Any]:
+        cb_level_s: float = fidelity_cb.LEVEL_S, at_rate_s: float | None = None,
+        rounds: int = INTERLEAVE_ROUNDS) -> dict[str, Any]:
     """Calibrate, predict, measure (embed; then lm_stream, `fidelity_cb`); return the benchmark's JSON object.
 
     Each level's `level_s` schedule is run in `rounds` segments, interleaved with `rounds` runs at
