@@ -107,55 +107,6 @@ def test_continuous_on_the_wide_lm_stages_private_copies(monkeypatch) -> None:
     assert all(out["same_tokens_as_generate"].values())
 
 
-def test_fidelity_small(monkeypatch) -> None:
-    """Its own embedded server (the trace file must be this benchmark's): traced calibration, private files."""
-    import stat
-
-    from batchlab.bench import fidelity
-
-    for var in ("TRITON_URL", "TRITON_GRPC_URL", "TRITON_METRICS_URL", "BATCHLAB_TRITON_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    modes: list[int] = []
-    read = fidelity.ExecutionTrace.read
-
-    def read_and_check(self):
-        files = sorted(self.path.parent.glob(self.path.name + ".*"))
-        modes.extend(stat.S_IMODE(f.stat().st_mode) for f in files)
-        return read(self)
-    monkeypatch.setattr(fidelity.ExecutionTrace, "read", read_and_check)
-    out = _json(fidelity.run(level_s=1.5, calib_s=0.5, at_rate_s=1.0, rounds=2,
-                             continuous=False))  # lm_stream part: test_bench_fidelity_cb
-    assert modes and set(modes) == {0o600}
-    assert set(out["levels"]) == {"light", "medium", "near_saturation"}
-    for cal in out["calibration"]["per_level"].values():
-        times = list(cal["batch_time_ms"].values())
-        assert times == sorted(times)  # the smoothed table never decreases
-        v = cal["variability"]
-        assert v["model"] in ("lognormal", "resampled", "block_resampled") and v["executions"] > 10 and v["measured_cv"] > 0
-        assert cal["overhead_spread"]["requests"] > 10
-        at = cal["at_rate_run"]
-        assert at["executions"] > 0 and set(at["batch_sizes_taken"]) <= {int(b) for b in at["batch_time_ms"]}
-        assert at["segments"] == 2 and at["duration_s"] == 1.0
-        assert at["other_sizes_scaled_by"] > 0
-        turn = cal["turnaround"]  # traced: the gaps between executions with work waiting
-        assert turn["gaps"] >= 0 and turn["turnaround_us"] >= 0
-    assert "interleaved ALLA" in out["calibration"]["runs"]
-    assert out["service_time_model"]["by_level"] == {n: c["variability"]["model"]
-                                                     for n, c in out["calibration"]["per_level"].items()}
-    for lv in out["levels"].values():
-        assert lv["errors"] == 0
-        assert set(lv["error_fixed_time"]) == {"throughput", "p50", "p99"}
-        assert lv["predicted_fixed_time"]["p99_ms"] > 0 and lv["p99_with_constant_overhead"]["predicted_ms"] > 0
-        assert set(lv["runs_at_its_rate_measured"]["difference"]) == {"p50", "p99"}
-        slow = lv["if_batches_5pct_slower"]  # the same prediction with every t(b) 5 % longer
-        assert slow["predicted"]["p99_ms"] > 0 and set(slow["change_vs_prediction"]) == {"p50_ms", "p99_ms"}
-        for k in ("throughput", "p50", "p99"):
-            assert lv["error"][k] == pytest.approx(
-                (lv["predicted"][f"{k}_rps" if k == "throughput" else f"{k}_ms"]
-                 - lv["measured"][f"{k}_rps" if k == "throughput" else f"{k}_ms"])
-                / lv["measured"][f"{k}_rps" if k == "throughput" else f"{k}_ms"], abs=2e-3)
-
-
 def test_client_small(via_env) -> None:
     from batchlab.bench.client import run
 
@@ -182,27 +133,3 @@ def test_calibration_helpers() -> None:
     assert c["at_batch"] == 8 and c["speedup"] == pytest.approx(8 * 4.5 / 15.0)
     with pytest.raises(ValueError, match="nothing to calibrate"):
         batch_table(ModelStats("m"))
-
-
-def test_batch_time_drift_compares_a_run_with_the_calibrated_table() -> None:
-    from batchlab.bench.fidelity import batch_time_drift
-    from batchlab.sim.service import Table
-
-    st = ModelStats("embed", 30, 20)
-    # 10 executions of 1 taking 4.4 ms each, 10 of 2 taking 5.5 ms each (compute_infer only)
-    st.batches = {1: {"compute_infer": (10, 44_000_000)}, 2: {"compute_infer": (10, 55_000_000)}}
-    tab = Table((1, 2), (4.0, 5.0), unit="ms")
-    assert batch_time_drift(st, tab) == pytest.approx(0.10)  # 10 % slower than calibrated
-    assert np.isnan(batch_time_drift(ModelStats("embed", 0, 0), tab))
-
-
-def test_at_rate_stats_take_the_sizes_that_run_executed_often() -> None:
-    from batchlab.bench.fidelity import at_rate_stats
-
-    pooled = ModelStats("embed", 100, 60)
-    pooled.batches = {1: {"compute_infer": (40, 160_000_000)}, 2: {"compute_infer": (20, 100_000_000)}}
-    at = ModelStats("embed", 30, 20)
-    at.batches = {1: {"compute_infer": (16, 80_000_000)}, 2: {"compute_infer": (4, 24_000_000)}}
-    merged, taken = at_rate_stats(pooled, at)
-    assert taken == [1] and merged.batches[1] == at.batches[1] and merged.batches[2] == pooled.batches[2]
-    assert pooled.batches[1] == {"compute_infer": (40, 160_000_000)}  # the input is not modified

@@ -216,30 +216,3 @@ def test_empty_and_single_request():
     res = simulate_dynamic([0.5], Affine(100, 0), 4)
     s = res.summary(warmup=0)
     assert s["latency_ms"]["mean"] == pytest.approx(0.1)
-
-
-@pytest.mark.parametrize("engine", BOTH)
-def test_turnaround_keeps_the_instance_busy_after_the_answer(engine):
-    # 1 ms executions, 0.5 ms turnaround: the request arriving at 1.2 ms waits for 1.5 ms, while
-    # the first request is still answered at 1 ms
-    a = np.array([0.0, 1.2]) * MS
-    res = simulate_dynamic(a, Affine(1000, 0), 8, engine=engine, turnaround_us=500)
-    assert (res.records["finish"] / MS).round(6).tolist() == [1.0, 2.5]
-    assert (res.records["start"] / MS).round(6).tolist() == [0.0, 1.5]
-    # with a turnaround, more requests pile up behind each execution: larger batches, less throughput
-    a = wl.poisson(2000.0, 5000, seed=3)
-    base = simulate_dynamic(a, Affine(400, 100), 16, engine=engine)
-    slow = simulate_dynamic(a, Affine(400, 100), 16, engine=engine, turnaround_us=200)
-    assert slow.summary()["batch_size_mean"] > base.summary()["batch_size_mean"]
-    assert slow.capacity_rps == pytest.approx(16 / (2000e-6 + 200e-6))
-    with pytest.raises(ValueError, match="turnaround_us"):
-        simulate_dynamic(a, Affine(400, 100), 16, turnaround_us=-1)
-
-
-@pytest.mark.parametrize("cfg", CONFIGS)
-def test_fast_and_event_engines_agree_with_a_turnaround(cfg):
-    a = wl.poisson(5000.0, 10_000, seed=13)
-    fast = simulate_dynamic(a, Affine(300, 100), engine="fast", turnaround_us=150, **cfg)
-    ev = simulate_dynamic(a, Affine(300, 100), engine="events", turnaround_us=150, **cfg)
-    assert np.array_equal(fast.records["start"], ev.records["start"])
-    assert np.array_equal(fast.records["finish"], ev.records["finish"])

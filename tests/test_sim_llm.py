@@ -5,7 +5,7 @@ import pytest
 
 from batchlab.sim import workload as wl
 from batchlab.sim.continuous import simulate_continuous
-from batchlab.sim.service import TokenCost
+from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
 COST = TokenCost(prefill_per_token=20, decode_base=8000, decode_per_seq=100)
@@ -134,3 +134,8 @@ def test_static_argument_errors():
         simulate_static_generation([0.0], [10], [0], COST, 4)
     with pytest.raises(ValueError, match="TokenCost"):
         simulate_static_generation([0.0], [10], [1], object(), 4)
+
+
+def test_continuous_simulator_refuses_a_batch_level_model() -> None:
+    with pytest.raises(ValueError, match="TokenCost"):
+        simulate_continuous([0.0], [9], [3], Affine(100, 10), max_active=8)

@@ -3,8 +3,7 @@
 ``python -m batchlab.bench dynamic``      decode and embed without / with dynamic batching (speedup, p95, ceilings)
 ``python -m batchlab.bench continuous``   request-level (static) vs continuous batching (lm_iterative, lm_stream;
                                           lm_step with --lm-step), interleaved rounds, median speedup
-``python -m batchlab.bench fidelity``     the simulator's predictions against the real server: embed (dynamic
-                                          batcher, variable batch times), then lm_stream (continuous batching)
-``python -m batchlab.bench fidelity-cb``  only the lm_stream part of fidelity
+``python -m batchlab.bench fidelity``     the simulator's predictions against the real server, each load measured
+                                          twice: embed (dynamic batcher) and lm_stream (continuous batching)
 ``python -m batchlab.bench client``       the load generator's own capacity (it must not be the bottleneck)
 """

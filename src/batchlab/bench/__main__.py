@@ -1,7 +1,7 @@
 """`python -m batchlab.bench dynamic|continuous|fidelity|client`: one JSON object on stdout.
 
 Progress goes to stderr. Each benchmark starts its own embedded server on 127.0.0.1 (only the
-models it needs) unless TRITON_URL names one; each takes a few minutes here (fidelity about seven).
+models it needs) unless TRITON_URL names one; each takes a few minutes.
 Errors: one line on stderr, exit status 2.
 """
 
@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from batchlab.bench import client, continuous, dynamic, fidelity, fidelity_cb
-from batchlab.bench.common import INTERLEAVE_ROUNDS, BenchError, emit
+from batchlab.bench import client, continuous, dynamic, fidelity
+from batchlab.bench.common import BenchError, emit
 
-BENCHES = ("dynamic", "continuous", "fidelity", "fidelity-cb", "client")
+BENCHES = ("dynamic", "continuous", "fidelity", "client")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,17 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--lm-step", action="store_true", help="also run lm_step (the slowest way)")
     c.add_argument("--lm", choices=continuous.LMS, default="decode",
                    help="decode: every way on the decode model's wider LM (default); default: the course's models")
-    f = sub.add_parser("fidelity", help="simulator predictions vs measurements: embed (dynamic), then lm_stream (continuous)")
-    f.add_argument("--level-s", type=float, default=12.0)
+    f = sub.add_parser("fidelity", help="simulator predictions vs measurements (each load measured twice): "
+                                        "embed (dynamic batcher) and lm_stream (continuous batching)")
+    f.add_argument("--level-s", type=float, default=8.0, help="seconds of each embed load (run twice)")
+    f.add_argument("--lm-level-s", type=float, default=30.0, help="seconds of each lm_stream load (run twice)")
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
-                   help="segments per level, interleaved with as many runs at its rate")
-    f.add_argument("--no-continuous", action="store_true", help="skip the lm_stream part (then goal_met covers embed only)")
-    g = sub.add_parser("fidelity-cb", help="only the lm_stream part of fidelity (continuous batching)")
-    g.add_argument("--level-s", type=float, default=fidelity_cb.LEVEL_S)
-    g.add_argument("--rounds", type=int, default=INTERLEAVE_ROUNDS,
-                   help="segments per load, interleaved with as many open loops at its rate")
-    g.add_argument("--seed", type=int, default=0)
+    f.add_argument("--rounds", type=int, default=fidelity.ROUNDS, help="segments per load, each run A and B")
+    f.add_argument("--no-continuous", action="store_true", help="skip the lm_stream part")
     k = sub.add_parser("client", help="the load generator's own capacity on one core (noop model)")
     k.add_argument("--duration-s", type=float, default=5.0)
     k.add_argument("--lab-max-rate", type=float, default=None)
@@ -73,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("concurrency", "rounds", "requests"):
             if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        for name in ("round_s", "level_s", "duration_s", "scale", "lab_max_rate"):
+        for name in ("round_s", "level_s", "lm_level_s", "duration_s", "scale", "lab_max_rate"):
             v = getattr(args, name, None)
             if v is not None and not v > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
@@ -85,10 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     scale=args.scale, seed=args.seed, with_lm_step=args.lm_step,
                                     lm=args.lm)
         elif args.bench == "fidelity":
-            result = fidelity.run(level_s=args.level_s, seed=args.seed, continuous=not args.no_continuous,
-                                  rounds=args.rounds)
-        elif args.bench == "fidelity-cb":
-            result = fidelity_cb.run(level_s=args.level_s, seed=args.seed, rounds=args.rounds)
+            result = fidelity.run(level_s=args.level_s, lm_level_s=args.lm_level_s, rounds=args.rounds,
+                                  seed=args.seed, continuous=not args.no_continuous)
         else:
             result = client.run(duration_s=args.duration_s, lab_max_rate=args.lab_max_rate or client.LAB_MAX_RATE_RPS)
     except (BenchError, ValueError) as exc:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+import signal
 import sys
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -23,14 +24,12 @@ class BenchError(Exception):
 
 
 STOPPED_ANSWERING = ("deadline exceeded", "client timeout", "connection refused", "failed to connect")
-"""Lower-case fragments of the errors a server that stopped answering gives (seen here: Triton 2.51's
-gRPC frontend stopped answering while HTTP still did, as in triton-inference-server/server#6899)."""
+"""Lower-case fragments of the errors a server that stopped answering gives."""
 
 
 def require_answers(rep: Any, what: str) -> Any:
     """`rep` when its server kept answering; BenchError (one line) when every request failed or any
-    failed the way a server that stopped answering fails (`STOPPED_ANSWERING`), so a benchmark stops
-    at once instead of waiting out one client timeout per request for minutes."""
+    failed as in `STOPPED_ANSWERING`."""
     kinds = rep.records.errors()
     stuck = [k for k in kinds if any(f in k.lower() for f in STOPPED_ANSWERING)]
     if stuck or (rep.n and rep.n_ok == 0):
@@ -67,32 +66,23 @@ def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
         raise BenchError(str(exc).splitlines()[0]) from None
     try:
         yield server
+    except Exception:
+        if not server.running:  # read how it ended before stop() removes its folder and log
+            raise BenchError(server_gone(server)) from None
+        raise
     finally:
         server.stop()
 
 
-INTERLEAVE_ROUNDS = 4
-"""Segments each fidelity level is run in, interleaved with as many runs at its rate (`interleaved_order`)."""
-SEGMENT_WARMUP_S = 0.5
-"""Warm-up (same rate, own schedule, drained and left out) before each interleaved segment."""
-
-
-def split_schedule(arrivals: np.ndarray, rounds: int, duration_s: float) -> list[slice]:
-    """Slices of sorted `arrivals` (over `duration_s`) cutting it into `rounds` equal time windows;
-    window j's send times are ``arrivals[s] - j * duration_s / rounds`` (it starts at 0)."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds!r}")
-    a = np.asarray(arrivals, dtype=float)
-    cuts = [0, *np.searchsorted(a, [j * duration_s / rounds for j in range(1, rounds)], side="left"), a.size]
-    return [slice(int(cuts[j]), int(cuts[j + 1])) for j in range(rounds)]
-
-
-def interleaved_order(rounds: int) -> list[str]:
-    """The order of at-rate ("A") and level ("L") segments: A L L A, A L L A, ... (ABBA).
-
-    A linear drift of the machine's speed then weighs on both kinds alike; `rounds` of each."""
-    pattern = "ALLA" * ((rounds + 1) // 2)
-    return list(pattern[: 2 * rounds]) if rounds % 2 == 0 else list(pattern[: 2 * rounds - 2]) + ["A", "L"]
+def server_gone(server: Any) -> str:
+    """One line on an embedded server that is no longer running: its exit status or signal, and its log's last line."""
+    proc = getattr(server, "_proc", None)  # the Popen of a TritonServer that has exited (stop() clears it)
+    rc = proc.poll() if proc is not None else None
+    how = (f"killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 else
+           f"exited with status {rc}" if rc is not None else "stopped")
+    tail = server.log_tail(3).strip().splitlines()
+    return (f"the embedded tritonserver went away during the run ({how}); last line of its log: "
+            f"{tail[-1] if tail else '(no log: its folder is gone)'}")
 
 
 def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
@@ -257,40 +247,3 @@ class Timer:
 
     def __call__(self) -> float:
         return time.monotonic() - self.t0
-
-
-SENSITIVITY = 0.05
-"""The fidelity benchmarks also predict each load with every batch time (step cost) this much
-longer: how far an error of that size (the machine's speed drifting between runs) moves the figures."""
-
-
-SIM_DRAWS = 11
-"""Seeded simulations per load with variable batch (step) times; the prediction is their median."""
-
-
-def autocorrelation(x: np.ndarray, lags: Sequence[int] = (1, 10, 50)) -> dict[str, float]:
-    """Autocorrelation of `x` at each lag (NaN where `x` is too short)."""
-    x = np.asarray(x, float) - np.mean(x)
-    den = float(np.dot(x, x))
-    return {f"lag{k}": (float(np.dot(x[:-k], x[k:])) / den if 0 < k < x.size and den > 0 else math.nan) for k in lags}
-
-
-def replicate(other: Mapping[str, float], meas: Mapping[str, float], goals: Mapping[str, float]) -> dict[str, Any]:
-    """Figures of the runs at a load's rate (own seeds, interleaved with the measured ones, as long in
-    all) next to the measured ones, for each key of `goals` (its allowed relative error): (other -
-    meas) / meas is how far a second measurement of the same load lands, the noise floor a
-    prediction's error is judged against; ``within_goal_of_each_other`` says where it is inside the goal."""
-    def diff(a: float, b: float) -> float:
-        return (a - b) / b if b else math.nan
-    d = {k: diff(float(other[k]), float(meas[k])) for k in goals}
-    return {"what": ("the same figures measured in the runs at the load's rate (own seeds, interleaved with it): "
-                     "difference is how far a second measurement of this load lands from the measured one"),
-            "measured": {k: r3(float(other[k])) for k in goals},
-            "difference": {k: r3(v) for k, v in d.items()},
-            "within_goal_of_each_other": {k: bool(abs(v) <= goals[k]) for k, v in d.items()}}
-
-
-def not_reproducible(levels: Mapping[str, Mapping[str, Any]], prefix: str = "") -> list[str]:
-    """``level.figure`` wherever two measurements of the same load (`replicate`) differed by more than the goal."""
-    return [f"{prefix}{name}.{k}" for name, lv in levels.items()
-            for k, ok in lv.get("runs_at_its_rate_measured", {}).get("within_goal_of_each_other", {}).items() if not ok]

@@ -4,14 +4,13 @@ Modules, one concept each:
 
 * `workload` — arrival times (Poisson, constant, MMPP / on-off, rate curve, trace) and token
   lengths (`lengths`: uniform, capped exponential, empirical, fixed);
-* `service` — execution-time models: `Affine`, `Table`, `TokenCost` (and `DecodeTableCost`), `Lognormal` and `Resampled`
-  (seeded variability; `ResampledSteps` for forward passes);
+* `service` — execution-time models: `Affine`, `Table` (one execution of a batch), `TokenCost` (one forward pass);
 * `rule` — a dynamic-batcher setting and Triton's decision it gives (`BatchRule`), and the queue
   policy (`QueuePolicy`);
 * `engine` — the event heap;
 * schedulers: `nobatch`, `dynamic`, `static_generation`, `sequence`, `continuous`;
 * `results` / `summary` — per-request and per-execution records, and their summary;
-* `seed_demo` — the source article's tick-based demo, restored, with its verified `DEFECTS`.
+* `__main__` — the command line (its `demo` runs `batchlab.course.seed_demo`).
 
 Nothing here plots; `batchlab.plotting` reads `SimResult.records` / `SimResult.batches`.
 Command line: ``python -m batchlab.sim dynamic --rate R --max-batch-size B ...``.
@@ -23,13 +22,11 @@ from .nobatch import simulate_nobatch
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
 from .rule import BatchRule, QueuePolicy
 from .sequence import simulate_sequence
-from .service import Affine, DecodeTableCost, Lognormal, Resampled, ResampledSteps, Table, TokenCost
+from .service import Affine, Table, TokenCost
 from .static_generation import simulate_static_generation
 
 __all__ = [
     "simulate_dynamic", "simulate_rule", "simulate_nobatch", "simulate_static_generation", "simulate_sequence",
-    "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Lognormal", "Resampled", "Table",
-    "TokenCost",
-    "DecodeTableCost", "ResampledSteps",
+    "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Table", "TokenCost",
     "BatchRule", "QueuePolicy",
 ]

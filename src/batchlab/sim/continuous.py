@@ -33,13 +33,13 @@ import numpy as np
 from batchlab._validate import choice, integer, int_array, times_array
 from .engine import INF
 from .results import SimResult, empty_records, make_batches
-from .service import ResampledSteps, TokenCost
+from .service import TokenCost
 
 def simulate_continuous(
     arrivals: np.ndarray | Sequence[float],
     prompt_tokens: np.ndarray | Sequence[int],
     output_tokens: np.ndarray | Sequence[int],
-    cost: TokenCost | ResampledSteps,
+    cost: TokenCost,
     max_active: int,
     kv_budget_tokens: int | None = None,
     chunked_prefill: bool = False,
@@ -49,8 +49,7 @@ def simulate_continuous(
 ) -> SimResult:
     """Simulate iteration-level batching of generation requests on one engine.
 
-    ``cost`` prices each forward pass; a `ResampledSteps` makes each pass's time a seeded draw
-    around its `TokenCost` (step-time variability; a plain `TokenCost` is the fixed-time model).
+    ``cost`` prices each forward pass (a fixed time for its token counts).
 
     ``max_num_tokens`` caps the tokens computed per iteration (decode tokens + prompt tokens);
     it is required with ``chunked_prefill``. Without chunking a prompt is admitted only if it
@@ -61,12 +60,8 @@ def simulate_continuous(
     n = a.size
     p = int_array("prompt_tokens", prompt_tokens, n, lo=1)
     o = int_array("output_tokens", output_tokens, n, lo=1)
-    if isinstance(cost, ResampledSteps):
-        draw, step_cost = cost.sampler(), cost.mean
-    elif isinstance(cost, TokenCost):
-        draw, step_cost = None, cost
-    else:
-        raise ValueError("cost must be a TokenCost (or ResampledSteps around one)")
+    if not isinstance(cost, TokenCost):
+        raise ValueError(f"cost must be a TokenCost, got {type(cost).__name__}")
     max_active = integer("max_active", max_active, lo=1)
     policy = choice("kv_policy", kv_policy, ("reserve", "on_demand"))
     budget = INF if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=1)
@@ -163,8 +158,7 @@ def simulate_continuous(
             kv_used += len(decode)
             for r in decode:
                 alloc[r] += 1
-        dur = step_cost.iteration_time(pre_tok, len(decode), ctx)
-        end = t + (dur * draw() if draw is not None else dur)
+        end = t + cost.iteration_time(pre_tok, len(decode), ctx)
         useful = len(decode)
         finished: list[int] = []
         for r in decode:

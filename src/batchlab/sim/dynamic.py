@@ -29,11 +29,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from batchlab._validate import choice, integer, int_array, non_negative, times_array
+from batchlab._validate import choice, integer, int_array, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule, QueuePolicy
-from .service import BatchService, Lognormal, Resampled, check_batch_service, service_times
+from .service import BatchService, check_batch_service, service_times
 
 _FREE, _WAKE = 0, 1
 
@@ -53,20 +53,15 @@ def simulate_dynamic(
     priority_queue_policy: Mapping[int, QueuePolicy] | None = None,
     warmup: float = 0.1,
     engine: str = "auto",
-    turnaround_us: float = 0.0,
 ) -> SimResult:
     """Simulate Triton's dynamic batcher on sorted ``arrivals`` (seconds).
 
-    ``service`` gives the time of one execution of b elements (`Affine`, `Table`; `Lognormal` draws
-    a seeded time per execution, as does `Resampled` (in blocks with ``block`` > 1), on the event engine).
+    ``service`` gives the time of one execution of b elements (`Affine`, `Table`).
     ``max_queue_size``, ``default_timeout_us`` and ``timeout_action`` form the
     ``default_queue_policy`` (applied to every priority level, as in Triton);
     ``priority_queue_policy`` overrides it per level. ``priorities`` gives each request's level
     (1 = highest, up to ``priority_levels``); FIFO within a level. ``warmup`` is the fraction of
     requests `SimResult.summary` leaves out. ``engine`` is "auto", "fast" or "events".
-    ``turnaround_us`` keeps an instance unavailable for that long after each execution ends (the
-    server's own work between two executions; its requests are answered at the end of the
-    execution, not after it). The chapters derive with 0; `batchlab.bench.fidelity` measures it.
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
@@ -83,32 +78,25 @@ def simulate_dynamic(
             raise ValueError("priority_queue_policy values must be QueuePolicy objects")
         pols[lev - 1] = pol
     engine = choice("engine", engine, ("auto", "fast", "events"))
-    gap = non_negative("turnaround_us", turnaround_us) * 1e-6
     simple = nlev == 1 and pols[0].is_default
     if engine == "fast" and not simple:
         raise ValueError("the fast engine handles one priority level and no queue-policy limits; use engine='events'")
     svc = service_times(service, np.arange(rule.max_batch_size + 1))
     if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
         raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
-    draw = service.sampler() if isinstance(service, (Lognormal, Resampled)) else None
-    if engine == "fast" and draw is not None:
-        raise ValueError("the fast engine uses fixed batch times; use engine='events' (or 'auto') "
-                         "with Lognormal or Resampled")
-    if draw is not None:
-        rec, bat = run_events(a, rule, lambda members: draw(len(members)), k, prio, pols, gap)
-    elif engine == "fast" or (engine == "auto" and simple):
-        rec, bat = _run_fast(a, rule, svc, k, gap)
+    if engine == "fast" or (engine == "auto" and simple):
+        rec, bat = _run_fast(a, rule, svc, k)
     else:
         svc_list = svc.tolist()
-        rec, bat = run_events(a, rule, lambda members: svc_list[len(members)], k, prio, pols, gap)
+        rec, bat = run_events(a, rule, lambda members: svc_list[len(members)], k, prio, pols)
     if prio is not None:
         rec["priority"] = prio
-    cap = k * rule.overload_batch() / (float(svc[rule.overload_batch()]) + gap)
+    cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
     config = dict(
         max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
         max_queue_delay_us=rule.max_queue_delay_us, instances=k, max_queue_size=default.max_queue_size,
         default_timeout_us=default.timeout_us, timeout_action=default.timeout_action,
-        priority_levels=levels, service=repr(service), turnaround_us=gap * 1e6,
+        priority_levels=levels, service=repr(service),
     )
     return SimResult(rec, bat, "dynamic", config, instances=k, capacity_rps=cap, warmup=warmup)
 
@@ -132,10 +120,8 @@ def _priorities(priorities, levels: int, n: int) -> np.ndarray | None:
     return p
 
 
-def _run_fast(a: np.ndarray, rule: BatchRule, svc: np.ndarray, k: int,
-              gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Loop over batches; pending requests are the contiguous range ``[head, arrived)``; an
-    instance is free again ``gap`` seconds after its execution ends."""
+def _run_fast(a: np.ndarray, rule: BatchRule, svc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Loop over batches; pending requests are the contiguous range ``[head, arrived)``."""
     al = a.tolist()
     n = len(al)
     m = rule.max_batch_size
@@ -157,7 +143,7 @@ def _run_fast(a: np.ndarray, rule: BatchRule, svc: np.ndarray, k: int,
             if t < free:
                 t = free
             st_app(t)
-            free = t + s1 + gap
+            free = t + s1
     elif k == 1 and d == 0.0:
         free = 0.0
         while head < n:
@@ -173,7 +159,7 @@ def _run_fast(a: np.ndarray, rule: BatchRule, svc: np.ndarray, k: int,
                 nc = b
             st_app(t)
             sz_app(nc)
-            free = t + sv[nc] + gap
+            free = t + sv[nc]
             head += nc
     else:
         heap = [(0.0, i) for i in range(k)]
@@ -207,7 +193,7 @@ def _run_fast(a: np.ndarray, rule: BatchRule, svc: np.ndarray, k: int,
             st_app(t)
             sz_app(bs)
             in_app(inst)
-            push(heap, (t + sv[bs] + gap, inst))
+            push(heap, (t + sv[bs], inst))
             head += bs
             last = t
     nb = len(starts)
@@ -236,13 +222,11 @@ def run_events(
     k: int,
     prio: np.ndarray | None,
     pols: list[QueuePolicy],
-    gap: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The general event-driven dynamic batcher.
 
     ``batch_time(members)`` gives the execution time of a batch from its request indices, so the
-    same loop serves request-level generation batching (`batchlab.sim.static_generation`). An
-    instance is free again ``gap`` seconds after its execution ends.
+    same loop serves request-level generation batching (`batchlab.sim.static_generation`).
     """
     al = a.tolist()
     n = len(al)
@@ -341,7 +325,7 @@ def run_events(
             b_end.append(end)
             b_size.append(bs)
             b_inst.append(inst)
-            ev.push(end + gap, _FREE, inst)
+            ev.push(end, _FREE, inst)
 
     def _front() -> int:
         return normal[0][0] if normal[0] else delayed[0][0]
