@@ -1,47 +1,23 @@
 """`python -m batchlab.bench continuous`: static vs continuous batching on chat-shaped generations.
 
-The ways compared (greedy decoding, IGNORE_EOS so every way produces exactly as many tokens):
+The ways (greedy, IGNORE_EOS: every way produces exactly as many tokens): `generate` (request-level
+batching: a batch decodes until its longest member is done), `lm_iterative` (Triton's iterative
+sequences, RESCHEDULE), `lm_stream` (continuous batching in a decoupled model) and, with
+``--lm-step``, `lm_step` (a client-driven sequence, one request per decode step: the slowest).
 
-* `generate`     request-level (static) batching: the dynamic batcher forms a batch and the model
-                 decodes it until its longest member is done; finished rows are padding;
-* `lm_iterative` Triton's iterative sequences: one request per generation, the model streams a
-                 token per execution and hands the request back to the scheduler (RESCHEDULE);
-* `lm_stream`    continuous batching inside a decoupled model (the vLLM / TensorRT-LLM way);
-* `lm_step`      (only with ``--lm-step``) a client-driven sequence: one request per decode step.
-                 Left out by default: it is the slowest way (a client round trip per token), never
-                 the best continuous one, and it would cost a third of the time budget.
+Output lengths: a capped lognormal with the median and p90/p50 spread of the Azure LLM inference
+trace 2023, conversation part (`CHAT_TRACE`; Patel et al., Splitwise, ISCA 2024), every length
+divided by `scale` (default 8), which keeps the shape that decides padding.
 
-Output lengths: the generated-token counts of a production chat service, the Azure LLM inference
-trace 2023, conversation part (github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_conv.csv,
-19,366 requests, collected for Patel et al., "Splitwise: Efficient generative LLM inference using
-phase splitting", ISCA 2024). Over that file GeneratedTokens has median 129, mean 211.1, p90 424,
-p99 601, max 1000 (computed from the file; `CHAT_TRACE` keeps the figures). The benchmark draws
-from a capped lognormal with the trace's median and its p90/p50 spread (sigma = ln(424/129)/1.2816
-= 0.929), every length divided by `scale` (default 8: median 16, cap 1000/8 = 125), because the toy
-LM holds 512 positions (the models accept MAX_TOKENS <= 256) and one round must take seconds on
-2 CPU cores, not minutes. Dividing by a constant keeps the shape (p90/p50, max/median), which is
-what decides padding: η of static batching depends on the ratio of a batch's longest member to its
-mean, not on the absolute lengths. (The trace itself is bimodal, a cluster near 400 tokens; the
-lognormal keeps its median and p90, not that cluster.)
+The LM: by default every way runs on the `decode` model's wider LM (staged copies of the course's
+configs with its d_model / d_ff), whose decode step is weight-bound as an LLM's is (`LM_WHY`);
+``--lm default`` runs the course's models as they are.
 
-The LM: by default every way runs on the `decode` model's wider LM (d_model 512 / d_ff 2048, read
-from its config.pbtxt; 52 MB of weights), as copies of the course's configs with those two
-parameters staged in a private temporary repository. A decode step of that LM is weight-bound,
-as an LLM's is, so a step costs far more than streaming its tokens; with the course's 13 MB LM a
-step is so cheap that the continuous ways' per-token responses decide the result (`LM_WHY` gives
-the measured figures). ``--lm default`` runs the course's models as they are.
-
-Rounds: each round runs every way once, on a fresh workload (seed + round), in an order rotated
-from round to round. Within a round every way gets the same requests, so the round's ratio
-(best continuous tokens/s / generate tokens/s) is a paired comparison; across rounds the workload
-changes too, so the median ratio covers both the machine's noise and the sampling of lengths, and
-one lucky or unlucky draw cannot decide the headline. The headline `speedup_vs_static` is the
-median of the per-round ratios, with their min, max and every value; beside it the padding bound
-1/η (η of `generate` from its own outputs) per round and the speedup as a fraction of it. Greedy
-decoding is batch-invariant, so every way must return the same tokens as `generate`: checked in
-every round. Reported per way and round: tokens/s, TTFT p50/p99, per-token latency p50/p99
-(latency / tokens, Orca's and vLLM's "normalised latency"), η, and the decode step's cost
-(ms per step, rows per step, ms per row): the mechanism behind the figure.
+Rounds: each runs every way once on a fresh workload (seed + round), in a rotated order; the
+headline `speedup_vs_static` is the median over rounds of best continuous tokens/s / generate
+tokens/s, beside the padding bound 1/η. Every way must return the same tokens as `generate`.
+Reported per way and round: tokens/s, TTFT and per-token latency p50/p99, η, and the decode
+step's cost (ms per step, rows per step, ms per row).
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """`python -m batchlab.bench dynamic`: dynamic batching in both regimes, side by side in one run.
 
-`decode` (one decode step per row over a fixed, shared KV context, of the toy LM widened to
-d_model 512 / d_ff 2048 so that its weights do not fit in the CPU caches: every step streams them
-from memory, weight-bound, t(B) = a + b·B with a >> b) and `embed` (a 16-token prefill: compute-bound on a CPU, a ~ b), each at
+`decode` (one decode step per row of the toy LM widened to d_model 512 / d_ff 2048: weight-bound,
+t(B) = a + b·B with a >> b) and `embed` (a 16-token prefill: compute-bound, a ~ b), each at
 concurrency 16 without batching and with `dynamic_batching {}`; `embed` also with a queue delay
-and preferred batch sizes. The headline `speedup` is the decode model's.
+and preferred sizes. The headline `speedup` is the decode model's (anchor: Triton's conceptual
+guide, Part 2, 975 → 3188 infer/s, 3.3×, with `dynamic_batching {}`).
 
-Anchor: Triton's conceptual guide (Part 2, A100, concurrency 16) reports 975 → 3188 infer/s
-(3.3×) with p95 34.0 → 10.6 ms when `dynamic_batching {}` is enabled.
-
-The configurations run in interleaved rounds (none, dynamic, delay, none, dynamic, delay, ...):
-on a shared machine the background load drifts, and interleaving spreads the drift over all
-configurations instead of favouring whichever ran in a quiet minute. Per configuration the rounds
-are pooled. The speedup cannot exceed what the model's own batch-time curve allows: with t(b)
-the measured time of one execution of b requests (statistics extension, `batch_stats`), one
-instance serves at most b / t(b) requests/s, against 1 / t(1) unbatched, so the report also gives
-that ceiling, max over b ≤ 16 of b · t(1) / t(b).
-
-A second ceiling comes from the per-request overhead: every request costs CPU outside the model
-(client encode/decode, gRPC, the server's queueing and the Python backend's per-request work),
-and on a few cores that cost does not shrink with batching. Measured per configuration as
-c_o = CPU seconds of the benchmark (client + server process group) per request − model busy
-time per request, it caps throughput at cores / (c_o + t(B)/B), i.e. a speedup of at most
-X_cap / X_none. `speedup / ceiling` says how much of the smaller ceiling the batcher realised.
-
-Why the realised speedup stays below the batch-time ceiling at concurrency 16: in a closed loop
-with one instance the clients split into two groups that alternate (one executes while the other
-is on its way back), so the mean batch settles near 16 / 2, and the speedup is that of the mean
-batch, B · t(1) / t(B), not of B = 16. `mean_batch_size` in each row shows it.
+Configurations run in interleaved rounds, pooled per configuration. Two ceilings: the batch-time
+curve's, max over b ≤ 16 of b · t(1) / t(b) (`batch_stats`), and the per-request overhead's,
+cores / (c_o + t(B)/B) with c_o the benchmark's CPU seconds per request minus the model's busy
+time; `speedup / ceiling` uses the smaller. In a closed loop with one instance the clients split
+into two alternating groups, so the mean batch (`mean_batch_size`) settles near concurrency / 2.
 """
 
 from __future__ import annotations

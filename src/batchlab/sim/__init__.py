@@ -1,19 +1,12 @@
 """batchlab.sim: an event-driven simulator of Triton's batchers and of continuous batching.
 
-Modules, one concept each:
+* `workload` / `lengths` — arrival times and token lengths;
+* `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
+* `rule` — a dynamic-batcher setting and Triton's decision (`BatchRule`), the queue policy (`QueuePolicy`);
+* `engine` — the event heap; schedulers: `nobatch`, `dynamic`, `static_generation`, `sequence`, `continuous`;
+* `results` / `summary` — the records and their summary.
 
-* `workload` — arrival times (Poisson, constant, MMPP / on-off, rate curve, trace) and token
-  lengths (`lengths`: uniform, capped exponential, empirical, fixed);
-* `service` — execution-time models: `Affine`, `Table` (one execution of a batch), `TokenCost` (one forward pass);
-* `rule` — a dynamic-batcher setting and Triton's decision it gives (`BatchRule`), and the queue
-  policy (`QueuePolicy`);
-* `engine` — the event heap;
-* schedulers: `nobatch`, `dynamic`, `static_generation`, `sequence`, `continuous`;
-* `results` / `summary` — per-request and per-execution records, and their summary;
-* `__main__` — the command line (its `demo` runs `batchlab.course.seed_demo`).
-
-Nothing here plots; `batchlab.plotting` reads `SimResult.records` / `SimResult.batches`.
-Command line: ``python -m batchlab.sim dynamic --rate R --max-batch-size B ...``.
+Nothing here plots. Command line: ``python -m batchlab.sim dynamic --rate R --max-batch-size B ...``.
 """
 
 from .continuous import simulate_continuous

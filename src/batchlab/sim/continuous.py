@@ -1,25 +1,15 @@
 """Continuous (iteration-level) batching, as in Orca, vLLM and TensorRT-LLM's in-flight batching.
 
-One engine runs forward passes (iterations) back to back. Before each iteration it admits
-waiting requests first-come-first-served while fewer than ``max_active`` are running and the KV
-budget allows; each iteration then decodes one token for every running sequence whose prompt is
-done and computes prompt tokens for the others (all at once, or in chunks that fill
-``max_num_tokens`` after the decode tokens: chunked prefill, as in Sarathi-Serve). A sequence
-leaves the batch the moment its last token is out, and a waiting request takes its place at the
-next iteration.
+One engine runs iterations back to back. Before each it admits waiting requests FCFS while
+fewer than ``max_active`` run and the KV budget allows; each iteration decodes one token per
+running sequence whose prompt is done and computes prompt tokens for the others (whole, or in
+chunks filling ``max_num_tokens``: chunked prefill). A sequence leaves when its last token is out.
 
-KV accounting (tokens): a prefill of p tokens stores p; each decode step stores one more, so a
-request with p prompt and o output tokens peaks at p + o - 1.
-
-* ``kv_policy="reserve"``: admit only when p + o - 1 fits (TensorRT-LLM's
-  ``guaranteed_no_evict``; assumes the output length is known, i.e. max_tokens).
-* ``kv_policy="on_demand"``: admit when the prompt fits; grow one token per step; when the next
-  step does not fit, evict the most recently admitted sequence and requeue it at the front
-  (vLLM's recompute preemption). Re-admitted, it prefills prompt + generated tokens again,
-  which counts as wasted work in η.
-
-η = useful token-steps / computed token-steps, where a request's useful work is p + o - 1
-(its prompt positions plus one step per later token).
+KV (tokens): a request with p prompt and o output tokens peaks at p + o - 1.
+``kv_policy="reserve"`` admits only when that fits (TensorRT-LLM's ``guaranteed_no_evict``);
+``"on_demand"`` admits when the prompt fits and, when a step does not fit, evicts the most
+recently admitted sequence to the front of the queue (vLLM's recompute preemption; the
+recomputation counts as waste in η = useful token-steps / computed token-steps).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""Triton's dynamic batcher, field for field.
+"""Triton's dynamic batcher, field for field (`simulate_dynamic`); the decision is `batchlab.sim.rule`.
 
-``simulate_dynamic`` models a model with ``max_batch_size`` (a model-level field) and
-``dynamic_batching { preferred_batch_size, max_queue_delay_microseconds, default_queue_policy,
-priority_levels }`` served by ``instances`` model instances. Each request is one batch element.
-The batching decision is `batchlab.sim.rule.BatchRule` (Triton's ``GetDynamicBatch``); the queue
-policy is `batchlab.sim.rule.QueuePolicy`.
-
-Two engines run the same model:
-
-* ``fast``: a specialised loop over batches, not requests. Pending requests are always a
-  contiguous run of the sorted arrival array, so "how many have arrived by t" is one bisection
-  and per-request work is done afterwards with numpy. Used when there is one priority level and
-  no queue-policy limits.
-* ``events``: the general event-driven engine (`batchlab.sim.engine`) with per-level queues,
-  rejection on a full queue, timeouts (REJECT or DELAY) and priorities.
-
-Both produce identical schedules where both apply (checked in ``tests/test_sim_dynamic.py``), and
-an independent SimPy model agrees (``tests/simpy_dynamic.py``).
+Two engines: ``fast`` loops over batches (one priority level, no queue-policy limits: pending
+requests are a contiguous run of the sorted arrivals); ``events`` is the general event-driven
+engine with per-level queues, rejection, timeouts and priorities. Both give identical schedules
+where both apply (``tests/test_sim_dynamic.py``; an independent SimPy model in
+``tests/simpy_dynamic.py`` agrees).
 """
 
 from __future__ import annotations

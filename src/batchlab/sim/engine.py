@@ -1,10 +1,8 @@
 """The event-driven core: a heap of timed events, no fixed time step.
 
-Schedulers keep their own state and use `EventQueue` for the events they create (an instance
-finishing, a batcher deadline, a client sending its next request). Arrivals known in advance
-stay in their sorted array and are merged with the heap by the scheduler's loop, so they cost
-no heap operations. At one instant, every event of that instant is handled before the scheduler decides
-what to start (`pop_due`), so simultaneous arrivals are all visible to the batcher.
+Arrivals known in advance stay in their sorted array and are merged with the heap by each
+scheduler's loop; every event of one instant is handled (`pop_due`) before the scheduler decides
+what to start, so simultaneous arrivals are all visible to the batcher.
 """
 
 from __future__ import annotations

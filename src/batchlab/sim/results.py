@@ -1,9 +1,7 @@
-"""Simulation results: per-request records, per-execution records, and `SimResult`.
+"""Simulation results: per-request and per-execution records (numpy structured arrays), and `SimResult`.
 
-Records are numpy structured arrays, so a plotting helper can take columns directly
-(``res.records["finish"] - res.records["arrival"]``) or call `SimResult.to_arrays()`.
-Times are seconds from the start of the run; NaN marks "did not happen" (a rejected request
-has no start). Integer columns hold -1 where they do not apply.
+Times are seconds from the start of the run; NaN marks "did not happen"; integer columns hold
+-1 where they do not apply.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
 """Triton's dynamic-batcher decision (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``).
 
-When a model instance can take work and requests are pending, the batcher looks at the first
-``n = min(pending, max_batch_size)`` requests in queue order (each request here is one batch
-element) and:
+When an instance can take work, the batcher looks at the first ``n = min(pending,
+max_batch_size)`` requests and (1) sends the largest preferred size ``s <= n`` if the oldest has
+not waited ``max_queue_delay``; else (2) sends all ``n`` if the delay is 0 or exceeded; else (3)
+waits for the next arrival or the oldest's deadline. An empty ``preferred_batch_size`` means
+``[max_batch_size]``.
 
-1. if some preferred size ``s <= n`` exists and the oldest of those ``n`` requests has not
-   waited ``max_queue_delay``, sends the largest such ``s`` (so a count that reaches the largest
-   preferred size is sent at once; with 7 pending and preferred [4, 8], 4 are sent);
-2. else, if the delay is 0 or the oldest has waited at least the delay, sends all ``n``;
-3. else waits for the next arrival or for the oldest's deadline (arrival + delay).
-
-An empty ``preferred_batch_size`` means ``[max_batch_size]`` (Triton's config normaliser does
-this). With the delay 0 the delay is never "exceeded", so rule 1 applies whenever a preferred
-size is reachable. Requests keep arriving while every instance is busy, so the pending batch
-grows until an instance takes it.
-
-Modelling choice, stated once here: decisions are taken at the moment an instance can take work
-(batcher.md's description). Triton's implementation pre-forms payloads while instances are busy
-(up to 2 × instances, core ``rate_limiter.cc``) and keeps growing the one being formed; that
-gives the same batches whenever ``preferred_batch_size`` is empty (or only
-``[max_batch_size]``), the setting batcher.md recommends. With several preferred sizes and
-busy instances Triton can close a payload at the first preferred size it reaches (with delay 0),
-where this model sends the largest preferred size pending when the instance frees.
+Modelling choice: decisions are taken when an instance can take work (batcher.md). Triton
+pre-forms payloads while instances are busy (core ``rate_limiter.cc``); that gives the same
+batches unless there are several preferred sizes and busy instances, where Triton can close a
+payload at the first preferred size it reaches and this model sends the largest one pending.
 """
 
 from __future__ import annotations

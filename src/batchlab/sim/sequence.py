@@ -1,28 +1,20 @@
 """Triton's sequence batcher: stateful sequences, one request per step, a client think time between steps.
 
-Each sequence (correlation id) starts at a given time and sends ``steps`` requests, one at a time:
-the next is sent ``think`` seconds after the previous response. A sequence must own a slot of one
-model instance; its first request takes the lowest free slot (core ``sequence_batch_scheduler.cc``),
-otherwise the sequence waits in a FIFO backlog until a slot frees.
+Each sequence sends ``steps`` requests, the next ``think`` seconds after the previous response.
+It must own a slot of one instance: its first request takes the lowest free slot (core
+``sequence_batch_scheduler.cc``), else it waits in a FIFO backlog.
 
-* ``strategy="direct"``: each instance has ``max_batch_size`` slots. When the instance is free,
-  one batch takes the ready request of every slot; the batch runs slots 0 … highest ready slot,
-  empty slots being filled with null requests (so the executed batch is padded; η counts it).
-  With ``max_queue_delay_us`` > 0 and ``minimum_slot_utilization`` > 0 the batcher waits until
-  the oldest ready request has waited longer than the delay or enough slots are ready. A slot is
-  freed when its sequence's last request is taken into a batch.
-* ``strategy="oldest"``: each instance has ``max_candidate_sequences`` slots (default
-  ``max_batch_size``) and its own dynamic batcher (`batchlab.sim.rule.BatchRule` with the
-  oldest strategy's ``preferred_batch_size`` and ``max_queue_delay_microseconds``) over the
-  requests of its candidates, oldest first. A slot is freed when the last request completes.
+* ``strategy="direct"``: ``max_batch_size`` slots per instance; a free instance runs slots 0 …
+  highest ready slot in one batch, empty slots as null requests (padding, counted in η); with
+  ``max_queue_delay_us`` and ``minimum_slot_utilization`` it waits for the delay or enough ready
+  slots. A slot frees when its sequence's last request is taken into a batch.
+* ``strategy="oldest"``: ``max_candidate_sequences`` slots per instance and a dynamic batcher
+  (`batchlab.sim.rule.BatchRule`) over their requests, oldest first. A slot frees when the last
+  request completes.
 
-``max_sequence_idle_us``: a sequence holding a slot that sends nothing for that long after its
-last request's arrival is force-ended (its slot freed, after any request of it still queued or
-running); its next request is rejected and the sequence stops (counted in ``rejected``). As in
-core's reaper, the idle clock runs from the request's arrival and is not reset when a backlogged
-sequence is given a slot, so a sequence that waited in the backlog longer than the idle limit is
-force-ended right after that request (read from the source, not checked on a live server; the
-real reaper also polls backlogged sequences only every 50 ms).
+``max_sequence_idle_us``: a slot-holding sequence silent that long after its last request's
+arrival is force-ended; its next request is rejected and it stops. As in core's reaper, the
+idle clock is not reset when a backlogged sequence gets a slot (read from the source).
 """
 
 from __future__ import annotations
