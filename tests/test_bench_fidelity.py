@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from batchlab.bench import common
 from batchlab.bench import fidelity as f
 from batchlab.bench.__main__ import main
 from batchlab.bench.common import BenchError
@@ -115,3 +116,44 @@ def test_cli_small_run(triton, monkeypatch, capsys) -> None:
         assert (name in out["decided_by_noise"]) == (v["decided_by"] == "noise")
     assert out["goal_met"] == all(v["met"] for _, v in figs)
     assert out["schedule"]["order"] == "ABBA"
+
+
+class _CrashingServer:
+    """Stands in for `TritonServer` in `bench_server`: it dies with SIGSEGV when told to."""
+
+    events: list[str] = []
+
+    def __init__(self, **kw) -> None:
+        self._proc = SimpleNamespace(poll=lambda: None)
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    @property
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def crash(self) -> None:
+        self._proc = SimpleNamespace(poll=lambda: -11)
+
+    def log_tail(self, n: int = 25) -> str:
+        self.events.append("log read")
+        return "I1204 model loaded\nSignal (11) received.\n"
+
+    def stop(self) -> None:
+        self.events.append("stop")
+
+
+def test_a_lost_server_is_named_by_how_it_ended(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_URL", raising=False)
+    monkeypatch.setattr(common, "TritonServer", _CrashingServer)
+    with pytest.raises(BenchError, match=r"\(killed by SIGSEGV\); last line of its log: Signal \(11\) received\.$"):
+        with common.bench_server(["embed"]) as server:
+            server.crash()
+            raise ConnectionRefusedError(111, "Connection refused")
+    assert _CrashingServer.events == ["start", "log read", "stop"]  # the log is read before stop() removes it
+    _CrashingServer.events.clear()
+    with pytest.raises(ValueError, match="bad input"):  # a live server: the error passes through
+        with common.bench_server(["embed"]):
+            raise ValueError("bad input")
+    assert _CrashingServer.events == ["start", "stop"]
