@@ -37,14 +37,10 @@ def simulate_continuous(
     kv_policy: str = "reserve",
     warmup: float = 0.1,
 ) -> SimResult:
-    """Simulate iteration-level batching of generation requests on one engine.
+    """Simulate iteration-level batching of generation requests on one engine, ``cost`` pricing each pass.
 
-    ``cost`` prices each forward pass (a fixed time for its token counts).
-
-    ``max_num_tokens`` caps the tokens computed per iteration (decode tokens + prompt tokens);
-    it is required with ``chunked_prefill``. Without chunking a prompt is admitted only if it
-    fits whole into the iteration's remaining token budget (a recomputation after eviction, prompt
-    plus generated tokens, may exceed it when it runs alone).
+    ``max_num_tokens`` caps the tokens per iteration (required with ``chunked_prefill``); without
+    chunking a prompt is admitted only if it fits whole (a recomputation may exceed it alone).
     """
     a = times_array("arrivals", arrivals)
     n = a.size

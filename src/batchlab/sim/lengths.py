@@ -63,11 +63,7 @@ def _check_bounds(dist: LengthDist, top: str) -> None:
 
 @dataclass(frozen=True)
 class CappedExponential(LengthDist):
-    """ceil(X) for X exponential with mean ``mean``, clipped to ``[lo, cap]``.
-
-    ``mean`` is the exponential's mean before rounding and clipping; `.mean` is the exact mean
-    of the lengths actually drawn.
-    """
+    """ceil(X), X exponential with mean ``mean_tokens``, clipped to ``[lo, cap]``; `.mean` is the exact mean drawn."""
 
     mean_tokens: float
     cap: int
@@ -96,11 +92,8 @@ class CappedExponential(LengthDist):
 
 @dataclass(frozen=True)
 class CappedLognormal(LengthDist):
-    """ceil(X) for X lognormal with median ``median`` and log-spread ``sigma``, clipped to ``[lo, cap]``.
-
-    The shape production chat traces have: most replies short, a long right tail (p90/p50 =
-    exp(1.2816·sigma)). `.mean` is the exact mean of the lengths actually drawn.
-    """
+    """ceil(X), X lognormal (``median``, log-spread ``sigma``: p90/p50 = exp(1.2816·sigma)), clipped to
+    ``[lo, cap]``: the shape of chat replies. `.mean` is the exact mean drawn."""
 
     median: float
     sigma: float

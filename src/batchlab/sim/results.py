@@ -69,14 +69,9 @@ def make_batches(n: int) -> np.ndarray:
 
 @dataclass
 class SimResult:
-    """What a simulation produced.
-
-    ``records``: one row per request (`RECORD_DTYPE`); ``batches``: one row per model execution
-    or LLM iteration (`BATCH_DTYPE`); ``scheduler``: which model ran; ``config``: its parameters;
-    ``capacity_rps``: the most requests/s the configuration can serve when the queue is long
-    (None where no closed form exists); ``warmup``: the default fraction of requests (by arrival
-    order) that `summary` leaves out.
-    """
+    """What a simulation produced: ``records`` (one row per request, `RECORD_DTYPE`), ``batches`` (one per
+    execution or LLM iteration, `BATCH_DTYPE`), the ``scheduler`` and its ``config``, ``capacity_rps``
+    with a long queue (None without a closed form), and the ``warmup`` fraction `summary` leaves out."""
 
     records: np.ndarray
     batches: np.ndarray

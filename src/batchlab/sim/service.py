@@ -1,10 +1,5 @@
-"""Service-time models: how long one model execution takes.
-
-Times are given in microseconds (like Triton's statistics) and returned in seconds (the
-simulator's clock). Batch-level models (`Affine`, `Table`) give the time of one execution of
-``b`` batch elements; `TokenCost` gives the time of one LLM forward pass (an iteration) from its
-token counts.
-"""
+"""Service-time models, given in microseconds (as Triton's statistics), returning seconds: one execution
+of ``b`` batch elements (`Affine`, `Table`) or one LLM forward pass from its token counts (`TokenCost`)."""
 
 from __future__ import annotations
 
@@ -60,12 +55,8 @@ class Affine:
 
 @dataclass(frozen=True)
 class Table:
-    """Batch times measured at some batch sizes (on the real server or the toy LM), interpolated.
-
-    Between measured sizes the time is linear; below the smallest measured size it is the
-    smallest size's time; above the largest it continues the last segment's slope (never
-    decreasing). ``unit`` is the unit of ``times``: "us" (default), "ms" or "s".
-    """
+    """Batch times measured at some batch sizes, interpolated linearly (flat below the smallest, the last
+    segment's slope, never decreasing, above the largest); ``unit`` of ``times``: "us", "ms" or "s"."""
 
     batch_sizes: tuple[int, ...]
     times: tuple[float, ...]
@@ -127,14 +118,9 @@ def check_batch_service(service: object) -> None:
 
 @dataclass(frozen=True)
 class TokenCost:
-    """Time of one LLM forward pass (an iteration) from its token counts, all in microseconds.
-
-    t = decode_base + prefill_per_token·(prompt tokens computed) + decode_per_seq·(sequences
-    decoding one token) + context_per_token·(KV tokens those decoding sequences attend to).
-
-    ``decode_base`` is the fixed cost every forward pass pays (reading the weights); on a
-    memory-bound decode it dominates, which is why batching decode pays off.
-    """
+    """Time of one LLM forward pass from its token counts (µs): decode_base (the fixed cost, reading the
+    weights) + prefill_per_token·(prompt tokens computed) + decode_per_seq·(sequences decoding one
+    token) + context_per_token·(KV tokens those decoding sequences attend to)."""
 
     prefill_per_token: float
     decode_base: float

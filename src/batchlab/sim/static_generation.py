@@ -1,11 +1,9 @@
-"""Request-level (static, padded) generation batching: a batch runs until its longest member is done.
+"""Request-level (static, padded) generation batching: ``model.generate`` behind Triton's dynamic batcher.
 
-This is what serving ``model.generate`` behind Triton's dynamic batcher gives: the batcher forms
-a batch (same rule and fields as `batchlab.sim.dynamic`), the model pads every prompt to the
-longest one, then decodes ``max(output) - 1`` steps for every member, finished or not. By default
-every response returns when the batch ends (``early_return=False``); with ``early_return=True`` a
-member's response returns when its own last token is out, but its slot still computes until the
-batch ends. η = useful token-steps / computed token-steps shows the padding waste.
+The batcher forms a batch (as `batchlab.sim.dynamic`); the model pads every prompt to the longest
+and decodes ``max(output) - 1`` steps for every member. Responses return when the batch ends, or
+with ``early_return`` when the member's last token is out (its slot still computes). η = useful
+token-steps / computed token-steps shows the padding waste.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Arrival processes (times in seconds, sorted numpy float64 arrays) and per-request token lengths.
-
-Arrivals: `poisson`, `constant`, `mmpp` (two-state Markov-modulated Poisson), `on_off` (bursty),
-`rate_curve` (non-homogeneous Poisson from a rate function or array, e.g. a day), `diurnal` (a
-ready-made day curve for `rate_curve`) and `trace` (replay recorded times). Lengths (re-exported
-from `batchlab.sim.lengths`): `uniform`, `capped_exponential`, `empirical`, `fixed`.
-"""
+"""Arrival processes (sorted times in seconds) and, re-exported from `batchlab.sim.lengths`, token lengths."""
 
 from __future__ import annotations
 
@@ -96,14 +90,9 @@ def rate_curve(
     seed: int | np.random.Generator | None = None,
     resolution: int = 20_000,
 ) -> np.ndarray:
-    """Non-homogeneous Poisson arrivals over ``[0, duration)`` from a rate curve (requests/s).
-
-    ``fn_or_array`` is either a function of time (seconds; called on a numpy array of bin
-    midpoints) or an array of rates for equal consecutive bins spanning ``duration`` (e.g. 24
-    hourly rates for a day). The rate is piecewise constant over the bins, and arrival times are
-    drawn exactly for that curve (time-rescaling of a unit-rate Poisson process). The count is
-    random, Poisson with mean ∫rate.
-    """
+    """Non-homogeneous Poisson arrivals over ``[0, duration)`` from a rate curve (requests/s): a function
+    of time (called on bin midpoints) or rates for equal bins (e.g. 24 hourly rates), piecewise
+    constant, drawn exactly by time-rescaling; the count is Poisson with mean ∫rate."""
     duration = positive("duration", duration)
     resolution = integer("resolution", resolution, lo=1)
     if callable(fn_or_array):
