@@ -16,6 +16,7 @@ from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, Req
 from batchlab.load import ClientFellBehind, Endpoints, MetricsTimeline, run_open_loop, timeline_rows
 from batchlab.load import runner
 from batchlab.load.open_loop import drive_open
+from batchlab.load.stats import settle
 from batchlab.load.workload import Stage, as_factory, staged_poisson
 from batchlab.sim.lengths import capped_exponential
 
@@ -397,17 +398,27 @@ def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
     assert rep.client_fell_behind() is False
 
 
-def test_settled_stats_waits_until_the_counts_stop_moving(monkeypatch) -> None:
+def test_settle_waits_until_the_counts_stop_moving() -> None:
     # the success count is already complete, but the last iterations are counted a moment later
-    reads = iter([(5, 40, 30), (5, 47, 33), (5, 48, 34), (5, 48, 34), (5, 99, 99)])
+    reads = iter([(5, 40, 30, 0), (5, 47, 33, 0), (5, 48, 34, 0), (5, 48, 34, 0), (5, 99, 99, 0)])
 
-    def fake_fetch(url: str, model: str) -> ModelStats:
-        ok, inf, ex = next(reads)
-        return ModelStats(model=model, inference_count=inf, execution_count=ex, phases={"success": (ok, ok * 1000)})
-    monkeypatch.setattr(runner, "fetch_stats", fake_fetch)
-
-    class Server:
-        http_url = "127.0.0.1:9"
-    before = ModelStats(model="m")
-    after = asyncio.run(runner.settled_stats(Server(), "m", before, expect=5))
+    def read() -> ModelStats:
+        ok, inf, ex, _ = next(reads)
+        return ModelStats(model="m", inference_count=inf, execution_count=ex, phases={"success": (ok, ok * 1000)})
+    after = settle(read, ModelStats(model="m"), 5, poll=0.0)
     assert (after.inference_count, after.execution_count) == (48, 34)
+
+
+def test_settle_waits_for_the_batch_statistics_too() -> None:
+    # requests and counters are complete and steady, but batch_stats counts the 2nd execution later
+    def stats(executions: int) -> ModelStats:
+        return ModelStats(model="m", inference_count=2, execution_count=2, phases={"success": (2, 2000)},
+                          batches={1: {"compute_infer": (executions, executions * 1000)}})
+    reads = iter([stats(1), stats(1), stats(1), stats(2), stats(2), stats(9)])
+    after = settle(lambda: next(reads), ModelStats(model="m"), 2, executions=2, poll=0.0)
+    assert after.batch_executions == 2
+    # nothing settles: the last read comes back once the timeout has passed
+    moving = iter(range(10**6))
+    last = settle(lambda: ModelStats(model="m", inference_count=next(moving)), ModelStats(model="m"), 0,
+                  timeout=0.05, poll=0.001)
+    assert last.inference_count > 1

@@ -207,6 +207,32 @@ def _hint(message: str) -> str:
     return ""
 
 
+_TRANSLATIONS = [
+    (re.compile(r'^Expected identifier(?: or number)?, got:? (.*)$'), "这里应当是一个字段名，读到的却是 `{0}`"),
+    (re.compile(r'^Expected identifier\.?$'), "这里应当是一个字段名"),
+    (re.compile(r'^Expected ":"(?:, found "(.*)")?$'), "字段名后面应当是冒号 `:`（写成 `字段: 值`）"),
+    (re.compile(r'^Expected integer(?:, got:? (.*))?$'), "这里应当是一个整数"),
+    (re.compile(r"^Couldn't parse integer: (.*)$"), "`{0}` 不是整数（微秒、个数都写成不带小数点的整数）"),
+    (re.compile(r'^Expected "([}\]])"(?:, found "(.*)")?$'), "这里应当是 `{0}`"),
+    (re.compile(r'^Expected ","(?:, found "(.*)")?$'), "列表里的元素之间要用逗号隔开，写成 `[ 8, 16 ]`"),
+    (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
+     "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
+    (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
+    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
+]
+_QUOTED = re.compile(r"^'.*?': ")
+
+
+def translate_error(message: str) -> str:
+    """The parser's `message` said in Chinese: what Triton expected there."""
+    message = _QUOTED.sub("", message.strip())
+    for pattern, text in _TRANSLATIONS:
+        m = pattern.match(message)
+        if m:
+            return text.format(*m.groups())
+    return f"Triton 的解析器报告：{message}"
+
+
 def _parse_into(text: str, msg: Any) -> Any:
     """Parse config text into `msg` (a `ModelConfig` or one of its sub-messages) as Triton does.
 

@@ -109,6 +109,10 @@ MAX_REQUEST_BYTES = 16 * 2**20
 Inputs and outputs share one `SHM_LIMIT_BYTES` region, so this leaves room for an output as large
 as the input. A larger request raises ValueError before anything is sent."""
 
+DEFAULT_STARTUP_TIMEOUT_S = 120.0
+"""Seconds `start` waits for the server and its models: several times a cold start of the course
+repository on two cores busy with other work, so only a server that is really stuck times out."""
+
 _PR_SET_PDEATHSIG = 1
 _PTRACE_TRACEME = 0
 _PTRACE_DETACH = 17
@@ -798,7 +802,7 @@ class TritonServer(_Clients):
         metrics_port: int | None = None,
         model_control: str = "none",
         models: Sequence[str] | None = None,
-        startup_timeout: float = 60.0,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         stop_grace: float = 10.0,
         metrics_config: Iterable[str] = (),
         extra_args: Iterable[str] = (),
@@ -1091,7 +1095,8 @@ class ExternalServer(_Clients):
     """
 
     def __init__(self, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None,
-                 startup_timeout: float = 30.0, key: str | None = None) -> None:
+                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, key: str | None = None,
+                 needs: Sequence[str] = ()) -> None:
         def strip(u: str) -> str:
             return re.sub(r"^[a-z]+://", "", u).rstrip("/")
 
@@ -1103,24 +1108,29 @@ class ExternalServer(_Clients):
         self.metrics_url = strip(metrics_url) if metrics_url else f"{host}:{int(port) + 2}"
         self.startup_timeout = startup_timeout
         self.key = key or None
+        self.needs = list(needs)
         self.models: list[str] = []
         self.running = False
 
     @classmethod
-    def from_env(cls) -> "ExternalServer | None":
+    def from_env(cls, needs: Sequence[str] = ()) -> "ExternalServer | None":
         """An `ExternalServer` from TRITON_URL / TRITON_GRPC_URL / TRITON_METRICS_URL / BATCHLAB_TRITON_KEY, or None."""
         url = os.environ.get("TRITON_URL")
         if not url:
             return None
         return cls(url, os.environ.get("TRITON_GRPC_URL"), os.environ.get("TRITON_METRICS_URL"),
-                   key=os.environ.get(KEY_ENV))
+                   key=os.environ.get(KEY_ENV), needs=needs)
 
     def start(self) -> "ExternalServer":
-        """Wait until the external server is ready."""
+        """Wait until the external server is ready; ServerError unless it serves every model in `needs`."""
         try:
             self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key)
         except (TimeoutError, ServerError) as exc:
             raise ServerError(f"the Triton server at TRITON_URL={self.http_url} is not ready: {exc}") from None
+        missing = [m for m in self.needs if m not in self.models]
+        if missing:
+            raise ServerError(f"the server at TRITON_URL does not serve {', '.join(missing)} "
+                              f"(it has {', '.join(self.models) or 'none'})")
         self.running = True
         return self
 
@@ -1142,15 +1152,17 @@ class ExternalServer(_Clients):
         return f"<ExternalServer {self.http_url}, models={self.models}>"
 
 
-def connect(repo: str | os.PathLike[str] | None = None, **kwargs: Any) -> TritonServer | ExternalServer:
-    """The server a notebook should use: the external one named by TRITON_URL, else an embedded one.
+def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
+            **kwargs: Any) -> TritonServer | ExternalServer:
+    """The server to use: the external one named by TRITON_URL (it must serve `models`), else an
+    embedded one on `repo` loading `models` (default: all), with `kwargs` for `TritonServer`.
 
     Use it as a context manager; an embedded server is stopped on exit, an external one is not.
     """
-    external = ExternalServer.from_env()
+    external = ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
-    return TritonServer(repo, **kwargs)
+    return TritonServer(repo, models=models, **kwargs)
 
 
 # --------------------------------------------------------------------------- command line
@@ -1193,7 +1205,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int)
     p.add_argument("--model-control-mode", choices=["none", "explicit"], default="none")
     p.add_argument("--load-model", action="append", default=[], help="with explicit mode: a model to load")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT_S, help="seconds to wait for readiness")
     p.add_argument("--check", action="store_true", help="start, print the JSON line, stop, exit 0")
     p.add_argument("--log-verbose", type=int, default=0)
     return p.parse_args(argv)

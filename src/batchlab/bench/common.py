@@ -15,7 +15,8 @@ import numpy as np
 
 from batchlab.load import RequestSpec
 from batchlab.models.requests import random_embed_inputs
-from batchlab.server import ExternalServer, ServerError, TritonServer
+from batchlab.server import ServerError, connect
+from batchlab.theory.formulas import relative_error
 
 
 class BenchError(Exception):
@@ -47,23 +48,10 @@ def log(msg: str) -> None:
 
 @contextlib.contextmanager
 def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
-    """The server to measure: TRITON_URL's if set, else an embedded one loading only `models`."""
+    """The server to measure (`batchlab.server.connect`), its errors as one-line `BenchError`s."""
     try:
-        ext = ExternalServer.from_env()
-        if ext is not None:
-            ext.start()
+        server = connect(models=list(models), **kwargs).start()
     except (ServerError, ValueError) as exc:
-        raise BenchError(str(exc).splitlines()[0]) from None
-    if ext is not None:
-        missing = [m for m in models if m not in ext.models]
-        if missing:
-            raise BenchError(f"the server at TRITON_URL does not serve {', '.join(missing)}")
-        yield ext
-        return
-    try:
-        server = TritonServer(models=list(models), startup_timeout=180, **kwargs)
-        server.start()
-    except ServerError as exc:
         raise BenchError(str(exc).splitlines()[0]) from None
     try:
         yield server
@@ -124,21 +112,7 @@ def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Cal
 
 def emit(obj: dict[str, Any]) -> None:
     """Print the one JSON object (NaN as null)."""
-    print(json.dumps(_nan_to_none(obj), ensure_ascii=False, indent=2))
-
-
-def _nan_to_none(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _nan_to_none(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_nan_to_none(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, (np.floating,)):
-        return _nan_to_none(float(v))
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
+    print(json.dumps(json_ready(obj), ensure_ascii=False, indent=2))
 
 
 def r3(x: float) -> float:
@@ -280,9 +254,7 @@ def replicate(other: Mapping[str, float], meas: Mapping[str, float], goals: Mapp
     all) next to the measured ones, for each key of `goals` (its allowed relative error): (other -
     meas) / meas is how far a second measurement of the same load lands, the noise floor a
     prediction's error is judged against; ``within_goal_of_each_other`` says where it is inside the goal."""
-    def diff(a: float, b: float) -> float:
-        return (a - b) / b if b else math.nan
-    d = {k: diff(float(other[k]), float(meas[k])) for k in goals}
+    d = {k: relative_error(float(other[k]), float(meas[k])) for k in goals}
     return {"what": ("the same figures measured in the runs at the load's rate (own seeds, interleaved with it): "
                      "difference is how far a second measurement of this load lands from the measured one"),
             "measured": {k: r3(float(other[k])) for k in goals},

@@ -254,7 +254,7 @@ def decode_step_cost(model: str, rep: Any, col: Collector) -> dict[str, Any]:
             return {}
         exec_steps = sum(st / max(b, 1) for st, b in col.generate)
         slot_steps = sum(st for st, _ in col.generate)
-        exec_ms = sum(slot.get("compute_infer", (0, 0))[1] for slot in rep.server.batches.values()) / 1e6
+        exec_ms = sum(rep.server.batch_histogram()[b] * ms for b, ms in rep.server.batch_service_ms(infer_only=True).items())
         ms, rows = exec_ms / exec_steps, slot_steps / exec_steps
     else:
         gaps = rep.records.inter_token()

@@ -73,6 +73,7 @@ from batchlab.load import pool_reports, poisson_arrivals, run_closed_loop, run_o
 from batchlab.probe.batch_time import isotonic, service_model, smoothed_table
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.service import Lognormal, Resampled, Table
+from batchlab.theory.formulas import relative_error
 
 EMBED_MODEL = "embed"
 MAX_BATCH = 32
@@ -342,7 +343,7 @@ def choose_by_runs_at_rate(var: dict[str, Any], runs: Sequence[Any], overhead_ms
     scores = {}
     for kind, make in var["candidates"].items():
         p = predict_variable(segs, make, overhead_ms, seed, spread, turnaround_us=turnaround_us)
-        scores[kind] = {"p50": _err(p["p50_ms"], lat["p50"]), "p99": _err(p["p99_ms"], lat["p99"])}
+        scores[kind] = {"p50": relative_error(p["p50_ms"], lat["p50"]), "p99": relative_error(p["p99_ms"], lat["p99"])}
     best = min(scores, key=lambda k: (abs(scores[k]["p99"]), abs(scores[k]["p50"])))
     out = dict(var)
     out["model"], out["make"] = best, var["candidates"][best]
@@ -361,12 +362,8 @@ def same_kind(var: Mapping[str, Any], kind: str) -> Any:
 def batch_time_drift(stats: Any, service: Any) -> float:
     """How much longer (> 0) or shorter (< 0) a run's executions took than the calibrated t(b) says:
     measured busy time / sum over its executions of t(b), minus 1 (`batch_stats` of the run)."""
-    expected = sum(slot.get("compute_infer", (0, 0))[0] * service.time(int(b)) for b, slot in stats.batches.items())
+    expected = sum(n * service.time(int(b)) for b, n in stats.batch_histogram().items())
     return stats.busy_seconds / expected - 1 if expected > 0 else float("nan")
-
-
-def _err(pred: float, meas: float) -> float:
-    return (pred - meas) / meas if meas else float("nan")
 
 
 
@@ -442,10 +439,9 @@ def at_rate_stats(pooled: Any, at_rate: Any, min_count: int = AT_RATE_MIN_EXECUT
     """
     out = copy.deepcopy(pooled)
     taken = []
-    for b, slot in at_rate.batches.items():
-        if slot.get("compute_infer", (0, 0))[0] >= min_count:
-            out.batches[b] = dict(slot)
-            taken.append(int(b))
+    for b in at_rate.batch_service_ms(min_count):
+        out.batches[b] = dict(at_rate.batches[b])
+        taken.append(int(b))
     return out, sorted(taken)
 
 
@@ -504,8 +500,8 @@ def _predict(segments: Sequence[np.ndarray], service: Any, overhead_ms: float,
 
 
 def _errors(pred: Mapping[str, float], meas: Mapping[str, float]) -> dict[str, float]:
-    return {"throughput": _err(pred["throughput_rps"], meas["throughput_rps"]),
-            "p50": _err(pred["p50_ms"], meas["p50_ms"]), "p99": _err(pred["p99_ms"], meas["p99_ms"])}
+    return {"throughput": relative_error(pred["throughput_rps"], meas["throughput_rps"]),
+            "p50": relative_error(pred["p50_ms"], meas["p50_ms"]), "p99": relative_error(pred["p99_ms"], meas["p99_ms"])}
 
 
 def predict_variable(segments: Sequence[np.ndarray], make: Any, overhead_ms: float, seed: int,
@@ -633,7 +629,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                 p_slow = predict_variable(segments, slow_make, overhead_ms, seed + 500 + 10 * k, spread,
                                           turnaround_us=turn_us)
                 slower = {"predicted": {k2: r3(p_slow[k2]) for k2 in ("p50_ms", "p99_ms")},
-                          "change_vs_prediction": {k2: r3(_err(p_slow[k2], pred[k2])) for k2 in ("p50_ms", "p99_ms")}}
+                          "change_vs_prediction": {k2: r3(relative_error(p_slow[k2], pred[k2])) for k2 in ("p50_ms", "p99_ms")}}
             # Where does an error come from? Re-run the simulator with this level's own measured
             # batch times: what remains is the queueing model's error, the rest was calibration drift.
             in_situ = None
@@ -647,8 +643,8 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                 else:
                     p2 = _predict(segments, own_tab, overhead_ms, turnaround_us=turn_us)
                 in_situ = {"predicted": {k2: r3(p2[k2]) for k2 in ("p50_ms", "p99_ms")},
-                           "error": {"p50": r3(_err(p2["p50_ms"], meas["p50_ms"])),
-                                     "p99": r3(_err(p2["p99_ms"], meas["p99_ms"]))},
+                           "error": {"p50": r3(relative_error(p2["p50_ms"], meas["p50_ms"])),
+                                     "p99": r3(relative_error(p2["p99_ms"], meas["p99_ms"]))},
                            "batch_time_vs_calibration": r3(batch_time_drift(rep.server, service))}
             except (ValueError, AttributeError):
                 pass
@@ -662,7 +658,7 @@ def run(level_s: float = 12.0, calib_s: float = 2.0, seed: int = 0, continuous: 
                 "error_fixed_time": {k2: r3(v) for k2, v in _errors(fixed, meas).items()},
                 "p99_with_constant_overhead": None if const_overhead is None else {
                     "predicted_ms": r3(const_overhead["p99_ms"]),
-                    "error": r3(_err(const_overhead["p99_ms"], meas["p99_ms"]))},
+                    "error": r3(relative_error(const_overhead["p99_ms"], meas["p99_ms"]))},
                 "with_this_levels_own_batch_times": in_situ,
                 f"if_batches_{round(SENSITIVITY * 100)}pct_slower": slower,
                 "runs_at_its_rate_measured": replicate(at.latency_ms(), lat,

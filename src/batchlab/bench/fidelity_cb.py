@@ -90,11 +90,13 @@ from batchlab.bench.common import (INTERLEAVE_ROUNDS, SEGMENT_WARMUP_S, SENSITIV
                                    machine, r3, replicate, require_answers, split_schedule, verdict)
 from batchlab.bench.continuous import workload
 from batchlab.config_pbtxt import load_config_text, parse_config
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
 from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.lengths import capped_exponential
 from batchlab.probe.batch_time import isotonic
 from batchlab.sim.service import DecodeTableCost, ResampledSteps, TokenCost
+from batchlab.theory.formulas import relative_error
 
 MODEL = "lm_stream"
 LOADS = (("medium", 0.5), ("near_capacity", 0.75))
@@ -132,9 +134,9 @@ def server_policy(model: str = MODEL) -> dict[str, int]:
     """lm_stream's scheduling parameters from its config.pbtxt (defaults as the model applies them)."""
     cfg = parse_config(load_config_text(model))
     params = {k: v.string_value for k, v in cfg.parameters.items()}
-    return {"max_active": int(params.get("max_active", 8)),
-            "kv_token_budget": int(params.get("kv_token_budget", 4096)),
-            "max_waiting": int(params.get("max_waiting", 256))}
+    return {"max_active": int(params.get("max_active", MAX_ACTIVE)),
+            "kv_token_budget": int(params.get("kv_token_budget", KV_TOKEN_BUDGET)),
+            "max_waiting": int(params.get("max_waiting", MAX_WAITING))}
 
 
 def cb_workload(n: int, seed: int, mean_tokens: float = 24.0, cap: int = 128) -> tuple[list[np.ndarray], np.ndarray]:
@@ -417,13 +419,9 @@ def _median_ms(d: np.ndarray) -> str:
     return f"{np.median(d) * 1e3:.2f} ms" if d.size else "no samples"
 
 
-def _err(pred: float, meas: float) -> float:
-    return (pred - meas) / meas if meas else math.nan
-
-
 def compare(pred: dict[str, float], meas: dict[str, float]) -> dict[str, Any]:
     """Relative errors (predicted − measured) / measured and whether each is within its goal."""
-    err = {k: _err(pred[k], meas[k]) for k in CB_GOALS}
+    err = {k: relative_error(pred[k], meas[k]) for k in CB_GOALS}
     return {"error": {k: r3(v) for k, v in err.items()},
             "within_goal": {k: bool(math.isfinite(v) and abs(v) <= CB_GOALS[k]) for k, v in err.items()}}
 
@@ -720,12 +718,12 @@ def run(level_s: float = LEVEL_S, seed: int = 0, mean_tokens: float = 24.0, cap:
                              f"calibration per_load.*.at_rate_runs.step_variability), median of {SIM_DRAWS} draws: "
                              "whether the steps' spread is what the fixed-time prediction's tail lacks"),
                     "predicted": {k2: r3(varied[k2]) for k2 in CB_GOALS},
-                    "error": {k2: r3(_err(varied[k2], meas[k2])) for k2 in CB_GOALS}},
+                    "error": {k2: r3(relative_error(varied[k2], meas[k2])) for k2 in CB_GOALS}},
                 "with_light_run_overhead": {
                     "what": ("the same prediction with the overhead pools of the light calibration run "
                              f"({CALIB_OPEN_FRACTIONS[0]:g} x capacity) instead of the runs at this load's rate"),
                     "predicted": {k2: r3(pred_light[k2]) for k2 in TTFT_FIGURES},
-                    "error": {k2: r3(_err(pred_light[k2], meas[k2])) for k2 in TTFT_FIGURES}},
+                    "error": {k2: r3(relative_error(pred_light[k2], meas[k2])) for k2 in TTFT_FIGURES}},
                 "step_time_vs_fit": {
                     "what": ("measured / fitted duration of the timed steps, minus 1 (> 0: the engine ran slower than "
                              "the fit the prediction uses), in the load's segments and in the runs at its rate"),
@@ -735,10 +733,10 @@ def run(level_s: float = LEVEL_S, seed: int = 0, mean_tokens: float = 24.0, cap:
                              "the error it removes is the machine's speed drifting between the runs at the load's "
                              "rate and the segments; the part it leaves is the queueing model's"),
                     "predicted": {k2: r3(own[k2]) for k2 in CB_GOALS},
-                    "error": {k2: r3(_err(own[k2], meas[k2])) for k2 in CB_GOALS}},
+                    "error": {k2: r3(relative_error(own[k2], meas[k2])) for k2 in CB_GOALS}},
                 f"ttft_if_steps_{round(SENSITIVITY * 100)}pct_slower": {
                     "predicted": {k2: r3(slow[k2]) for k2 in TTFT_FIGURES},
-                    "change_vs_prediction": {k2: r3(_err(slow[k2], pred[k2])) for k2 in TTFT_FIGURES}},
+                    "change_vs_prediction": {k2: r3(relative_error(slow[k2], pred[k2])) for k2 in TTFT_FIGURES}},
                 "simulated_ttft_ms_without_overhead": {"p50": r3(fixed["sim_ttft_p50_ms"]),
                                                        "p99": r3(fixed["sim_ttft_p99_ms"])},
                 "mean_active_predicted": r3(fixed["batch_size_mean"]),

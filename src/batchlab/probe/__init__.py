@@ -14,7 +14,7 @@ to read the server's answer.
 
 from batchlab.probe.batch_time import (BatchTimes, Calibration, batch_table, calibrate_service, isotonic,
                                        load_factor, measure_batch_times, service_from_stats, service_model,
-                                       speedup_ceiling, weighted_affine)
+                                       speedup_ceiling)
 from batchlab.probe.batcher import (Pattern, PatternOutcome, ProbeError, allows_reload, batcher_config,
                                     batches_from_sizes, burst, chapter_patterns, reloadable, run_pattern, run_patterns,
                                     simulate_pattern, spaced)
@@ -22,7 +22,7 @@ from batchlab.probe.latency import PARTS, GenerateCalibration, calibrate_generat
 
 __all__ = [
     "BatchTimes", "measure_batch_times", "Calibration", "calibrate_service", "batch_table", "service_from_stats",
-    "load_factor", "isotonic", "weighted_affine", "service_model", "speedup_ceiling",
+    "load_factor", "isotonic", "service_model", "speedup_ceiling",
     "Pattern", "PatternOutcome", "ProbeError", "allows_reload", "batcher_config", "batches_from_sizes", "burst",
     "chapter_patterns", "reloadable", "run_pattern", "run_patterns", "simulate_pattern", "spaced",
     "PARTS", "GenerateCalibration", "calibrate_generate", "split_report", "split_simulated",

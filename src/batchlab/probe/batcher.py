@@ -36,7 +36,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from batchlab.load import RequestSpec, run_open_loop
-from batchlab.probe.batch_time import _executions, _infer_inputs, _settled, _stats
+from batchlab.load.stats import read_stats, settle
+from batchlab.probe.batch_time import _infer_inputs, _settled
 from batchlab.server import TritonServer
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
@@ -160,7 +161,7 @@ def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
     if allows_reload(server):
         yield server
         return
-    with TritonServer(models=list(models), startup_timeout=180) as private:
+    with TritonServer(models=list(models)) as private:
         yield private
 
 
@@ -207,7 +208,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
     client = _grpc(server)
     try:
-        base = _stats(client, model)
+        base = read_stats(client, model)
         client.infer(model, _infer_inputs(grpcclient, inputs))  # warm-up
         wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
         time.sleep(wait)
@@ -234,14 +235,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         order = np.argsort(rec.last, kind="stable")
         sizes = [seen.get(int(rec.index[i]), -1) for i in order]
         batches = batches_from_sizes(sizes)
-        # batch_stats can lag the responses a little: wait until every execution is counted
-        deadline = time.monotonic() + 3.0
-        while True:
-            delta = _stats(client, model) - before
-            if (delta.success >= pattern.n and (batches is None or _executions(delta) >= len(batches))) \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
+        delta = settle(lambda: read_stats(client, model), before, pattern.n, len(batches or ())) - before
     finally:
         client.close()
     return PatternOutcome(pattern, sizes, dict(sorted(delta.batch_histogram().items())),

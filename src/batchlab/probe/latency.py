@@ -124,7 +124,7 @@ def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
         raise ValueError("the report has no server statistics (run the load with stats=True)")
     total = report.latency_ms()["mean"]
     queue = s.mean_ms("queue")
-    compute = sum(s.mean_ms(p) for p in ("compute_input", "compute_infer", "compute_output"))
+    compute = s.compute_ms
     hist = s.batch_histogram()
     sizes = np.array(list(hist.keys()), float)
     counts = np.array(list(hist.values()), float)
