@@ -1,26 +1,12 @@
-"""Read, annotate and check a model's `config.pbtxt` the way Triton reads it.
+"""Read, annotate, check and edit a model's `config.pbtxt` with Triton's own schema and parser
+(`inference.ModelConfig` from `tritonclient.grpc.model_config_pb2`).
 
-Triton parses `config.pbtxt` as protobuf text format against `inference.ModelConfig`
-(`model_config.proto`, shipped with tritonclient as `tritonclient.grpc.model_config_pb2`). So
-this module uses the very same schema and parser:
-
-- `parse_config(text)` returns the `ModelConfig` message, or raises `ConfigError` carrying
-  the parser's line, column and message (the text tritonserver prints when it refuses a model)
-  plus a hint naming where a misplaced field belongs (e.g. `max_batch_size` written inside
-  `dynamic_batching` belongs at the top level);
-- `check_config(text)` lists `Finding`s: the errors Triton raises while validating a parsed
-  config (`model_config_utils.cc`), and warnings for settings that load but do not do what
-  people expect (no batching with `max_batch_size: 0`, timeouts that never fire, ...);
-- `annotate(config)` prints the config with a Chinese note on every field (the chapter 06
-  walk-through), `field_rows(config)` gives the same as table rows;
-- `field_paths(name)` tells where in the schema a field name exists;
-- `edit_config(config, changes)` replaces fields: a dict of dotted paths, or a block of config
-  text (a learner's `dynamic_batching { ... }`) parsed with the same schema and merged in;
-- `stage_model(...)` writes a model with a given config into a repository, for live demos and labs.
-
-Sources: server `docs/user_guide/batcher.md` and `model_configuration.md`; common
-`protobuf/model_config.proto`; core `src/model_config_utils.cc` (`ValidateModelConfig`,
-`NormalizeModelConfig`) and `src/dynamic_batch_scheduler.cc`.
+`parse_config` (a `ConfigError` with line, column and a Chinese hint: `translate_error`),
+`check_config` (`Finding`s: Triton's validation errors and settings that load but surprise),
+`annotate` / `field_rows` (a Chinese note per field), `field_paths`, `edit_config` (dotted paths
+or a config block merged in), `stage_model` (a model with a given config in a repository).
+Sources: batcher.md, model_configuration.md, model_config.proto, model_config_utils.cc,
+dynamic_batch_scheduler.cc.
 """
 
 from __future__ import annotations

@@ -1,37 +1,18 @@
-"""The embedded Triton Inference Server: start it, wait for it, stop it, leave nothing behind.
+"""The embedded Triton Inference Server (the `tritonserver` 2.51 and Python backend of the
+nvidia-pytriton wheel): start it, wait for it, stop it, leave nothing behind.
 
-The `tritonserver` binary (2.51) and its Python backend come from the `nvidia-pytriton` wheel; we
-use only those, not pytriton's decorator API. The launcher
+`TritonServer` builds a backend folder with the stub matching this Python in the course cache,
+binds HTTP, gRPC and metrics to 127.0.0.1 (free ports unless given), draws a key per launch that
+the `RESTRICTED_APIS` require (header `x-batchlab-key`; its clients send it; the process list
+never shows it, `spawn`), waits until it and every model are ready and that the server answering
+is this one, bounds a request's cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`), and stops its whole
+process group (also at exit, and by the kernel when this process dies); what dead launches left
+is swept at the next start. `connect()` gives the server named by `TRITON_URL` (and
+`TRITON_GRPC_URL`, `TRITON_METRICS_URL`, `BATCHLAB_TRITON_KEY`) as an `ExternalServer`, else an
+embedded one::
 
-- builds a backend folder in the course cache holding the Python backend and the
-  `triton_python_backend_stub` that matches the running Python (never writing into
-  site-packages);
-- binds HTTP, gRPC and metrics to 127.0.0.1, on free ports unless ports are given;
-- closes the server to the other users of the machine: every launch draws a random key, and the
-  APIs that change or read server state beyond inference (`RESTRICTED_APIS`: shared memory, the
-  model repository -- index, load, unload --, logging, trace) answer only requests that carry it
-  (HTTP header `x-batchlab-key`; gRPC metadata `triton-grpc-protocol-x-batchlab-key`, the name
-  Triton expects). Health, metadata, model config, statistics and inference stay open. The
-  clients the server hands out (`http_client()`, `grpc_client()`, `aio_grpc_client()`) send the
-  key themselves, so a notebook never handles it. The key never appears in the process list
-  (`spawn`);
-- waits until the server and every model are ready -- and that the server answering is *this*
-  one (it must refuse the repository index without the key and grant it with the key) -- or
-  raises an error that names the cause;
-- bounds what one request can cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`);
-- stops the whole process group (server and backend stubs): SIGTERM, then SIGKILL after a short
-  grace; it is also stopped at interpreter exit and killed by the kernel if its process dies;
-  folders and shared memory left by launches whose process died are removed at the next start.
-
-Notebooks use it as a context manager::
-
-    from batchlab.server import connect
     with connect() as server:
         client = server.grpc_client()
-
-`TRITON_URL` (HTTP, ``host:port``) and optionally `TRITON_GRPC_URL` / `TRITON_METRICS_URL` make
-`connect` use an external server (an NGC container, or the one `make start` launched) instead;
-`BATCHLAB_TRITON_KEY` is that server's key, if it has one.
 
 Command line: ``python -m batchlab.server [--repo DIR] [--http-port N ...] [--check]``.
 """
@@ -73,7 +54,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
@@ -356,11 +336,6 @@ class _Clients:
         """Headers for a raw HTTP request to a restricted API of this server."""
         return {KEY_HEADER: self.key} if self.key else {}
 
-    @property
-    def grpc_headers(self) -> dict[str, str]:
-        """Metadata (tritonclient ``headers=``) for a raw gRPC call to a restricted API."""
-        return {GRPC_KEY_HEADER: self.key} if self.key else {}
-
     def info(self) -> dict[str, Any]:
         """The addresses and ready models, as the CLI prints them."""
         return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}
@@ -372,10 +347,6 @@ class _Clients:
     def grpc_client(self, **kwargs: Any) -> Any:
         """A `tritonclient.grpc.InferenceServerClient` for this server (it sends the key)."""
         return keyed_client(grpcclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
-
-    def aio_grpc_client(self, **kwargs: Any) -> Any:
-        """A `tritonclient.grpc.aio.InferenceServerClient` (create it inside the event loop)."""
-        return keyed_client(aioclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
 
 
 # --------------------------------------------------------------------------- readiness over HTTP

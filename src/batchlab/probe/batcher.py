@@ -1,25 +1,15 @@
 """Triton's batch-forming rule, observed: crafted arrival patterns against the real dynamic batcher.
 
-A *pattern* is a handful of send times and a batcher configuration (``max_batch_size``, a
-model-level field; ``preferred_batch_size`` and ``max_queue_delay_microseconds`` inside
-``dynamic_batching``). `batcher_config` reloads a model with that configuration — Triton reads
-batcher settings only when a model loads, so changing them means a reload — through the model
-repository API's config override (``load_model(name, config=JSON)``), and restores the model's
-previous configuration afterwards. `run_pattern` sends the requests at their times (open loop,
-`batchlab.load.run_open_loop`) and reads what the server did: the batch size each response
-reports (the course's `embed` models return ``BATCH_SIZE``) and the ``batch_stats`` histogram
-of the statistics extension. `simulate_pattern` runs the same pattern through
-`batchlab.sim.simulate_dynamic`, so the chapter can print rule, simulation and server side by side.
+A `Pattern` is a few send times and a `BatchRule`. `batcher_config` reloads a model with that rule
+(the repository API's config override; Triton reads batcher settings only at load) and restores
+it afterwards; `run_pattern` sends the requests open-loop and reads the batch size each response
+reports and the ``batch_stats`` histogram; `simulate_pattern` runs the same pattern through the
+simulator. The rule (core ``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
 
-The rule (core ``src/dynamic_batch_scheduler.cc``, ``GetDynamicBatch``; server
-``docs/user_guide/batcher.md``), requests taken in arrival order:
-
-1. a batch reaching the largest preferred size (``max_batch_size`` when none is set) goes at once;
-2. while the oldest request's delay has not expired, the largest preferred size reachable goes
-   at once (7 pending, preferred [4, 8]: 4 go);
-3. when the delay is 0, or the oldest request has waited ``max_queue_delay``, whatever is
-   pending goes;
-4. otherwise the batcher waits (for more requests, or for the delay to expire).
+1. a batch reaching the largest preferred size (``max_batch_size`` when none) goes at once;
+2. before the oldest request's delay expires, the largest reachable preferred size goes at once;
+3. with delay 0, or once the oldest has waited ``max_queue_delay``, whatever is pending goes;
+4. otherwise the batcher waits.
 """
 
 from __future__ import annotations

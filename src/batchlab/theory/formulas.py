@@ -154,14 +154,6 @@ def md1_wait(arrival_rate: float, service_time: float) -> float:
     return rho / (2 * mu * (1 - rho))
 
 
-def pk_wait(arrival_rate: float, mean_service: float, second_moment: float) -> float:
-    """Pollaczek–Khinchine M/G/1 mean wait: Wq = λ E[S²] / (2(1 − ρ))."""
-    rho = arrival_rate * mean_service
-    if not 0 <= rho < 1:
-        raise ValueError(f"unstable: ρ = {rho:.3f} must be < 1")
-    return arrival_rate * second_moment / (2 * (1 - rho))
-
-
 def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
     """Little's law: L = λ W (requests in the system at once)."""
     if arrival_rate < 0 or mean_time_in_system < 0:
