@@ -75,19 +75,14 @@ RESTRICTED_APIS = ("shared-memory", "model-repository", "trace", "logging")
 ``--grpc-restricted-protocol``). Open: health, metadata, model-config, statistics, inference."""
 
 SHM_LIMIT_BYTES = 64 * 2**20
-"""Most shared memory one Python-backend model instance may hold (its region under /dev/shm).
-
-The Python backend copies every input and output tensor through that region and grows it on
-demand, never shrinking it (one 200 MB request left ~400 MB behind). The server and its stubs
-run with ``RLIMIT_FSIZE`` at this value, so a region cannot grow past it: a request that does
-not fit fails with Triton's "Failed to increase the shared memory pool size" and leaves the
-region as it was. (The limit also caps the server log at this size.)"""
+"""Most shared memory one Python-backend instance may hold: the server and its stubs run with
+``RLIMIT_FSIZE`` at this value, so a region (which the backend grows and never shrinks) cannot pass
+it; a request that does not fit fails with "Failed to increase the shared memory pool size".
+It also caps the server log."""
 
 MAX_REQUEST_BYTES = 16 * 2**20
-"""Largest request (sum of its input tensors) the clients this module hands out will send.
-
-Inputs and outputs share one `SHM_LIMIT_BYTES` region, so this leaves room for an output as large
-as the input. A larger request raises ValueError before anything is sent."""
+"""Largest request (sum of its input tensors) the clients of this module send (ValueError before
+sending): inputs and outputs share one `SHM_LIMIT_BYTES` region."""
 
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
 """Seconds `start` waits for the server and its models: several times a cold start of the course
@@ -648,17 +643,10 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
                                              dict(popen_kwargs), umask))
 
 
-# A process that dies without stopping its server (a kernel killed during its shutdown, SIGKILL,
-# the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
-# launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
-# the server's group and removes what the launch made. A normal stop() ends the reaper first.
-# If the server dies first, the reaper still kills what is left of its group (a backend stub can
-# outlive it); the folder and regions then stay for stop() or the next launch's sweep.
-# While the server runs, the reaper also makes its Python backend regions private: the backend
-# creates each region (one per model instance, at every load) with mode 0644 whatever the umask
-# (measured: still 0644 when the server runs with umask 077), so any local user could read the
-# tensors in flight.
-# Every `REGION_CHMOD_S` the reaper sets the launch's regions that others can read to 0600.
+# Each launch has a reaper: a shell that, when this process dies without stopping the server, kills
+# the server's group and removes the launch's folder and shared memory (stop() ends it first). While
+# the server runs it also sets the launch's Python-backend regions, which the backend creates mode
+# 0644 whatever the umask, to 0600 every `REGION_CHMOD_S`.
 REGION_CHMOD_S = 0.1
 # `kill -KILL -PGID`, not `kill -KILL -- -PGID`: dash (Debian's /bin/sh) rejects the `--`.
 _REAPER = (
