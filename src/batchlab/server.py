@@ -371,25 +371,30 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
 
 
 def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
-                     key: str | None = None, own: bool = False) -> list[str]:
+                     key: str | None = None, own: bool = False, silent_s: float | None = None) -> list[str]:
     """Poll until the server is ready and every indexed, loaded model is READY.
 
     `alive` is an optional callable returning False once the server process has exited. `key`
     is sent with the repository index. With ``own=True`` the server must also prove it is the one
     we started: it grants the index with `key` and refuses it without; another server answering
     on the port (its models load before it binds, so a second launch on a taken port would
-    otherwise see the first one) raises `PortInUseError` naming the port.
+    otherwise see the first one) raises `PortInUseError` naming the port. With `silent_s`, a
+    server that has not answered at all after that many seconds raises TimeoutError early.
     Returns the names of the ready models.
     """
     headers = {KEY_HEADER: key} if key else None
     port = int(http_url.rpartition(":")[2])
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    last, answered = "no answer yet", False
     while time.monotonic() < deadline:
+        if silent_s is not None and not answered and time.monotonic() - t0 > silent_s:
+            break
         if alive is not None and not alive():
             raise ServerError("exited")
         try:
             code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
+            answered = True
             if code == 200:
                 code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
                 if code == 403 and own:
@@ -413,7 +418,7 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
         except (OSError, urllib.error.URLError, ValueError) as exc:
             last = str(exc)
         time.sleep(0.1)
-    raise TimeoutError(f"server not ready after {timeout:.0f} s ({last})")
+    raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({last})")
 
 
 # --------------------------------------------------------------------------- log diagnosis
@@ -1083,7 +1088,7 @@ class ExternalServer(_Clients):
     def start(self) -> "ExternalServer":
         """Wait until the external server is ready; ServerError unless it serves every model in `needs`."""
         try:
-            self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key)
+            self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key, silent_s=10.0)
         except (TimeoutError, ServerError) as exc:
             raise ServerError(f"the Triton server at TRITON_URL={self.http_url} is not ready: {exc}") from None
         missing = [m for m in self.needs if m not in self.models]
