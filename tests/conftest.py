@@ -24,7 +24,7 @@ def triton():
 
     With TRITON_URL set (an NGC container, or `make start`'s server) that server is used instead.
     """
-    with connect(startup_timeout=180) as server:
+    with connect() as server:
         yield server
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import collections
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -47,6 +48,7 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+TREES = {m: ast.parse(p.read_text(encoding="utf-8")) for m, p in MODULES.items()}
 
 
 def _target(node: ast.ImportFrom | ast.Import, module: str, is_pkg: bool) -> list[str]:
@@ -72,7 +74,7 @@ def _imports() -> dict[str, dict[str, list[ast.AST]]]:
     """module -> imported batchlab module -> the import nodes (any depth in the file)."""
     graph: dict[str, dict[str, list[ast.AST]]] = {}
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = TREES[module]
         edges: dict[str, list[ast.AST]] = collections.defaultdict(list)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -190,8 +192,8 @@ def test_imports_at_module_top():
 
 def _public_definitions() -> dict[str, list[str]]:
     defs: dict[str, list[str]] = collections.defaultdict(list)
-    for module, path in MODULES.items():
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for module in MODULES:
+        for node in TREES[module].body:
             names = []
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 names = [node.name]
@@ -219,3 +221,230 @@ def test_named_concepts_defined_once(concept):
 
 def test_the_checker_finds_a_planted_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# --------------------------------------------------------------------------- one home per concept, by shape
+#
+# A concept copied under another name escapes `test_each_public_name_has_one_home`. Each detector
+# below recognises one concept by what its code does (not by its name) and returns the lines of a
+# parsed module that define it; the concept may be defined only in its home module.
+
+
+def _call_name(node: ast.AST) -> str:
+    """``np.linalg.lstsq(...)`` -> "np.linalg.lstsq"; "" for anything but a call of a (dotted) name."""
+    if not isinstance(node, ast.Call):
+        return ""
+    parts, f = [], node.func
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+    return ".".join(reversed(parts))
+
+
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _calls(node: ast.AST) -> set[str]:
+    return {_call_name(n) for n in ast.walk(node)} - {""}
+
+
+def _affine_fit(tree: ast.AST) -> list[int]:
+    """A function fitting t = a + b·x: np.polyfit of degree 1, or lstsq on a design with a column of ones."""
+    out = []
+    for fn in _functions(tree):
+        calls = _calls(fn)
+        polyfit1 = any(_call_name(n).endswith("polyfit") and len(n.args) >= 3 and isinstance(n.args[2], ast.Constant)
+                       and n.args[2].value == 1 for n in ast.walk(fn))
+        lstsq = any(c.endswith("linalg.lstsq") for c in calls)
+        if polyfit1 or (lstsq and any(c.endswith(("ones", "ones_like")) for c in calls)):
+            out.append(fn.lineno)
+    return out
+
+
+def _compute_infer_lookup(tree: ast.AST) -> list[int]:
+    """Reading the statistics' ``compute_infer`` entry: ``x["compute_infer"]`` or ``x.get("compute_infer", ...)``."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "compute_infer":
+            out.append(n.lineno)
+        elif (_call_name(n).endswith(".get") and n.args and isinstance(n.args[0], ast.Constant)
+              and n.args[0].value == "compute_infer"):
+            out.append(n.lineno)
+    return out
+
+
+def _settle_loop(tree: ast.AST) -> list[int]:
+    """A loop that sleeps until the statistics' counts (success, inference/execution counts) reach a goal."""
+    counts = {"success", "inference_count", "execution_count", "batch_executions"}
+    out = []
+    for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For, ast.AsyncFor))):
+        sleeps = any(c.endswith("sleep") for c in _calls(loop))
+        if sleeps and any(isinstance(n, ast.Attribute) and n.attr in counts for n in ast.walk(loop)):
+            out.append(loop.lineno)
+    return out
+
+
+def _triton_url_reader(tree: ast.AST) -> list[int]:
+    """Choosing the TRITON_URL server: reading the variable, or building an ExternalServer from it."""
+    out = []
+    for n in ast.walk(tree):
+        name = _call_name(n)
+        if name.endswith(("environ.get", "getenv")) and n.args and isinstance(n.args[0], ast.Constant) \
+                and n.args[0].value == "TRITON_URL":
+            out.append(n.lineno)
+        elif name.endswith("ExternalServer.from_env"):
+            out.append(n.lineno)
+        elif isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "TRITON_URL":
+            out.append(n.lineno)
+    return out
+
+
+def _startup_timeout(tree: ast.AST) -> list[int]:
+    """A startup timeout for a Triton server given as a number (default or override) anywhere but its one default."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and (_call_name(n).endswith(("Server", "connect", "lab_server", "start"))):
+            out += [n.lineno for k in n.keywords if k.arg == "startup_timeout" and isinstance(k.value, ast.Constant)]
+        elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DEFAULT_STARTUP_TIMEOUT_S"
+                                               for t in n.targets):
+            out.append(n.lineno)
+    for fn in _functions(tree):
+        args = fn.args.args + fn.args.kwonlyargs
+        defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + fn.args.defaults + fn.args.kw_defaults
+        out += [fn.lineno for a, d in zip(args, defaults) if a.arg == "startup_timeout" and isinstance(d, ast.Constant)]
+    return out
+
+
+def _percentile_summary(tree: ast.AST) -> list[int]:
+    """A function naming percentiles ``p50``/``p99``... from np.percentile / np.quantile."""
+    out = []
+    for fn in _functions(tree):
+        if not any(c.endswith(("percentile", "quantile")) for c in _calls(fn)):
+            continue
+        keys = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) in (2, 3)
+                   and n.value.startswith("p") and n.value[1:].isdigit() for n in ast.walk(fn))
+        fkeys = any(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant)
+                    and n.values[0].value == "p" for n in ast.walk(fn))
+        if keys or fkeys:
+            out.append(fn.lineno)
+    return out
+
+
+def _json_cleaner(tree: ast.AST) -> list[int]:
+    """A recursive function that turns non-finite floats into None (a JSON cleaner)."""
+    out = []
+    for fn in _functions(tree):
+        calls = _calls(fn)
+        recursive = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.name
+                        for n in ast.walk(fn))
+        if recursive and any(c.endswith(("isfinite", "isnan")) for c in calls):
+            out.append(fn.lineno)
+    return out
+
+
+def _relative_error(tree: ast.AST) -> list[int]:
+    """A function returning ``(x - y) / y`` (relative error), possibly guarded by a conditional."""
+    def is_rel(e: ast.AST) -> bool:
+        if isinstance(e, ast.IfExp):
+            return is_rel(e.body) or is_rel(e.orelse)
+        return (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div) and isinstance(e.left, ast.BinOp)
+                and isinstance(e.left.op, ast.Sub) and ast.dump(e.left.right) == ast.dump(e.right))
+    return [fn.lineno for fn in _functions(tree)
+            if any(isinstance(n, ast.Return) and n.value is not None and is_rel(n.value) for n in ast.walk(fn))]
+
+
+_PARSER_MESSAGES = ("has no field named", "Expected identifier", "Couldn't parse integer", "is specified along with")
+
+
+def _config_error_text(tree: ast.AST) -> list[int]:
+    """Matching protobuf text-format parser messages (to explain them): a pattern quoting one."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and any(m in n.value for m in _PARSER_MESSAGES)]
+
+
+_LM_STREAM_PARAMS = {"max_active", "kv_token_budget", "max_waiting"}
+_LM_STREAM_NAMES = {"MAX_ACTIVE", "KV_TOKEN_BUDGET", "MAX_WAITING"}
+_LM_STREAM_VALUES = {8, 4096, 256}
+
+
+def _lm_stream_default(tree: ast.AST) -> list[int]:
+    """lm_stream's default max_active / kv_token_budget / max_waiting (8, 4096, 256) written as a number."""
+    num = lambda v: (isinstance(v, ast.Constant) and type(v.value) is int  # noqa: E731
+                     and v.value in _LM_STREAM_VALUES)
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id in _LM_STREAM_PARAMS \
+                and num(n.value):
+            out.append(n.lineno)
+        elif isinstance(n, ast.Assign) and num(n.value) and any(isinstance(t, ast.Name) and t.id in _LM_STREAM_NAMES
+                                                                  for t in n.targets):
+            out.append(n.lineno)
+        elif isinstance(n, ast.Call):
+            args = list(n.args)
+            out += [n.lineno for a, b in zip(args, args[1:])
+                    if isinstance(a, ast.Constant) and a.value in _LM_STREAM_PARAMS and num(b)]
+            out += [n.lineno for k in n.keywords if k.arg in _LM_STREAM_PARAMS and num(k.value)]
+    for fn in _functions(tree):
+        args = fn.args.args + fn.args.kwonlyargs
+        defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + fn.args.defaults + fn.args.kw_defaults
+        out += [fn.lineno for a, d in zip(args, defaults) if a.arg in _LM_STREAM_PARAMS and num(d)]
+    return out
+
+
+#: concept -> (its one home, the detector, a planted second home the detector must catch)
+CONCEPTS = {
+    "affine fit t(B) = a + b·B": ("batchlab.theory.formulas", _affine_fit,
+                                  "import numpy as np\ndef line(x, y):\n    return np.polyfit(x, y, 1)\n"),
+    "batch times from the statistics": ("batchlab.load.stats", _compute_infer_lookup,
+                                        "def per_batch(slot):\n    return slot['compute_infer'][1] / slot['compute_infer'][0]\n"),
+    "wait until the statistics settle": ("batchlab.load.stats", _settle_loop,
+                                         "import time\ndef wait(read, n):\n    while read().success < n:\n"
+                                         "        time.sleep(0.01)\n"),
+    "the TRITON_URL server or an embedded one": ("batchlab.server", _triton_url_reader,
+                                                 "import os\ndef mine():\n    return os.environ.get('TRITON_URL')\n"),
+    "server startup timeout": ("batchlab.server", _startup_timeout,
+                               "def go(m):\n    return TritonServer(models=m, startup_timeout=180)\n"),
+    "latency percentile summary": ("batchlab.sim.summary", _percentile_summary,
+                                   "import numpy as np\ndef pct(x):\n"
+                                   "    return {'p50': np.percentile(x, 50), 'p99': np.percentile(x, 99)}\n"),
+    "JSON cleaning": ("batchlab.load.report", _json_cleaner,
+                      "import math\ndef clean(v):\n    if isinstance(v, dict):\n"
+                      "        return {k: clean(x) for k, x in v.items()}\n"
+                      "    return None if isinstance(v, float) and not math.isfinite(v) else v\n"),
+    "relative error": ("batchlab.theory.formulas", _relative_error,
+                       "def err(pred, meas):\n    return (pred - meas) / meas if meas else float('nan')\n"),
+    "config parse error explained": ("batchlab.config_pbtxt", _config_error_text,
+                                     "import re\nNO_FIELD = re.compile(r'has no field named \"(\\w+)\"')\n"),
+    "lm_stream defaults": ("batchlab.lm.scheduler", _lm_stream_default,
+                           "def admit(waiting, max_active=8, kv_token_budget=4096):\n    return waiting\n"),
+}
+
+
+
+
+def _concept_sites(detector: Callable[[ast.AST], list[int]]) -> dict[str, list[int]]:
+    sites = {}
+    for module, path in MODULES.items():
+        lines = detector(TREES[module])
+        if lines:
+            sites[module] = sorted(set(lines))
+    return sites
+
+
+@pytest.mark.parametrize("concept", sorted(CONCEPTS))
+def test_each_concept_has_one_home(concept):
+    home, detector, _ = CONCEPTS[concept]
+    sites = _concept_sites(detector)
+    assert home in sites, f"{concept}: the detector does not recognise its home {home}"
+    elsewhere = {m: lines for m, lines in sites.items() if m != home}
+    assert elsewhere == {}, f"{concept}: a second home (call {home} instead): {elsewhere}"
+
+
+@pytest.mark.parametrize("concept", sorted(CONCEPTS))
+def test_the_checker_finds_a_planted_second_home(concept):
+    _, detector, planted = CONCEPTS[concept]
+    assert detector(ast.parse(planted)) != []
+    assert detector(ast.parse("def unrelated(x):\n    return x + 1\n")) == []

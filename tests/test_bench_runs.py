@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from batchlab.load.stats import ModelStats
-from batchlab.probe.batch_time import batch_table, isotonic, service_model, speedup_ceiling, weighted_affine
+from batchlab.probe.batch_time import batch_table, isotonic, service_model, speedup_ceiling
 
 pytestmark = pytest.mark.server
 
@@ -124,11 +124,9 @@ def test_calibration_helpers() -> None:
     iso = isotonic(y, w)
     assert np.all(np.diff(iso) >= 0)
     assert iso[0] == iso[1] == pytest.approx((5 + 12) / 4) and iso[3] == iso[4] == 8.5
-    sizes = np.array([1, 2, 4, 8])
-    base, per = weighted_affine(sizes, 3.0 + 1.5 * sizes, np.ones(4))
-    assert base == pytest.approx(3.0) and per == pytest.approx(1.5)
     st = ModelStats("m", batches={b: {"compute_infer": (10, int(10 * (3 + 1.5 * b) * 1e6))} for b in (1, 2, 4, 8)})
     model = service_model(st)
+    assert model["affine_ms"] == (pytest.approx(3.0), pytest.approx(1.5))
     c = speedup_ceiling(model, t1_ms=4.5)
     assert c["at_batch"] == 8 and c["speedup"] == pytest.approx(8 * 4.5 / 15.0)
     with pytest.raises(ValueError, match="nothing to calibrate"):

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from batchlab import config_pbtxt as cfg
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
+from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.paths import MODEL_REPOSITORY
 
 COURSE_MODELS = sorted(d.name for d in MODEL_REPOSITORY.iterdir() if (d / "config.pbtxt").is_file())
@@ -192,7 +194,7 @@ def test_triton_agrees_misplaced_refused_and_zero_batches_one(tmp_path: Path):
     zero = cfg.edit_config(cfg.load_config_text("noop"), {"name": "noop_mbs0", "max_batch_size": 0})
     assert [f.level for f in cfg.check_config(zero)] == ["warning"]
     cfg.stage_model(tmp_path, "noop_mbs0", cfg.to_text(zero), "noop")
-    with TritonServer(tmp_path, models=["noop_mbs0"], startup_timeout=120, stop_grace=10) as server:
+    with TritonServer(tmp_path, models=["noop_mbs0"], stop_grace=10) as server:
         client = server.http_client()
         with pytest.raises(Exception):
             client.load_model("bad_mbs")
@@ -211,3 +213,11 @@ def test_triton_agrees_misplaced_refused_and_zero_batches_one(tmp_path: Path):
         st = read_stats(client, "noop_mbs0") - before
         assert st.inference_count == st.execution_count == 64
         assert set(st.batch_histogram()) == {1}
+
+
+def test_lm_stream_config_agrees_with_the_python_defaults() -> None:
+    """The config.pbtxt spells out lm_stream's defaults; they must be the ones its model falls back to."""
+    params = {k: v.string_value for k, v in cfg.parse_config(cfg.load_config_text("lm_stream")).parameters.items()}
+    assert {k: int(params[k]) for k in ("max_active", "kv_token_budget", "max_waiting", "max_tokens_limit")} == {
+        "max_active": MAX_ACTIVE, "kv_token_budget": KV_TOKEN_BUDGET, "max_waiting": MAX_WAITING,
+        "max_tokens_limit": DEFAULT_MAX_TOKENS_LIMIT}

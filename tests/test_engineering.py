@@ -45,17 +45,13 @@ def test_online_offline_grid():
     assert c["capacity_rps"] == pytest.approx(b["capacity_rps"], rel=0.01)
 
 
-def test_busy_seconds_and_measured_service():
+def test_busy_seconds_sums_every_batch_phase():
     from batchlab.load import ModelStats
 
     st = ModelStats("m", batches={1: {"compute_input": (2, 1_000_000), "compute_infer": (2, 3_000_000),
                                       "compute_output": (2, 1_000_000)},
                                   4: {"compute_infer": (1, 5_000_000)}})
     assert st.busy_seconds == pytest.approx(0.010)
-    svc = E.measured_service({1: 5.0, 2: 6.0, 4: 8.0})
-    assert svc.base_us == pytest.approx(4000.0) and svc.per_item_us == pytest.approx(1000.0)
-    with pytest.raises(ValueError):
-        E.measured_service({1: 5.0})
 
 
 def test_engineering_plots_draw():

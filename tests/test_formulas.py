@@ -35,10 +35,29 @@ def test_fits_recover_parameters() -> None:
     assert f == pytest.approx(0.8)
 
 
+def test_fit_affine_weights_and_non_negative_options() -> None:
+    # two points on t = 1 + B and one outlier at B = 4: the weights decide how far it pulls the line
+    bs, t = [1, 2, 4], [2.0, 3.0, 9.0]
+    assert F.fit_affine(bs, t) == (pytest.approx(-1.0), pytest.approx(17 / 7))   # by hand: normal equations
+    assert F.fit_affine(bs, t, weights=[1, 1, 0]) == (pytest.approx(1.0), pytest.approx(1.0))  # outlier ignored
+    assert F.fit_affine(bs, t, weights=[2, 2, 2]) == (pytest.approx(-1.0), pytest.approx(17 / 7))
+    # a < 0 with nonneg: refit through the origin, b = Σxy / Σx² = (2 + 6 + 36) / 21
+    assert F.fit_affine(bs, t, nonneg=True) == (0.0, pytest.approx(44 / 21))
+    assert F.fit_affine([1, 2], [3.0, 1.0], nonneg=True) == (pytest.approx(5.0), 0.0)   # falling: b kept at 0
+    with pytest.raises(ValueError, match="two"):
+        F.fit_affine([1], [1.0])
+    with pytest.raises(ValueError, match="equal length"):
+        F.fit_affine([1, 2], [1.0, 2.0], weights=[1.0])
+
+
+def test_relative_error() -> None:
+    assert F.relative_error(11.0, 10.0) == pytest.approx(0.1)
+    assert F.relative_error(9.0, 10.0) == pytest.approx(-0.1)
+    assert math.isnan(F.relative_error(1.0, 0.0))
+
+
 def test_queueing() -> None:
     assert F.md1_wait(0.5, 1.0) == pytest.approx(0.5)           # ρ/(2μ(1−ρ)) = 0.5/(2·0.5)
-    assert F.pk_wait(0.5, 1.0, 1.0) == pytest.approx(F.md1_wait(0.5, 1.0))  # deterministic E[S²]=1
-    assert F.pk_wait(0.5, 1.0, 2.0) == pytest.approx(1.0)       # M/M/1: E[S²] = 2/μ²
     with pytest.raises(ValueError, match="unstable"):
         F.md1_wait(2.0, 1.0)
 

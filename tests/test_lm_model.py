@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from batchlab.lm import (BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, LMConfig, Sequence, ToyLM, decode,
-                         encode, fit_linear, generate, generate_static_batch, kv_report, sample,
+                         encode, generate, generate_static_batch, kv_report, sample,
                          step)
 from batchlab.lm.corpus import ARTICLE
 from batchlab.lm.vocab import CHARS, bigram_log_prior
@@ -236,13 +236,6 @@ def test_sequence_stops_at_eos_unless_ignored(lm):
 def test_sequence_validation_names_the_problem(lm, prompt, max_tokens, match):
     with pytest.raises(ValueError, match=match):
         Sequence(lm, prompt, max_tokens)
-
-
-def test_fit_linear_recovers_a_line():
-    a, b = fit_linear([1, 2, 4, 8], [1.5 + 0.25 * x for x in (1, 2, 4, 8)])
-    assert a == pytest.approx(1.5) and b == pytest.approx(0.25)
-    with pytest.raises(ValueError):
-        fit_linear([1], [1.0])
 
 
 def test_request_input_builders_have_the_models_shapes():

@@ -21,7 +21,7 @@ MODELS = ["echo", "stream_count", "slow_queue", "slow", "seq_sum"]
 
 @pytest.fixture(scope="module")
 def server():
-    with TritonServer(TEST_REPOS, models=MODELS, startup_timeout=120) as s:
+    with TritonServer(TEST_REPOS, models=MODELS) as s:
         yield s
 
 

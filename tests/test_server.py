@@ -371,3 +371,12 @@ def test_a_request_over_the_limit_is_refused_and_costs_nothing(start_triton) -> 
     out = server.grpc_client().infer("noop", request(grpcclient, ok)).as_numpy("OUTPUT0")
     assert out.shape == ok.shape and server.running
     assert all(r.stat().st_size <= srv.SHM_LIMIT_BYTES for r in server.shm_regions())
+
+
+def test_an_external_server_that_never_answers_fails_early() -> None:
+    """Nothing listens at the address: give up after `silent_s`, not after the whole startup timeout."""
+    url = f"127.0.0.1:{srv.free_port()}"
+    with pytest.raises(TimeoutError, match="Connection refused"):
+        srv.wait_until_ready(url, timeout=600.0, silent_s=0.3)
+    with pytest.raises(srv.ServerError, match=f"TRITON_URL={url} is not ready"):
+        ExternalServer(url, startup_timeout=0.5).start()

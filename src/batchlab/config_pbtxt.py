@@ -1,26 +1,12 @@
-"""Read, annotate and check a model's `config.pbtxt` the way Triton reads it.
+"""Read, annotate, check and edit a model's `config.pbtxt` with Triton's own schema and parser
+(`inference.ModelConfig` from `tritonclient.grpc.model_config_pb2`).
 
-Triton parses `config.pbtxt` as protobuf text format against `inference.ModelConfig`
-(`model_config.proto`, shipped with tritonclient as `tritonclient.grpc.model_config_pb2`). So
-this module uses the very same schema and parser:
-
-- `parse_config(text)` returns the `ModelConfig` message, or raises `ConfigError` carrying
-  the parser's line, column and message (the text tritonserver prints when it refuses a model)
-  plus a hint naming where a misplaced field belongs (e.g. `max_batch_size` written inside
-  `dynamic_batching` belongs at the top level);
-- `check_config(text)` lists `Finding`s: the errors Triton raises while validating a parsed
-  config (`model_config_utils.cc`), and warnings for settings that load but do not do what
-  people expect (no batching with `max_batch_size: 0`, timeouts that never fire, ...);
-- `annotate(config)` prints the config with a Chinese note on every field (the chapter 06
-  walk-through), `field_rows(config)` gives the same as table rows;
-- `field_paths(name)` tells where in the schema a field name exists;
-- `edit_config(config, changes)` replaces fields: a dict of dotted paths, or a block of config
-  text (a learner's `dynamic_batching { ... }`) parsed with the same schema and merged in;
-- `stage_model(...)` writes a model with a given config into a repository, for live demos and labs.
-
-Sources: server `docs/user_guide/batcher.md` and `model_configuration.md`; common
-`protobuf/model_config.proto`; core `src/model_config_utils.cc` (`ValidateModelConfig`,
-`NormalizeModelConfig`) and `src/dynamic_batch_scheduler.cc`.
+`parse_config` (a `ConfigError` with line, column and a Chinese hint: `translate_error`),
+`check_config` (`Finding`s: Triton's validation errors and settings that load but surprise),
+`annotate` / `field_rows` (a Chinese note per field), `field_paths`, `edit_config` (dotted paths
+or a config block merged in), `stage_model` (a model with a given config in a repository).
+Sources: batcher.md, model_configuration.md, model_config.proto, model_config_utils.cc,
+dynamic_batch_scheduler.cc.
 """
 
 from __future__ import annotations
@@ -205,6 +191,32 @@ def _hint(message: str) -> str:
     if m:
         return f"有一节没有用 `{m.group(1)}` 闭合：每个 `{{` 要有配对的 `}}`，每个 `[` 要有配对的 `]`"
     return ""
+
+
+_TRANSLATIONS = [
+    (re.compile(r'^Expected identifier(?: or number)?, got:? (.*)$'), "这里应当是一个字段名，读到的却是 `{0}`"),
+    (re.compile(r'^Expected identifier\.?$'), "这里应当是一个字段名"),
+    (re.compile(r'^Expected ":"(?:, found "(.*)")?$'), "字段名后面应当是冒号 `:`（写成 `字段: 值`）"),
+    (re.compile(r'^Expected integer(?:, got:? (.*))?$'), "这里应当是一个整数"),
+    (re.compile(r"^Couldn't parse integer: (.*)$"), "`{0}` 不是整数（微秒、个数都写成不带小数点的整数）"),
+    (re.compile(r'^Expected "([}\]])"(?:, found "(.*)")?$'), "这里应当是 `{0}`"),
+    (re.compile(r'^Expected ","(?:, found "(.*)")?$'), "列表里的元素之间要用逗号隔开，写成 `[ 8, 16 ]`"),
+    (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
+     "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
+    (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
+    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
+]
+_QUOTED = re.compile(r"^'.*?': ")
+
+
+def translate_error(message: str) -> str:
+    """The parser's `message` said in Chinese: what Triton expected there."""
+    message = _QUOTED.sub("", message.strip())
+    for pattern, text in _TRANSLATIONS:
+        m = pattern.match(message)
+        if m:
+            return text.format(*m.groups())
+    return f"Triton 的解析器报告：{message}"
 
 
 def _parse_into(text: str, msg: Any) -> Any:

@@ -1,37 +1,18 @@
-"""The embedded Triton Inference Server: start it, wait for it, stop it, leave nothing behind.
+"""The embedded Triton Inference Server (the `tritonserver` 2.51 and Python backend of the
+nvidia-pytriton wheel): start it, wait for it, stop it, leave nothing behind.
 
-The `tritonserver` binary (2.51) and its Python backend come from the `nvidia-pytriton` wheel; we
-use only those, not pytriton's decorator API. The launcher
+`TritonServer` builds a backend folder with the stub matching this Python in the course cache,
+binds HTTP, gRPC and metrics to 127.0.0.1 (free ports unless given), draws a key per launch that
+the `RESTRICTED_APIS` require (header `x-batchlab-key`; its clients send it; the process list
+never shows it, `spawn`), waits until it and every model are ready and that the server answering
+is this one, bounds a request's cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`), and stops its whole
+process group (also at exit, and by the kernel when this process dies); what dead launches left
+is swept at the next start. `connect()` gives the server named by `TRITON_URL` (and
+`TRITON_GRPC_URL`, `TRITON_METRICS_URL`, `BATCHLAB_TRITON_KEY`) as an `ExternalServer`, else an
+embedded one::
 
-- builds a backend folder in the course cache holding the Python backend and the
-  `triton_python_backend_stub` that matches the running Python (never writing into
-  site-packages);
-- binds HTTP, gRPC and metrics to 127.0.0.1, on free ports unless ports are given;
-- closes the server to the other users of the machine: every launch draws a random key, and the
-  APIs that change or read server state beyond inference (`RESTRICTED_APIS`: shared memory, the
-  model repository -- index, load, unload --, logging, trace) answer only requests that carry it
-  (HTTP header `x-batchlab-key`; gRPC metadata `triton-grpc-protocol-x-batchlab-key`, the name
-  Triton expects). Health, metadata, model config, statistics and inference stay open. The
-  clients the server hands out (`http_client()`, `grpc_client()`, `aio_grpc_client()`) send the
-  key themselves, so a notebook never handles it. The key never appears in the process list
-  (`spawn`);
-- waits until the server and every model are ready -- and that the server answering is *this*
-  one (it must refuse the repository index without the key and grant it with the key) -- or
-  raises an error that names the cause;
-- bounds what one request can cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`);
-- stops the whole process group (server and backend stubs): SIGTERM, then SIGKILL after a short
-  grace; it is also stopped at interpreter exit and killed by the kernel if its process dies;
-  folders and shared memory left by launches whose process died are removed at the next start.
-
-Notebooks use it as a context manager::
-
-    from batchlab.server import connect
     with connect() as server:
         client = server.grpc_client()
-
-`TRITON_URL` (HTTP, ``host:port``) and optionally `TRITON_GRPC_URL` / `TRITON_METRICS_URL` make
-`connect` use an external server (an NGC container, or the one `make start` launched) instead;
-`BATCHLAB_TRITON_KEY` is that server's key, if it has one.
 
 Command line: ``python -m batchlab.server [--repo DIR] [--http-port N ...] [--check]``.
 """
@@ -73,7 +54,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
@@ -95,19 +75,18 @@ RESTRICTED_APIS = ("shared-memory", "model-repository", "trace", "logging")
 ``--grpc-restricted-protocol``). Open: health, metadata, model-config, statistics, inference."""
 
 SHM_LIMIT_BYTES = 64 * 2**20
-"""Most shared memory one Python-backend model instance may hold (its region under /dev/shm).
-
-The Python backend copies every input and output tensor through that region and grows it on
-demand, never shrinking it (one 200 MB request left ~400 MB behind). The server and its stubs
-run with ``RLIMIT_FSIZE`` at this value, so a region cannot grow past it: a request that does
-not fit fails with Triton's "Failed to increase the shared memory pool size" and leaves the
-region as it was. (The limit also caps the server log at this size.)"""
+"""Most shared memory one Python-backend instance may hold: the server and its stubs run with
+``RLIMIT_FSIZE`` at this value, so a region (which the backend grows and never shrinks) cannot pass
+it; a request that does not fit fails with "Failed to increase the shared memory pool size".
+It also caps the server log."""
 
 MAX_REQUEST_BYTES = 16 * 2**20
-"""Largest request (sum of its input tensors) the clients this module hands out will send.
+"""Largest request (sum of its input tensors) the clients of this module send (ValueError before
+sending): inputs and outputs share one `SHM_LIMIT_BYTES` region."""
 
-Inputs and outputs share one `SHM_LIMIT_BYTES` region, so this leaves room for an output as large
-as the input. A larger request raises ValueError before anything is sent."""
+DEFAULT_STARTUP_TIMEOUT_S = 120.0
+"""Seconds `start` waits for the server and its models: several times a cold start of the course
+repository on two cores busy with other work, so only a server that is really stuck times out."""
 
 _PR_SET_PDEATHSIG = 1
 _PTRACE_TRACEME = 0
@@ -352,11 +331,6 @@ class _Clients:
         """Headers for a raw HTTP request to a restricted API of this server."""
         return {KEY_HEADER: self.key} if self.key else {}
 
-    @property
-    def grpc_headers(self) -> dict[str, str]:
-        """Metadata (tritonclient ``headers=``) for a raw gRPC call to a restricted API."""
-        return {GRPC_KEY_HEADER: self.key} if self.key else {}
-
     def info(self) -> dict[str, Any]:
         """The addresses and ready models, as the CLI prints them."""
         return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}
@@ -368,10 +342,6 @@ class _Clients:
     def grpc_client(self, **kwargs: Any) -> Any:
         """A `tritonclient.grpc.InferenceServerClient` for this server (it sends the key)."""
         return keyed_client(grpcclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
-
-    def aio_grpc_client(self, **kwargs: Any) -> Any:
-        """A `tritonclient.grpc.aio.InferenceServerClient` (create it inside the event loop)."""
-        return keyed_client(aioclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
 
 
 # --------------------------------------------------------------------------- readiness over HTTP
@@ -401,25 +371,30 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
 
 
 def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
-                     key: str | None = None, own: bool = False) -> list[str]:
+                     key: str | None = None, own: bool = False, silent_s: float | None = None) -> list[str]:
     """Poll until the server is ready and every indexed, loaded model is READY.
 
     `alive` is an optional callable returning False once the server process has exited. `key`
     is sent with the repository index. With ``own=True`` the server must also prove it is the one
     we started: it grants the index with `key` and refuses it without; another server answering
     on the port (its models load before it binds, so a second launch on a taken port would
-    otherwise see the first one) raises `PortInUseError` naming the port.
+    otherwise see the first one) raises `PortInUseError` naming the port. With `silent_s`, a
+    server that has not answered at all after that many seconds raises TimeoutError early.
     Returns the names of the ready models.
     """
     headers = {KEY_HEADER: key} if key else None
     port = int(http_url.rpartition(":")[2])
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    last, answered = "no answer yet", False
     while time.monotonic() < deadline:
+        if silent_s is not None and not answered and time.monotonic() - t0 > silent_s:
+            break
         if alive is not None and not alive():
             raise ServerError("exited")
         try:
             code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
+            answered = True
             if code == 200:
                 code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
                 if code == 403 and own:
@@ -443,7 +418,7 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
         except (OSError, urllib.error.URLError, ValueError) as exc:
             last = str(exc)
         time.sleep(0.1)
-    raise TimeoutError(f"server not ready after {timeout:.0f} s ({last})")
+    raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({last})")
 
 
 # --------------------------------------------------------------------------- log diagnosis
@@ -673,17 +648,10 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
                                              dict(popen_kwargs), umask))
 
 
-# A process that dies without stopping its server (a kernel killed during its shutdown, SIGKILL,
-# the OOM killer) leaves the server to PDEATHSIG, but its folder and shared memory behind. Each
-# launch therefore has a reaper: a shell that gets SIGTERM when this process dies and then kills
-# the server's group and removes what the launch made. A normal stop() ends the reaper first.
-# If the server dies first, the reaper still kills what is left of its group (a backend stub can
-# outlive it); the folder and regions then stay for stop() or the next launch's sweep.
-# While the server runs, the reaper also makes its Python backend regions private: the backend
-# creates each region (one per model instance, at every load) with mode 0644 whatever the umask
-# (measured: still 0644 when the server runs with umask 077), so any local user could read the
-# tensors in flight.
-# Every `REGION_CHMOD_S` the reaper sets the launch's regions that others can read to 0600.
+# Each launch has a reaper: a shell that, when this process dies without stopping the server, kills
+# the server's group and removes the launch's folder and shared memory (stop() ends it first). While
+# the server runs it also sets the launch's Python-backend regions, which the backend creates mode
+# 0644 whatever the umask, to 0600 every `REGION_CHMOD_S`.
 REGION_CHMOD_S = 0.1
 # `kill -KILL -PGID`, not `kill -KILL -- -PGID`: dash (Debian's /bin/sh) rejects the `--`.
 _REAPER = (
@@ -798,7 +766,7 @@ class TritonServer(_Clients):
         metrics_port: int | None = None,
         model_control: str = "none",
         models: Sequence[str] | None = None,
-        startup_timeout: float = 60.0,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         stop_grace: float = 10.0,
         metrics_config: Iterable[str] = (),
         extra_args: Iterable[str] = (),
@@ -1091,7 +1059,8 @@ class ExternalServer(_Clients):
     """
 
     def __init__(self, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None,
-                 startup_timeout: float = 30.0, key: str | None = None) -> None:
+                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, key: str | None = None,
+                 needs: Sequence[str] = ()) -> None:
         def strip(u: str) -> str:
             return re.sub(r"^[a-z]+://", "", u).rstrip("/")
 
@@ -1103,24 +1072,29 @@ class ExternalServer(_Clients):
         self.metrics_url = strip(metrics_url) if metrics_url else f"{host}:{int(port) + 2}"
         self.startup_timeout = startup_timeout
         self.key = key or None
+        self.needs = list(needs)
         self.models: list[str] = []
         self.running = False
 
     @classmethod
-    def from_env(cls) -> "ExternalServer | None":
+    def from_env(cls, needs: Sequence[str] = ()) -> "ExternalServer | None":
         """An `ExternalServer` from TRITON_URL / TRITON_GRPC_URL / TRITON_METRICS_URL / BATCHLAB_TRITON_KEY, or None."""
         url = os.environ.get("TRITON_URL")
         if not url:
             return None
         return cls(url, os.environ.get("TRITON_GRPC_URL"), os.environ.get("TRITON_METRICS_URL"),
-                   key=os.environ.get(KEY_ENV))
+                   key=os.environ.get(KEY_ENV), needs=needs)
 
     def start(self) -> "ExternalServer":
-        """Wait until the external server is ready."""
+        """Wait until the external server is ready; ServerError unless it serves every model in `needs`."""
         try:
-            self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key)
+            self.models = wait_until_ready(self.http_url, self.startup_timeout, key=self.key, silent_s=10.0)
         except (TimeoutError, ServerError) as exc:
             raise ServerError(f"the Triton server at TRITON_URL={self.http_url} is not ready: {exc}") from None
+        missing = [m for m in self.needs if m not in self.models]
+        if missing:
+            raise ServerError(f"the server at TRITON_URL does not serve {', '.join(missing)} "
+                              f"(it has {', '.join(self.models) or 'none'})")
         self.running = True
         return self
 
@@ -1142,15 +1116,17 @@ class ExternalServer(_Clients):
         return f"<ExternalServer {self.http_url}, models={self.models}>"
 
 
-def connect(repo: str | os.PathLike[str] | None = None, **kwargs: Any) -> TritonServer | ExternalServer:
-    """The server a notebook should use: the external one named by TRITON_URL, else an embedded one.
+def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
+            **kwargs: Any) -> TritonServer | ExternalServer:
+    """The server to use: the external one named by TRITON_URL (it must serve `models`), else an
+    embedded one on `repo` loading `models` (default: all), with `kwargs` for `TritonServer`.
 
     Use it as a context manager; an embedded server is stopped on exit, an external one is not.
     """
-    external = ExternalServer.from_env()
+    external = ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
-    return TritonServer(repo, **kwargs)
+    return TritonServer(repo, models=models, **kwargs)
 
 
 # --------------------------------------------------------------------------- command line
@@ -1193,7 +1169,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int)
     p.add_argument("--model-control-mode", choices=["none", "explicit"], default="none")
     p.add_argument("--load-model", action="append", default=[], help="with explicit mode: a model to load")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT_S, help="seconds to wait for readiness")
     p.add_argument("--check", action="store_true", help="start, print the JSON line, stop, exit 0")
     p.add_argument("--log-verbose", type=int, default=0)
     return p.parse_args(argv)

@@ -15,8 +15,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab.load import RequestSpec
+from batchlab.load.report import json_ready
 from batchlab.models.requests import random_embed_inputs
-from batchlab.server import ExternalServer, ServerError, TritonServer
+from batchlab.server import ServerError, connect
+from batchlab.theory.formulas import relative_error
 
 
 class BenchError(Exception):
@@ -46,23 +48,10 @@ def log(msg: str) -> None:
 
 @contextlib.contextmanager
 def bench_server(models: Sequence[str], **kwargs: Any) -> Iterator[Any]:
-    """The server to measure: TRITON_URL's if set, else an embedded one loading only `models`."""
+    """The server to measure (`batchlab.server.connect`), its errors as one-line `BenchError`s."""
     try:
-        ext = ExternalServer.from_env()
-        if ext is not None:
-            ext.start()
+        server = connect(models=list(models), **kwargs).start()
     except (ServerError, ValueError) as exc:
-        raise BenchError(str(exc).splitlines()[0]) from None
-    if ext is not None:
-        missing = [m for m in models if m not in ext.models]
-        if missing:
-            raise BenchError(f"the server at TRITON_URL does not serve {', '.join(missing)}")
-        yield ext
-        return
-    try:
-        server = TritonServer(models=list(models), startup_timeout=180, **kwargs)
-        server.start()
-    except ServerError as exc:
         raise BenchError(str(exc).splitlines()[0]) from None
     try:
         yield server
@@ -114,21 +103,7 @@ def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Cal
 
 def emit(obj: dict[str, Any]) -> None:
     """Print the one JSON object (NaN as null)."""
-    print(json.dumps(_nan_to_none(obj), ensure_ascii=False, indent=2))
-
-
-def _nan_to_none(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _nan_to_none(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_nan_to_none(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, (np.floating,)):
-        return _nan_to_none(float(v))
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
+    print(json.dumps(json_ready(obj), ensure_ascii=False, indent=2))
 
 
 def r3(x: float) -> float:

@@ -39,6 +39,7 @@ from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.server import ExternalServer
 from batchlab.sim.lengths import CappedLognormal, LengthDist, capped_lognormal
+from batchlab.sim.summary import percentile_summary
 
 MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
 CONTINUOUS = ("lm_iterative", "lm_stream")
@@ -127,9 +128,9 @@ def workload(n: int, dist: LengthDist, seed: int = 0) -> tuple[list[np.ndarray],
 
 def length_summary(lengths: np.ndarray) -> dict[str, Any]:
     """mean / median / p90 / max of a sample of output lengths."""
-    x = np.asarray(lengths, dtype=float)
-    return {"n": int(x.size), "mean": r3(float(x.mean())), "median": r3(float(np.median(x))),
-            "p90": r3(float(np.percentile(x, 90))), "max": int(x.max())}
+    s = percentile_summary(lengths, scale=1.0)
+    return {"n": int(np.size(lengths)), "mean": r3(s["mean"]), "median": r3(s["p50"]), "p90": r3(s["p90"]),
+            "max": int(s["max"])}
 
 
 class Collector:
@@ -230,7 +231,7 @@ def decode_step_cost(model: str, rep: Any, col: Collector) -> dict[str, Any]:
             return {}
         exec_steps = sum(st / max(b, 1) for st, b in col.generate)
         slot_steps = sum(st for st, _ in col.generate)
-        exec_ms = sum(slot.get("compute_infer", (0, 0))[1] for slot in rep.server.batches.values()) / 1e6
+        exec_ms = sum(rep.server.batch_histogram()[b] * ms for b, ms in rep.server.batch_service_ms(infer_only=True).items())
         ms, rows = exec_ms / exec_steps, slot_steps / exec_steps
     else:
         gaps = rep.records.inter_token()
@@ -275,8 +276,7 @@ def _measure(server: Any, model: str, prompts: list[np.ndarray], lengths: np.nda
         "ok": rep.n_ok, "errors": rep.n_errors, "error_kinds": rep.records.errors(),
         "tokens": rep.tokens, "wall_s": r3(rep.wall_s), "tokens_per_s": r3(rep.tokens_per_s),
         "ttft_ms": {"p50": r3(rep.ttft_ms()["p50"]), "p99": r3(rep.ttft_ms()["p99"])},
-        "per_token_latency_ms": {"p50": r3(float(np.percentile(norm, 50))) if norm.size else None,
-                                 "p99": r3(float(np.percentile(norm, 99))) if norm.size else None},
+        "per_token_latency_ms": {k: r3(v) for k, v in percentile_summary(norm, scale=1.0).items() if k in ("p50", "p99")},
         "eta": r3(eta), "eta_source": eta_src,
     }
     if rep.server is not None and model != "lm_stream":

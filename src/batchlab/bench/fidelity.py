@@ -26,7 +26,8 @@ from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.lengths import capped_exponential
 from batchlab.sim.service import TokenCost
-from batchlab.theory.formulas import fit_affine
+from batchlab.sim.summary import percentile_summary
+from batchlab.theory.formulas import fit_affine, relative_error
 
 EMBED, LM = "embed", "lm_stream"
 GOALS = {"throughput": 0.05, "p50": 0.10, "p99": 0.20}
@@ -54,7 +55,7 @@ def judge(predicted: float, a: float, b: float, band: float) -> dict[str, Any]:
     err = predicted - meas
     ok = all(math.isfinite(x) for x in (predicted, a, b))
     return {"predicted": r3(predicted), "measured_a": r3(a), "measured_b": r3(b), "measured": r3(meas),
-            "error": r3(err), "relative_error": r3(err / meas) if meas else None,
+            "error": r3(err), "relative_error": r3(relative_error(predicted, meas)) if meas else None,
             "band": r3(band_abs), "noise": r3(noise), "decided_by": "band" if band_abs >= noise else "noise",
             "met": bool(ok and abs(err) <= max(band_abs, noise))}
 
@@ -105,9 +106,9 @@ def predict_embed(parts: Sequence[np.ndarray], service: Any, max_batch: int, ove
         lat.append((fin - res.records["arrival"]) * 1e3 + overhead_ms)
         done, span = done + int(np.isfinite(fin).sum()), span + float(np.nanmax(fin))
         execs.append(res.batches["size"])
-    x, sizes = np.concatenate(lat), np.concatenate(execs)
-    return {"throughput": done / span, "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)),
-            "mean_batch_size": float(sizes.mean())}
+    pct = percentile_summary(np.concatenate(lat), scale=1.0)
+    return {"throughput": done / span, "p50": pct["p50"], "p99": pct["p99"],
+            "mean_batch_size": float(np.concatenate(execs).mean())}
 
 
 def embed_figures(rep: Any) -> dict[str, float]:
@@ -266,8 +267,8 @@ def predict_lm(parts: Sequence[tuple[np.ndarray, list, np.ndarray]], cost: Token
         rec = lm_simulate(arr, p, o, cost, policy).records
         tokens, span = tokens + float(o.sum()), span + float(np.nanmax(rec["finish"]))
         ttft.append((rec["first_token"] - rec["arrival"]) * 1e3 + overhead_ms)
-    x = np.concatenate(ttft)
-    return {"throughput": tokens / span, "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99))}
+    pct = percentile_summary(np.concatenate(ttft), scale=1.0)
+    return {"throughput": tokens / span, "p50": pct["p50"], "p99": pct["p99"]}
 
 
 def lm_figures(rep: Any) -> dict[str, float]:

@@ -7,7 +7,6 @@ what `max_queue_delay` bounds, online versus offline settings, and busy time for
   under each queue policy.
 - `delay_bound_experiment`: queue time against load for a fixed `max_queue_delay`.
 - `online_offline_grid`: latency at the online load and capacity, for a grid of settings.
-- `measured_service`: the affine t(B) fitted to measured batch times, for the simulator.
 
 Nothing here plots (see `batchlab.plotting.engineering`).
 """
@@ -17,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -29,11 +28,10 @@ from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
 from batchlab.sim.rule import QueuePolicy
 from batchlab.sim.service import Affine
-from batchlab.theory.formulas import fit_affine
 
 __all__ = [
     "starvation_experiment", "StarvationRun", "delay_bound_experiment", "online_offline_grid",
-    "measured_service", "live_metrics_run",
+    "live_metrics_run",
 ]
 
 
@@ -169,18 +167,6 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
 
 
 # ----------------------------------------------------------------------------- server statistics
-
-
-def measured_service(batch_ms: Mapping[int, float], min_count_sizes: Sequence[int] | None = None) -> Affine:
-    """Least-squares a + b·B fitted to a measured table {batch size: ms per execution}, as an
-    `Affine` (µs) for the simulator. `min_count_sizes` restricts the fit to those sizes."""
-    items = sorted(batch_ms.items())
-    if min_count_sizes is not None:
-        items = [(b, t) for b, t in items if b in set(min_count_sizes)]
-    if len(items) < 2:
-        raise ValueError("need measured times for at least two batch sizes")
-    a, b = fit_affine([x for x, _ in items], [t for _, t in items])
-    return Affine(max(a, 0.0) * 1e3, max(b, 1e-6) * 1e3)
 
 
 def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_per_phase: float = 1.5,

@@ -10,39 +10,13 @@ first, by scanning the block itself, and reported at the brace that has no partn
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from batchlab.config_pbtxt import ConfigError, edit_config, parse_config
+from batchlab.config_pbtxt import ConfigError, edit_config, parse_config, translate_error
 from batchlab.labs._core import Grader
 
 _PAIRS = {"}": "{", "]": "["}
 _OPEN = {"{": "}", "[": "]"}
-
-_TRANSLATIONS = [
-    (re.compile(r'^Expected identifier(?: or number)?, got:? (.*)$'), "这里应当是一个字段名，读到的却是 `{0}`"),
-    (re.compile(r'^Expected identifier\.?$'), "这里应当是一个字段名"),
-    (re.compile(r'^Expected ":"(?:, found "(.*)")?$'), "字段名后面应当是冒号 `:`（写成 `字段: 值`）"),
-    (re.compile(r'^Expected integer(?:, got:? (.*))?$'), "这里应当是一个整数"),
-    (re.compile(r"^Couldn't parse integer: (.*)$"), "`{0}` 不是整数（微秒、个数都写成不带小数点的整数）"),
-    (re.compile(r'^Expected "([}\]])"(?:, found "(.*)")?$'), "这里应当是 `{0}`"),
-    (re.compile(r'^Expected ","(?:, found "(.*)")?$'), "列表里的元素之间要用逗号隔开，写成 `[ 8, 16 ]`"),
-    (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
-     "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
-    (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
-    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
-]
-_QUOTED = re.compile(r"^'.*?': ")
-
-
-def _translate(message: str) -> str:
-    message = _QUOTED.sub("", message.strip())
-    for pattern, text in _TRANSLATIONS:
-        m = pattern.match(message)
-        if m:
-            return text.format(*m.groups())
-    return f"Triton 的解析器报告：{message}"
-
 
 def _quote(text: str, line: int, column: int) -> str:
     lines = text.split("\n")
@@ -100,10 +74,10 @@ def explain(text: str, exc: ConfigError | None = None) -> str:
         return "Triton 读不懂这段文本"
     hint = f" {exc.hint}" if exc.hint else ""
     if exc.line:
-        what = exc.hint if exc.hint and "字段" in exc.hint else _translate(exc.message) + "。" + hint.strip()
+        what = exc.hint if exc.hint and "字段" in exc.hint else translate_error(exc.message) + "。" + hint.strip()
         return (f"你的块第 {exc.line} 行第 {exc.column} 列：{what.rstrip('。')}。"
                 f"{_quote(text, exc.line, exc.column)}")
-    return f"Triton 读不懂你的块：{_translate(exc.message)}。{hint}"
+    return f"Triton 读不懂你的块：{translate_error(exc.message)}。{hint}"
 
 
 def read_block(g: Grader, text: Any, base: str, at: str = "", what: str = "你的块", args: str = "") -> Any:

@@ -12,6 +12,8 @@ from tritonclient.utils import InferenceServerException
 
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
+from batchlab.load.stats import ModelStats
+
 
 _MODEL = "embed"
 
@@ -195,7 +197,7 @@ def check_batch_summary(g: Grader, fn: Callable[..., Any], stats: Mapping[str, A
             g.fail(f"batch_summary 应返回 dict，收到的是 {type(got).__name__}")
         e = js["model_stats"][0]
         inf, exe = int(e["inference_count"]), int(e["execution_count"])
-        hist = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in e.get("batch_stats", [])}
+        hist = ModelStats.from_json(js).batch_histogram()
         try:
             counts_ok = int(got.get("inference_count")) == inf and int(got.get("execution_count")) == exe
         except (TypeError, ValueError):

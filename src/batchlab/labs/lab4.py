@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._blocks import read_config
 from batchlab.labs._core import Grader, check
-from batchlab.lm.scheduler import FCFSAdmission, SeqInfo
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, SeqInfo
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
@@ -29,8 +29,8 @@ def _indices(g: Grader, got: Any) -> list[int]:
 def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(waiting, active, max_active, kv_token_budget) -> [indices into waiting]`."""
     small = [_seq(i, 16, 32) for i in range(3)]
-    got = _indices(g, g.call(fn, small, [], 8, 4096))
-    empty = _indices(g, g.call(fn, [], [_seq(9, 16, 32)], 8, 4096))
+    got = _indices(g, g.call(fn, small, [], MAX_ACTIVE, KV_TOKEN_BUDGET))
+    empty = _indices(g, g.call(fn, [], [_seq(9, 16, 32)], MAX_ACTIVE, KV_TOKEN_BUDGET))
     g.expect(got == [0, 1, 2] and empty == [],
              "额度充足时按到达顺序全部接纳；没人等时返回 []",
              f"3 条小请求、没有活跃序列、额度充足时应返回 [0, 1, 2]（没人等时返回 []），你的是 {got} / {empty}")
@@ -42,16 +42,16 @@ def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     # active sequences have generated little: kv_tokens is far below what they reserved
     active = [_seq(20, 1000, 2000, generated=10)]           # reserves 3000, holds 1010 now
     waiting = [_seq(0, 500, 300), _seq(1, 100, 96)]        # 800 and 196
-    got = _indices(g, g.call(fn, waiting, active, 8, 4096))
+    got = _indices(g, g.call(fn, waiting, active, MAX_ACTIVE, KV_TOKEN_BUDGET))
     tight = [_seq(0, 1000, 500), _seq(1, 50, 50)]          # 1500 (does not fit) and 100 (would)
-    got2 = _indices(g, g.call(fn, tight, active, 8, 4096))
+    got2 = _indices(g, g.call(fn, tight, active, MAX_ACTIVE, KV_TOKEN_BUDGET))
     if got == [0, 1] and got2 in ([], [1]):  # [1] respects the budget; overtaking is graded below
         g.expect(True, "KV 预算按 prompt + max_tokens 预留：活跃序列的预留也算在内", "")
     elif got2 in ([0, 1], [0]):
         g.expect(False, "", "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（SeqInfo.reserved_tokens），"
                  "活跃序列现在虽然只用了 kv_tokens 个，但它可能长到预留的那么多（不预留就可能中途爆显存）")
     else:
-        g.expect(False, "", f"已预留 3000、预算 4096 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
+        g.expect(False, "", f"已预留 3000、预算 {KV_TOKEN_BUDGET} 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
                  f"而 [1500, 100] 一条也不接纳；你的是 {got} 与 {got2}")
     g.expect(got2 != [1], "先来先服务：队首放不下时，后面的也不插队",
              "你让后面的小请求插了队（返回 [1]）：本题要求先来先服务——队首放不下就停，否则大请求可能永远排不上（饿死）")

@@ -127,19 +127,12 @@ def lab_server(models: Sequence[str], **kwargs: Any) -> TritonServer | ExternalS
     embedded server is started that loads only `models` (explicit model control). Running the
     cell again stops the server it started before, so a re-run never leaves a second one behind.
     """
-    external = ExternalServer.from_env()
-    if external is not None:
-        external.start()
-        missing = [m for m in models if m not in external.models]
-        if missing:
-            raise ServerError(f"the server at TRITON_URL={external.http_url} does not serve "
-                              f"{', '.join(missing)} (it has {', '.join(external.models) or 'none'})")
-        print(f"使用 TRITON_URL 指向的服务器 {external.http_url}（不是本实验启动的，结束时也不会停掉它）")
-        return external
     while _LAB_SERVER:
         _LAB_SERVER.pop().stop()
-    kwargs.setdefault("startup_timeout", 120)
-    server = connect(models=list(models), model_control="explicit", **kwargs).start()
+    server = connect(models=list(models), **kwargs).start()
+    if isinstance(server, ExternalServer):
+        print(f"使用 TRITON_URL 指向的服务器 {server.http_url}（不是本实验启动的，结束时也不会停掉它）")
+        return server
     _LAB_SERVER.append(server)
     print(f"内置 Triton 服务器已启动：HTTP {server.http_url}，gRPC {server.grpc_url}，"
           f"metrics {server.metrics_url}；模型 {', '.join(server.models)}")
@@ -263,7 +256,6 @@ class Workspace:
         """Start an embedded server on the workspace (explicit control; loads `models`, default all)."""
         if self.server is not None and self.server.running:
             return self.server
-        kwargs.setdefault("startup_timeout", 120)
         load = list(models) if models is not None else self.models
         self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
         for model in load:

@@ -22,7 +22,7 @@ from batchlab.lm.generation import (Sequence, StaticBatchResult, check_prompt, g
                                     generate_static_batch, step)
 from batchlab.lm.kvcache import KVCache, kv_report
 from batchlab.lm.model import ToyLM
-from batchlab.lm.perf import decode_step_times, fit_linear
+from batchlab.lm.perf import decode_step_times
 from batchlab.lm.sampling import greedy, make_rng, sample
 from batchlab.lm.scheduler import (AdmissionPolicy, ContinuousBatcher, FCFSAdmission, SeqInfo,
                                    StepReport)
@@ -32,5 +32,5 @@ __all__ = [
     "LMConfig", "ToyLM", "KVCache", "kv_report", "Sequence", "StaticBatchResult", "check_prompt",
     "generate", "generate_static_batch", "step", "greedy", "sample", "make_rng", "AdmissionPolicy",
     "ContinuousBatcher", "FCFSAdmission", "SeqInfo", "StepReport", "decode_step_times",
-    "fit_linear", "encode", "decode", "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "VOCAB_SIZE",
+    "encode", "decode", "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "VOCAB_SIZE",
 ]

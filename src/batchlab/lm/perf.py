@@ -46,13 +46,3 @@ def decode_step_times(lm: ToyLM, batch_sizes: Iterable[int] = DEFAULT_BATCH_SIZE
             if r >= 2:  # two warm-up rounds
                 times[b].append(dt)
     return {b: float(np.median(times[b])) for b in sizes}
-
-
-def fit_linear(batch_sizes: Iterable[float], seconds: Iterable[float]) -> tuple[float, float]:
-    """Least-squares a, b of t(B) = a + b·B."""
-    x = np.asarray(list(batch_sizes), dtype=np.float64)
-    y = np.asarray(list(seconds), dtype=np.float64)
-    if x.shape != y.shape or x.size < 2:
-        raise ValueError("fit_linear needs at least two (B, t) pairs of equal length")
-    b, a = np.polyfit(x, y, 1)
-    return float(a), float(b)

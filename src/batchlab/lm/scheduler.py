@@ -51,6 +51,14 @@ class AdmissionPolicy(Protocol):
         """Indices into `waiting` (arrival order) of the sequences to admit now."""
 
 
+MAX_ACTIVE = 8
+"""lm_stream's default cap on sequences generating at once (its config.pbtxt `max_active`)."""
+KV_TOKEN_BUDGET = 4096
+"""lm_stream's default KV-token budget (`kv_token_budget`): prompt + max_tokens reserved by active sequences."""
+MAX_WAITING = 256
+"""lm_stream's default cap on waiting requests (`max_waiting`); more are refused."""
+
+
 @dataclass
 class FCFSAdmission:
     """First come, first served, under a cap on active sequences and a KV-token budget.
@@ -60,8 +68,8 @@ class FCFSAdmission:
     limits allow it, and nobody overtakes it (no head-of-line skipping).
     """
 
-    max_active: int = 8
-    kv_token_budget: int = 4096
+    max_active: int = MAX_ACTIVE
+    kv_token_budget: int = KV_TOKEN_BUDGET
 
     def __post_init__(self) -> None:
         for name in ("max_active", "kv_token_budget"):

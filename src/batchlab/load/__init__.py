@@ -1,13 +1,12 @@
 """Load generation on tritonclient, and the server's own view of a run.
 
-Closed loop (fixed concurrency) and open loop (arrivals fixed in advance) over gRPC (asyncio),
-HTTP (asyncio) or gRPC streams (decoupled models); a record per request; the statistics extension
-and the Prometheus endpoint read before and after; and a `LoadReport` that puts them together::
+* `workload` — what to send (`RequestSpec`, `SequenceSpec`) and when (arrival schedules);
+* `transport`, `streams` — unary gRPC / HTTP and gRPC-stream requests, one `RequestRecord` each;
+* `closed_loop`, `open_loop`, `runner` — the two load shapes and what every run shares;
+* `records`, `report` — the records of a run and its `LoadReport` (client and server views);
+* `stats` — the statistics extension (`ModelStats`, `settle`); `metrics` — the Prometheus endpoint.
 
-    from batchlab.load import RequestSpec, run_closed_loop
-    spec = RequestSpec({"X": np.ones((1, 4), np.float32)})
-    report = run_closed_loop(server, "echo", spec, concurrency=8, n_requests=2000)
-    report.summary()
+    report = run_closed_loop(server, "echo", RequestSpec({"X": x}), concurrency=8, n_requests=2000)
 """
 
 from batchlab.load.closed_loop import closed_loop, run_closed_loop
@@ -16,20 +15,13 @@ from batchlab.load.open_loop import open_loop, run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
 from batchlab.load.report import ClientFellBehind, LoadReport, pool_reports
 from batchlab.load.runner import Endpoints, fetch_stats
-from batchlab.load.stats import ModelStats, read_stats
-from batchlab.load.workload import (
-    RequestSpec,
-    SequenceSpec,
-    Stage,
-    poisson_arrivals,
-    staged_poisson,
-    uniform_arrivals,
-)
+from batchlab.load.stats import ModelStats, read_stats, settle
+from batchlab.load.workload import RequestSpec, SequenceSpec, Stage, poisson_arrivals, staged_poisson
 
 __all__ = [
-    "RequestSpec", "SequenceSpec", "poisson_arrivals", "uniform_arrivals", "staged_poisson", "Stage",
+    "RequestSpec", "SequenceSpec", "poisson_arrivals", "staged_poisson", "Stage",
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports", "ClientFellBehind",
-    "ModelStats", "read_stats", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
+    "ModelStats", "read_stats", "settle", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
     "Endpoints",
 ]

@@ -12,7 +12,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -148,21 +148,3 @@ class Records:
         """Error kinds (numbers masked) and how often each occurred, most frequent first."""
         c = Counter(error_kind(e) for e in self.error if e is not None)
         return dict(c.most_common())
-
-    def to_dict(self) -> dict[str, Any]:
-        """A dict of equal-length arrays, one row per request (a table without pandas)."""
-        return {
-            "index": self.index,
-            "scheduled": self.scheduled,
-            "sent": self.sent,
-            "first": self.first,
-            "last": self.last,
-            "latency": self.latency,
-            "ttft": self.ttft,
-            "tpot": self.tpot,
-            "tokens": self.tokens,
-            "responses": self.responses,
-            "ok": self.ok,
-            "rejected": self.rejected,
-            "error": np.array([e or "" for e in self.error], dtype=object),
-        }

@@ -20,8 +20,7 @@ import numpy as np
 
 from batchlab.load.records import Records
 from batchlab.load.stats import ModelStats
-
-PERCENTILES = (50, 90, 95, 99)
+from batchlab.sim.summary import percentile_summary
 
 RATE_TOLERANCE = 0.05
 """An open-loop run whose client sent more than this fraction below its schedule's rate fell behind."""
@@ -35,29 +34,20 @@ class ClientFellBehind(UserWarning):
     """An open-loop client sent its requests slower than the rate it was asked for."""
 
 
-def _pct(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": math.nan, **{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
-    out = {"mean": float(x.mean() * scale)}
-    out.update({f"p{q}": float(np.percentile(x, q) * scale) for q in PERCENTILES})
-    out["max"] = float(x.max() * scale)
-    return out
-
-
-def _clean(v: Any) -> Any:
-    """JSON-safe: NaN -> None, numpy scalars -> Python, nested dicts/lists cleaned."""
+def json_ready(v: Any, digits: int | None = None) -> Any:
+    """JSON-safe copy: NaN/inf -> None, numpy scalars -> Python, dict keys -> str, floats rounded to
+    ``digits`` decimals when given; nested dicts, lists and tuples cleaned."""
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): json_ready(x, digits) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        return None if not math.isfinite(f) else round(f, 4)
-    if isinstance(v, np.integer):
-        return int(v)
+        return [json_ready(x, digits) for x in v]
     if isinstance(v, np.bool_):
         return bool(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if not math.isfinite(f) else (f if digits is None else round(f, digits))
+    if isinstance(v, np.integer):
+        return int(v)
     return v
 
 
@@ -125,19 +115,19 @@ class LoadReport:
 
     def latency_ms(self) -> dict[str, float]:
         """Client latency (send to last response) of successful requests: mean, p50..p99, max (ms)."""
-        return _pct(self.records.latency)
+        return percentile_summary(self.records.latency)
 
     def ttft_ms(self) -> dict[str, float]:
         """Time to first token (first response) of successful requests (ms)."""
-        return _pct(self.records.ttft)
+        return percentile_summary(self.records.ttft)
 
     def tpot_ms(self) -> dict[str, float]:
         """Per-token latency after the first token, per request (ms)."""
-        return _pct(self.records.tpot)
+        return percentile_summary(self.records.tpot)
 
     def lateness_ms(self) -> dict[str, float]:
         """How late open-loop sends left after their scheduled times (ms); NaN for closed loop."""
-        return _pct(self.records.lateness)
+        return percentile_summary(self.records.lateness)
 
     def sent_rate_rps(self) -> float:
         """The rate the client actually offered: requests sent / sending span, counted as the gaps
@@ -217,13 +207,13 @@ class LoadReport:
         if self.unit == "sequence":
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_step = self.records.latency / np.where(self.records.tokens > 0, self.records.tokens, np.nan)
-            total = _pct(per_step)["mean"]
+            total = percentile_summary(per_step)["mean"]
         if self.server is None or not self.server.success or self.unit == "stream":
             return {"queue": math.nan, "compute": math.nan, "server_other": math.nan,
                     "overhead": math.nan, "total": total}
         s = self.server
         queue = s.mean_ms("queue")
-        compute = sum(s.mean_ms(p) for p in ("compute_input", "compute_infer", "compute_output"))
+        compute = s.compute_ms
         server_total = s.mean_ms("success")
         return {"queue": queue, "compute": compute, "server_other": server_total - queue - compute,
                 "overhead": total - server_total, "total": total}
@@ -266,7 +256,7 @@ class LoadReport:
             out["split_ms"] = self.split_ms()
         if self.metrics is not None:
             out["metrics"] = self.metrics
-        return _clean(out)
+        return json_ready(out, digits=4)
 
     def describe(self) -> str:
         """The report as a learner reads it (Chinese, a few lines); a client that fell behind is

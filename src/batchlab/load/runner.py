@@ -21,7 +21,7 @@ from batchlab._validate import non_negative, optional_count
 from batchlab.load.metrics import MetricsSnapshot, scrape
 from batchlab.load.records import Records, RequestRecord
 from batchlab.load.report import LoadReport
-from batchlab.load.stats import ModelStats
+from batchlab.load.stats import ModelStats, settle
 from batchlab.load.streams import StreamTransport
 from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
 
@@ -97,28 +97,6 @@ async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple
     murl = getattr(server, "metrics_url", None)
     me = await _in_thread(scrape, murl) if metrics and murl else None
     return st, me
-
-
-async def settled_stats(server: Any, model: str, before: ModelStats, expect: int, timeout: float = 2.0) -> ModelStats:
-    """Statistics after a run, re-read until they count `expect` successful requests and two reads in
-    a row agree on the inference and execution counts (or `timeout`).
-
-    The server updates its counters when a request is released, which can be a moment after the
-    client has its answer; reading once right away could miss the last few. The success count alone
-    is not enough for an iterative sequence, whose executions are counted per iteration: a test
-    once saw 1 % fewer inferences than tokens streamed.
-    """
-    deadline = time.monotonic() + timeout
-    prev: ModelStats | None = None
-    while True:
-        after = await _in_thread(fetch_stats, server.http_url, model)
-        d = after - before
-        stable = prev is not None and (after.inference_count, after.execution_count) == (
-            prev.inference_count, prev.execution_count)
-        if (d.success >= expect and stable) or time.monotonic() > deadline:
-            return after
-        prev = after
-        await asyncio.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- progress
@@ -290,7 +268,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
                 served = int(recs.ok.sum())
             else:  # unary: one per answered call; a sequence: one per answered step
                 served = int(recs.responses.sum())
-            after = await settled_stats(server, model, st0, served)
+            after = await _in_thread(settle, lambda: fetch_stats(server.http_url, model), st0, served)
             server_delta = after - st0
         if metrics and me0 is not None:
             _, me1 = await snapshot(server, model, False, True)

@@ -12,11 +12,17 @@ batch's time; `batch_stats` counts batches.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+def _executions(slot: Mapping[str, tuple[int, int]]) -> int:
+    """Executions of one batch size: the count of compute_infer (of compute_input if none)."""
+    return slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]
 
 
 def _dur(d: Mapping[str, Any] | None) -> tuple[int, int]:
@@ -79,7 +85,7 @@ class ModelStats:
             old = before.batches.get(size, {})
             diff = {p: (slot.get(p, (0, 0))[0] - old.get(p, (0, 0))[0],
                         slot.get(p, (0, 0))[1] - old.get(p, (0, 0))[1]) for p in BATCH_PHASES}
-            if diff["compute_infer"][0] or diff["compute_input"][0]:
+            if _executions(diff):
                 d.batches[size] = diff
         return d
 
@@ -123,26 +129,30 @@ class ModelStats:
         return ns / c / 1e6 if c else float("nan")
 
     @property
+    def compute_ms(self) -> float:
+        """Mean compute time per request (ms): compute_input + compute_infer + compute_output."""
+        return sum(self.mean_ms(p) for p in BATCH_PHASES)
+
+    @property
     def busy_seconds(self) -> float:
-        """Seconds the model's instances spent executing batches (compute input + infer + output),
-        summed over batch sizes (of a difference of two reads: during a run)."""
-        total_ns = sum(slot.get(phase, (0, 0))[1] for slot in self.batches.values()
-                       for phase in ("compute_input", "compute_infer", "compute_output"))
-        return total_ns / 1e9
+        """Seconds the model's instances spent executing batches (compute input + infer + output)."""
+        return sum(slot.get(p, (0, 0))[1] for slot in self.batches.values() for p in BATCH_PHASES) / 1e9
 
     def batch_histogram(self) -> dict[int, int]:
         """Executed batch size -> number of batches of that size (from `batch_stats`)."""
-        return {s: slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]
-                for s, slot in sorted(self.batches.items())}
+        return {s: _executions(slot) for s, slot in sorted(self.batches.items())}
 
-    def batch_service_ms(self) -> dict[int, float]:
-        """Batch size -> mean of compute_input + compute_infer + compute_output of one batch (ms)."""
-        out = {}
-        for s, slot in sorted(self.batches.items()):
-            c = slot.get("compute_infer", (0, 0))[0]
-            if c:
-                out[s] = sum(slot.get(p, (0, 0))[1] for p in BATCH_PHASES) / c / 1e6
-        return out
+    @property
+    def batch_executions(self) -> int:
+        """Executions counted in `batch_stats` (all batch sizes)."""
+        return sum(self.batch_histogram().values())
+
+    def batch_service_ms(self, min_count: int = 1, infer_only: bool = False) -> dict[int, float]:
+        """Batch size -> mean ms of one execution (compute_input + infer + output, or compute_infer
+        alone with `infer_only`), for the sizes executed at least `min_count` times."""
+        phases = ("compute_infer",) if infer_only else BATCH_PHASES
+        return {s: sum(slot.get(p, (0, 0))[1] for p in phases) / _executions(slot) / 1e6
+                for s, slot in sorted(self.batches.items()) if _executions(slot) >= max(min_count, 1)}
 
     def summary(self) -> dict[str, Any]:
         """Counts, mean batch size, histogram and mean per-request times (ms) as a plain dict."""
@@ -172,3 +182,25 @@ def read_stats(client: Any, model: str) -> ModelStats:
     else:
         js = client.get_inference_statistics(model, as_json=True)
     return ModelStats.from_json(js, model)
+
+
+def settle(read: Callable[[], ModelStats], before: ModelStats, requests: int, executions: int = 0,
+           timeout: float = 3.0, poll: float = 0.01) -> ModelStats:
+    """Statistics from `read()`, re-read until they count `requests` more successful requests and
+    `executions` more executions (`batch_stats`) than `before` *and* two reads in a row agree on the
+    inference, execution and batch counts; after `timeout` s the last read is returned.
+
+    Triton counts a request a moment after its answer has gone out, and the Python backend its batch
+    statistics later still, so one read right after the last answer can miss the last few.
+    """
+    deadline = time.monotonic() + timeout
+    prev = None
+    while True:
+        after = read()
+        d = after - before
+        key = (after.inference_count, after.execution_count, after.batch_executions)
+        if (d.success >= requests and d.batch_executions >= executions and key == prev) \
+                or time.monotonic() > deadline:
+            return after
+        prev = key
+        time.sleep(poll)

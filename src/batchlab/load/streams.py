@@ -1,18 +1,10 @@
 """Decoupled models over one gRPC bidirectional stream: many requests in flight, tokens streamed back.
 
-A decoupled model (``model_transaction_policy { decoupled: true }``) may answer one request with
-any number of responses; only gRPC streaming can carry them. Each request is sent with
-``triton_enable_empty_final_response`` so that the server marks the last response of every
-request with the ``triton_final_response`` parameter (an empty response when the model closed the
-request without data): the client then knows when a request is complete without guessing.
-
-Responses of different requests interleave on the stream; they are matched to their request by
-the request id. The first data response gives the time to first token, the last gives the
-completion time, and each data response counts as one token (or, with `token_output`, as many
-tokens as that output tensor has elements).
-
-tritonclient's asyncio `stream_infer` refuses parameters starting with ``triton_``, so requests
-are built with tritonclient's own request builder and sent on the service stub directly.
+Each request asks for ``triton_enable_empty_final_response``, so its last response carries
+``triton_final_response``; responses are matched to requests by id. The first data response is
+the time to first token, the last the completion, each data response one token (or, with
+`token_output`, as many as that tensor's elements). tritonclient's asyncio `stream_infer` refuses
+``triton_`` parameters, so requests go on the service stub directly.
 """
 
 from __future__ import annotations

@@ -123,16 +123,6 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
     return t
 
 
-def uniform_arrivals(rate: float, n: int | None = None, duration: float | None = None) -> np.ndarray:
-    """Evenly spaced send times (s) at `rate` req/s, starting at 0 (deterministic arrivals)."""
-    _count(rate, n, duration)
-    count = n if n is not None else int(np.ceil(rate * duration))
-    t = np.arange(count) / rate
-    if duration is not None:
-        t = t[t < duration]
-    return t
-
-
 @dataclass
 class Stage:
     """A part of a piecewise-constant rate schedule: `rate` req/s for `duration` seconds."""

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from batchlab.lm.scheduler import ContinuousBatcher, FCFSAdmission
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING, ContinuousBatcher, FCFSAdmission
 from batchlab.models.triton_io import (InputError, error, float_param, int_param, ok, one_line,
                                    send_final)
 from batchlab.models._gen_inputs import generation_limits, read_sequences
@@ -48,11 +48,11 @@ class TritonPythonModel(LMModelBase):
         super().initialize(args)
         self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
         policy = FCFSAdmission(
-            max_active=int_param(self.params, "max_active", 8, 1, 1024),
-            kv_token_budget=int_param(self.params, "kv_token_budget", 4096, 1))
+            max_active=int_param(self.params, "max_active", MAX_ACTIVE, 1, 1024),
+            kv_token_budget=int_param(self.params, "kv_token_budget", KV_TOKEN_BUDGET, 1))
         self.cancel_check_s = float_param(self.params, "cancel_check_ms", 20.0) / 1000.0
         self.batcher = ContinuousBatcher(
-            self.lm, policy, max_waiting=int_param(self.params, "max_waiting", 256, 1))
+            self.lm, policy, max_waiting=int_param(self.params, "max_waiting", MAX_WAITING, 1))
         self.senders: dict[int, tuple[object, object]] = {}  # id(seq) -> (seq, sender)
         self.ids = itertools.count(1)
         self._cancel_turn = 0  # seq_id of the last waiting request asked; the next check goes on after it

@@ -1,20 +1,11 @@
 """t_batch(B) measured on the real server: one execution of B rows at a time, timed by Triton.
 
-A request whose input carries B rows (batch dimension B) is one model execution of batch size B
-when nothing else is in flight. The statistics extension records that execution under
-``batch_stats`` (batch size B: count and compute_input / compute_infer / compute_output ns), so
-reading the statistics before and after a *round* — one request per batch size, sent one after
-another — gives each batch size's execution time exactly, with no client overhead in it. Rounds
-are interleaved (1, 2, 4, …, 1, 2, 4, …) so that a noisy neighbour slows every size alike; the
-fastest round per size (or the median) is robust to the odd slow round.
-
-The client's own latency of each request is kept too: it adds gRPC, (de)serialisation and the
-Python backend's request handling to the same execution.
-
-`calibrate_service` runs the same measurement with several requests per size and round and keeps
-each size's fastest round: the simulator service `Table` of chapters 04 and 05 (`Calibration`).
-`batch_table` reads t(B) from the statistics of any run (a loaded one included), which
-`service_from_stats`, `load_factor` and the benchmarks (`service_model`) build on.
+A request of B rows sent while nothing else is in flight is one execution of batch size B; the
+statistics extension's ``batch_stats`` read before and after a round (one request per size, sizes
+interleaved) give each size's execution time without client overhead (`measure_batch_times`).
+`calibrate_service` turns that into the simulator's service `Table` (`Calibration`); `batch_table`
+reads t(B) from the statistics of any run, which `service_from_stats`, `load_factor` and
+`service_model` build on.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from batchlab._validate import count, positive
-from batchlab.load.stats import BATCH_PHASES, ModelStats, read_stats
+from batchlab.load.stats import ModelStats, read_stats, settle
 from batchlab.load.transport import triton_dtype
 from batchlab.models.requests import random_embed_inputs
 from batchlab.sim.service import Table
@@ -78,17 +69,8 @@ class BatchTimes:
         raise ValueError(f"stat must be 'min' or 'median', not {stat!r}")
 
     def fit(self, which: str = "compute", stat: str = "min") -> tuple[float, float]:
-        """Least-squares (a, b) of t(B) = a + b·B (ms, ms per item), with a >= 0.
-
-        When noise at large B tilts the unconstrained line below the origin, the fit is redone
-        through the origin (a = 0): a fixed cost cannot be negative.
-        """
-        y = self.estimate(which, stat)
-        a, b = fit_affine(self.sizes, y)
-        if a < 0:
-            x = np.asarray(self.sizes, float)
-            a, b = 0.0, float(np.dot(x, y) / np.dot(x, x))
-        return a, b
+        """Least-squares (a, b) of t(B) = a + b·B (ms, ms per item), with a, b >= 0 (`fit_affine`)."""
+        return fit_affine(self.sizes, self.estimate(which, stat), nonneg=True)
 
     def speedup(self, which: str = "compute", stat: str = "min") -> np.ndarray:
         """Measured S(B) = B · t(1) / t(B) (needs batch size 1 among the sizes)."""
@@ -106,25 +88,9 @@ class BatchTimes:
                 for b, m, c, i, l in zip(self.sizes, mn, mc, mi, ml)]
 
 
-def _stats(client: Any, model: str) -> ModelStats:
-    return read_stats(client, model)
-
-
-def _executions(stats: Any) -> int:
-    return sum(slot.get("compute_infer", (0, 0))[0] for slot in stats.batches.values())
-
-
-def _settled(client: Any, model: str, base: Any, expect: int, timeout: float = 3.0):
-    """Statistics re-read until they count `expect` more successful requests *and* executions
-    than `base` (or until `timeout`). The Python backend reports an execution's batch statistics
-    after its responses have gone out, so the request count alone can run ahead of batch_stats."""
-    deadline = time.monotonic() + timeout
-    while True:
-        after = _stats(client, model)
-        d = after - base
-        if (d.success >= expect and _executions(d) >= expect) or time.monotonic() > deadline:
-            return after
-        time.sleep(0.005)
+def _settled(client: Any, model: str, base: ModelStats, expect: int) -> ModelStats:
+    """Statistics once they count `expect` more requests and executions than `base` (`settle`)."""
+    return settle(lambda: read_stats(client, model), base, expect, expect)
 
 
 def _infer_inputs(module: Any, inputs: Mapping[str, np.ndarray]) -> list[Any]:
@@ -164,7 +130,7 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
                 raise ValueError(f"inputs_for({b}) must give tensors with {b} rows, got shape {first.shape}")
         # Triton counts a request in its statistics a moment after the client has the answer,
         # so every snapshot waits until it counts all requests sent so far.
-        base = _stats(client, model)
+        base = read_stats(client, model)
         sent = 0
         for _ in range(warmup_rounds):
             for b in sz:
@@ -185,15 +151,14 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
             after = _settled(client, model, base, sent)
             d = after - before
             before = after
+            hist, service, infer = d.batch_histogram(), d.batch_service_ms(), d.batch_service_ms(infer_only=True)
             for b in sz:
-                slot = d.batches.get(b)
-                n = per[b]
-                if not slot or slot["compute_infer"][0] != n:
+                if hist.get(b, 0) != per[b]:
                     raise RuntimeError(
-                        f"round statistics of {model!r} show {slot['compute_infer'][0] if slot else 0} executions "
-                        f"of batch size {b}, expected {n}: is other traffic reaching the model?")
-                inf[b].append(slot["compute_infer"][1] / n / 1e6)
-                comp[b].append(sum(slot[p][1] for p in BATCH_PHASES) / n / 1e6)
+                        f"round statistics of {model!r} show {hist.get(b, 0)} executions "
+                        f"of batch size {b}, expected {per[b]}: is other traffic reaching the model?")
+                inf[b].append(infer[b])
+                comp[b].append(service[b])
                 lat[b].append(float(np.median(round_lat[b])))
     finally:
         client.close()
@@ -235,21 +200,17 @@ class Calibration:
         b0 = times.sizes[0]
         return cls(times.model, list(times.sizes), compute, service, client, max(0.0, client[b0] - service[b0]))
 
-    def service(self, phase: str = "service", scale: float = 1.0) -> Table:
-        """A `batchlab.sim.service.Table` of the measured times (``phase``: 'service' or
-        'compute'), every time multiplied by ``scale`` (see `load_factor`)."""
-        _check_phase(phase)
+    def service(self, scale: float = 1.0) -> Table:
+        """The simulator `Table` of the measured service times, each multiplied by ``scale`` (`load_factor`)."""
         scale = positive("scale", scale)
-        src = self.service_ms if phase == "service" else self.compute_ms
-        sizes = sorted(src)
-        return Table(tuple(sizes), tuple(src[b] * scale for b in sizes), unit="ms")
+        return Table(tuple(sorted(self.service_ms)), tuple(self.service_ms[b] * scale for b in sorted(self.service_ms)),
+                     unit="ms")
 
-    def speedup(self, phase: str = "compute") -> dict[int, float]:
-        """S(B) = B · t(1) / t(B) from the measured times."""
-        src = self.compute_ms if phase == "compute" else self.service_ms
-        if 1 not in src:
+    def speedup(self) -> dict[int, float]:
+        """S(B) = B · t(1) / t(B) from the measured compute times."""
+        if 1 not in self.compute_ms:
             raise ValueError("the calibration has no batch size 1 to compare with")
-        return {b: b * src[1] / t for b, t in sorted(src.items())}
+        return {b: b * self.compute_ms[1] / t for b, t in sorted(self.compute_ms.items())}
 
 
 def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
@@ -276,52 +237,29 @@ def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[i
     return Calibration.from_times(times)
 
 
-def _check_phase(phase: str) -> None:
-    if phase not in ("service", "compute"):
-        raise ValueError(f"phase must be 'service' or 'compute', got {phase!r}")
-
-
-def batch_table(stats: ModelStats, min_count: int = 3, phase: str = "service"
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sizes, mean ms per execution, executions) for the sizes executed at least ``min_count``
-    times in a run's statistics (a `batchlab.load.ModelStats`).
-
-    ``phase``: 'service' (compute_input + infer + output: the time the instance was busy with
-    one batch, the simulator's t(b)) or 'compute' (compute_infer only). Raises ValueError when
-    no size was executed that often.
-    """
-    _check_phase(phase)
-    sizes, ms, counts = [], [], []
-    for b, slot in sorted(stats.batches.items()):
-        c = slot.get("compute_infer", (0, 0))[0]
-        if c >= min_count:
-            parts = BATCH_PHASES if phase == "service" else ("compute_infer",)
-            sizes.append(b)
-            ms.append(sum(slot.get(p, (0, 0))[1] for p in parts) / c / 1e6)
-            counts.append(c)
-    if not sizes:
+def batch_table(stats: ModelStats, min_count: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sizes, mean ms per execution, executions) of the sizes a run's statistics executed at least
+    ``min_count`` times (`ModelStats.batch_service_ms`); ValueError when there is none."""
+    ms = stats.batch_service_ms(min_count)
+    if not ms:
         raise ValueError(f"no batch size was executed often enough ({min_count} times or more): "
                          "nothing to calibrate from")
-    return np.array(sizes), np.array(ms), np.array(counts, dtype=float)
+    hist = stats.batch_histogram()
+    return np.array(list(ms)), np.array(list(ms.values())), np.array([hist[b] for b in ms], dtype=float)
 
 
-def service_from_stats(stats: ModelStats, phase: str = "service", min_batches: int = 3) -> Table:
+def service_from_stats(stats: ModelStats, min_batches: int = 3) -> Table:
     """A simulator `Table` from the batch times a real run had (`batch_table`)."""
-    sizes, ms, _ = batch_table(stats, min_batches, phase)
+    sizes, ms, _ = batch_table(stats, min_batches)
     return Table(tuple(int(b) for b in sizes), tuple(float(t) for t in ms), unit="ms")
 
 
-def load_factor(cal: Calibration, stats: ModelStats, phase: str = "service", min_batches: int = 5) -> float:
-    """How much slower executions ran under load than in the calibration: a single factor.
-
-    ``stats`` is the `ModelStats` of a loaded run (``LoadReport.server``). For every batch size
-    executed at least ``min_batches`` times, the run's mean time is divided by the calibrated
-    time at that size (interpolated between calibrated sizes); the factors are averaged weighted
-    by the number of executions. On a machine where the load generator shares the CPU with the
-    server, this is typically 1.1–1.5.
-    """
-    table = cal.service(phase)
-    sizes, ms, counts = batch_table(stats, min_batches, phase)
+def load_factor(cal: Calibration, stats: ModelStats, min_batches: int = 5) -> float:
+    """How much slower a loaded run's executions (``stats``, e.g. ``LoadReport.server``) ran than
+    the calibration: per batch size executed at least ``min_batches`` times, the run's mean over the
+    calibrated time (interpolated), averaged weighted by executions."""
+    table = cal.service()
+    sizes, ms, counts = batch_table(stats, min_batches)
     r = np.asarray([t / (table.time(int(b)) * 1e3) for b, t in zip(sizes, ms)], dtype=float)
     return float((counts * r).sum() / counts.sum())
 
@@ -338,24 +276,12 @@ def isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.concatenate([[v] * n for v, _, n in blocks])
 
 
-def weighted_affine(sizes: np.ndarray, ms: np.ndarray, counts: np.ndarray) -> tuple[float, float]:
-    """Least squares t(b) = base + per_item · b (ms) weighted by √counts; both clipped at >= 0."""
-    if len(sizes) == 1:
-        return float(ms[0]), 0.0
-    w = np.sqrt(counts)
-    A = np.vstack([np.ones_like(sizes, dtype=float), sizes.astype(float)]).T * w[:, None]
-    base, per = np.linalg.lstsq(A, ms * w, rcond=None)[0]
-    return max(float(base), 0.0), max(float(per), 0.0)
-
-
 def service_model(stats: ModelStats, min_count: int = 3) -> dict[str, Any]:
-    """t(b) of a run's statistics (`batch_table`): smoothed (`isotonic`: the batch time never falls
-    as b grows), an affine summary (`weighted_affine`) and the raw points."""
+    """t(b) of a run's statistics (`batch_table`): the raw points, smoothed (`isotonic`: never
+    falling as b grows) and an affine summary (`fit_affine` weighted by executions, a, b >= 0)."""
     sizes, ms, counts = batch_table(stats, min_count)
-    smooth = isotonic(ms, counts)
-    base, per = weighted_affine(sizes, ms, counts)
-    return {"sizes": sizes, "raw_ms": ms, "counts": counts, "smooth_ms": smooth,
-            "affine_ms": (base, per)}
+    affine = (fit_affine(sizes, ms, weights=counts, nonneg=True) if len(sizes) > 1 else (float(ms[0]), 0.0))
+    return {"sizes": sizes, "raw_ms": ms, "counts": counts, "smooth_ms": isotonic(ms, counts), "affine_ms": affine}
 
 
 def smoothed_table(model: dict[str, Any]) -> Table:

@@ -1,25 +1,15 @@
 """Triton's batch-forming rule, observed: crafted arrival patterns against the real dynamic batcher.
 
-A *pattern* is a handful of send times and a batcher configuration (``max_batch_size``, a
-model-level field; ``preferred_batch_size`` and ``max_queue_delay_microseconds`` inside
-``dynamic_batching``). `batcher_config` reloads a model with that configuration — Triton reads
-batcher settings only when a model loads, so changing them means a reload — through the model
-repository API's config override (``load_model(name, config=JSON)``), and restores the model's
-previous configuration afterwards. `run_pattern` sends the requests at their times (open loop,
-`batchlab.load.run_open_loop`) and reads what the server did: the batch size each response
-reports (the course's `embed` models return ``BATCH_SIZE``) and the ``batch_stats`` histogram
-of the statistics extension. `simulate_pattern` runs the same pattern through
-`batchlab.sim.simulate_dynamic`, so the chapter can print rule, simulation and server side by side.
+A `Pattern` is a few send times and a `BatchRule`. `batcher_config` reloads a model with that rule
+(the repository API's config override; Triton reads batcher settings only at load) and restores
+it afterwards; `run_pattern` sends the requests open-loop and reads the batch size each response
+reports and the ``batch_stats`` histogram; `simulate_pattern` runs the same pattern through the
+simulator. The rule (core ``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
 
-The rule (core ``src/dynamic_batch_scheduler.cc``, ``GetDynamicBatch``; server
-``docs/user_guide/batcher.md``), requests taken in arrival order:
-
-1. a batch reaching the largest preferred size (``max_batch_size`` when none is set) goes at once;
-2. while the oldest request's delay has not expired, the largest preferred size reachable goes
-   at once (7 pending, preferred [4, 8]: 4 go);
-3. when the delay is 0, or the oldest request has waited ``max_queue_delay``, whatever is
-   pending goes;
-4. otherwise the batcher waits (for more requests, or for the delay to expire).
+1. a batch reaching the largest preferred size (``max_batch_size`` when none) goes at once;
+2. before the oldest request's delay expires, the largest reachable preferred size goes at once;
+3. with delay 0, or once the oldest has waited ``max_queue_delay``, whatever is pending goes;
+4. otherwise the batcher waits.
 """
 
 from __future__ import annotations
@@ -36,7 +26,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from batchlab.load import RequestSpec, run_open_loop
-from batchlab.probe.batch_time import _executions, _infer_inputs, _settled, _stats
+from batchlab.load.stats import read_stats, settle
+from batchlab.probe.batch_time import _infer_inputs, _settled
 from batchlab.server import TritonServer
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
@@ -160,7 +151,7 @@ def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
     if allows_reload(server):
         yield server
         return
-    with TritonServer(models=list(models), startup_timeout=180) as private:
+    with TritonServer(models=list(models)) as private:
         yield private
 
 
@@ -207,7 +198,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
     client = _grpc(server)
     try:
-        base = _stats(client, model)
+        base = read_stats(client, model)
         client.infer(model, _infer_inputs(grpcclient, inputs))  # warm-up
         wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
         time.sleep(wait)
@@ -234,14 +225,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         order = np.argsort(rec.last, kind="stable")
         sizes = [seen.get(int(rec.index[i]), -1) for i in order]
         batches = batches_from_sizes(sizes)
-        # batch_stats can lag the responses a little: wait until every execution is counted
-        deadline = time.monotonic() + 3.0
-        while True:
-            delta = _stats(client, model) - before
-            if (delta.success >= pattern.n and (batches is None or _executions(delta) >= len(batches))) \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
+        delta = settle(lambda: read_stats(client, model), before, pattern.n, len(batches or ())) - before
     finally:
         client.close()
     return PatternOutcome(pattern, sizes, dict(sorted(delta.batch_histogram().items())),

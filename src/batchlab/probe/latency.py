@@ -1,26 +1,11 @@
-"""T_total = T_queue + T_prefill + T_decode + T_overhead, measured on the real server.
+"""T_total = T_queue + T_prefill + T_decode + T_overhead, measured on the real server (`generate`).
 
-The course model `generate` runs request-level generation behind Triton's dynamic batcher: one
-execution prefills every prompt of the batch (producing each request's first token), then
-decodes one token per step for the whole batch until its longest member is done. Triton's
-statistics give each request's queue time and compute time; the client gives its latency. What
-no counter separates is prefill from decode inside one execution, so a *calibration* measures
-both with single executions of B rows (`batchlab.probe.batch_time`):
-
-* ``MAX_TOKENS = 1``: prefill only, t_p(B);
-* ``MAX_TOKENS = N``: prefill plus N − 1 decode steps, t(B, N);
-* one decode step of B sequences: t_step(B) = (t(B, N) − t_p(B)) / (N − 1).
-
-A load run is then split per request (`split_report`):
-
-* T_queue — the statistics' mean queue time;
-* T_prefill — t_p(B) of the batch each request ran in (weighted by the server's batch_stats);
-* T_decode — the statistics' mean compute time minus T_prefill;
-* T_overhead — the client's latency minus the server's queue and compute: gRPC, (de)serialising,
-  the Python backend's request handling, and the client's own event loop.
-
-`calibration.token_cost()` turns the calibration into the simulator's `TokenCost`, so the same
-arrivals can be replayed through `batchlab.sim.simulate_static_generation`.
+No counter separates prefill from decode inside one execution, so `calibrate_generate` times
+single executions of B rows (`probe.batch_time`) with MAX_TOKENS = 1 (prefill t_p(B)) and N
+(prefill + N − 1 decode steps). `split_report` splits a load run per request: queue (statistics),
+prefill (t_p of the batch each request ran in), decode (compute − prefill), overhead (client
+latency − server queue − compute). `GenerateCalibration.token_cost()` gives the simulator's
+`TokenCost` for `sim.simulate_static_generation`.
 """
 
 from __future__ import annotations
@@ -110,9 +95,6 @@ def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] 
     return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), pre, full)
 
 
-PARTS = ("queue", "prefill", "decode", "overhead")
-
-
 def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
     """Mean T_queue, T_prefill, T_decode, T_overhead and T_total (ms) of a `generate` load run.
 
@@ -124,7 +106,7 @@ def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
         raise ValueError("the report has no server statistics (run the load with stats=True)")
     total = report.latency_ms()["mean"]
     queue = s.mean_ms("queue")
-    compute = sum(s.mean_ms(p) for p in ("compute_input", "compute_infer", "compute_output"))
+    compute = s.compute_ms
     hist = s.batch_histogram()
     sizes = np.array(list(hist.keys()), float)
     counts = np.array(list(hist.values()), float)

@@ -1,16 +1,7 @@
-"""The decode roofline: measured decode-step time against the weight-bandwidth floor.
-
-The bound and the spec sheets are `batchlab.theory.roofline`; this module measures both sides on
-the machine it runs on:
-
-* `measure_cpu()` — memory bandwidth (a numpy copy of a large array) and peak FLOP/s (a
-  numpy float32 matmul) of this CPU; `measure_gpu()` the same on a CUDA GPU through torch;
-* `decode_sweep(shape, batches)` — the weight GEMMs of one decode step at each batch size:
-  numpy float32 on CPU, torch bf16 on CUDA when torch and a GPU are present (torch is the
-  optional ``[gpu]`` extra; nothing here needs it on CPU);
-* `report()` — both, with the knee of the measured curve (`theory.roofline.knee_batch`).
-
-Headless, for a GPU machine::
+"""The decode roofline measured: `measure_cpu` / `measure_gpu` (bandwidth and peak FLOP/s),
+`decode_sweep` (the weight GEMMs of one decode step per batch size: numpy on CPU, torch bf16 on
+CUDA when the optional ``[gpu]`` extra is installed) and `report` (both, with the knee of the
+measured curve). The bound itself is `batchlab.theory.roofline`.
 
     python -m batchlab.probe.roofline --device cuda        # prints one JSON object
     python -m batchlab.probe.roofline --device cpu --quick

@@ -15,18 +15,23 @@ import numpy as np
 
 from batchlab._validate import fraction
 
-PCTS = (50, 95, 99)
+PERCENTILES = (50, 90, 95, 99)
+"""The latency percentiles every report (simulated or measured) gives."""
 
 
-def _stats_ms(x: np.ndarray, *, full: bool = True) -> dict[str, float] | None:
+def percentile_summary(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
+    """mean, p50/p90/p95/p99 and max of the finite values of ``x`` times ``scale`` (s -> ms); NaN if none."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
     if x.size == 0:
-        return None
-    out = {"mean": float(x.mean() * 1e3)}
-    if full:
-        p = np.percentile(x, PCTS)
-        out.update({f"p{q}": float(v * 1e3) for q, v in zip(PCTS, p)})
-        out["max"] = float(x.max() * 1e3)
-    return out
+        return {"mean": math.nan, **{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
+    p = np.percentile(x, PERCENTILES)
+    return {"mean": float(x.mean() * scale), **{f"p{q}": float(v * scale) for q, v in zip(PERCENTILES, p)},
+            "max": float(x.max() * scale)}
+
+
+def _stats_ms(x: np.ndarray) -> dict[str, float] | None:
+    return percentile_summary(x) if x.size else None
 
 
 def growing(wait: np.ndarray, scale: float) -> bool:

@@ -106,14 +106,30 @@ def amdahl_f_from_affine(a: float, b: float) -> float:
     return a / (a + b)
 
 
-def fit_affine(batch_sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
-    """Least-squares fit of t(B) = a + b·B; returns (a, b)."""
+def fit_affine(batch_sizes: Sequence[float], times: Sequence[float], *, weights: Sequence[float] | None = None,
+               nonneg: bool = False) -> tuple[float, float]:
+    """Least-squares fit of t(B) = a + b·B; returns (a, b).
+
+    `weights` (e.g. execution counts) weight each point's squared residual; with `nonneg` a fit whose a < 0 is redone
+    through the origin (a = 0) and b is kept >= 0: a fixed cost or a cost per item cannot be negative.
+    """
     x = np.asarray(batch_sizes, dtype=float)
     y = np.asarray(times, dtype=float)
-    if x.size < 2 or x.size != y.size:
+    w = np.sqrt(np.ones_like(x) if weights is None else np.asarray(weights, dtype=float))
+    if x.size < 2 or x.size != y.size or w.shape != x.shape:
         raise ValueError("need at least two (batch size, time) pairs of equal length")
-    b, a = np.polyfit(x, y, 1)
+    A = np.vstack([np.ones_like(x), x]).T
+    a, b = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)[0]
+    if nonneg and a < 0:
+        a, b = 0.0, float(np.dot(w * x, w * y) / np.dot(w * x, w * x))
+    if nonneg:
+        b = max(float(b), 0.0)
     return float(a), float(b)
+
+
+def relative_error(value: float, reference: float) -> float:
+    """(value − reference) / reference; NaN when the reference is 0."""
+    return (value - reference) / reference if reference else math.nan
 
 
 def fit_amdahl_f(batch_sizes: Sequence[float], speedups: Sequence[float]) -> float:
@@ -136,14 +152,6 @@ def md1_wait(arrival_rate: float, service_time: float) -> float:
         raise ValueError(f"unstable: ρ = {rho:.3f} must be < 1")
     mu = 1.0 / service_time
     return rho / (2 * mu * (1 - rho))
-
-
-def pk_wait(arrival_rate: float, mean_service: float, second_moment: float) -> float:
-    """Pollaczek–Khinchine M/G/1 mean wait: Wq = λ E[S²] / (2(1 − ρ))."""
-    rho = arrival_rate * mean_service
-    if not 0 <= rho < 1:
-        raise ValueError(f"unstable: ρ = {rho:.3f} must be < 1")
-    return arrival_rate * second_moment / (2 * (1 - rho))
 
 
 def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:

@@ -1,72 +1,26 @@
-"""Queueing results for a batching server: what the article's T̄_wait approximates, and what holds.
+"""Queueing results for a batching server (Poisson arrivals at rate λ, one model instance serving
+batches), each checked against the simulator in chapter 04. Times in seconds, rates per second.
 
-Poisson arrivals at rate λ meet one model instance that serves batches. Five results, each a
-plain computation (no simulation, no plotting), each checked against the simulator in chapter 04:
-
-1. **Little's law, batch form** (`little_wait`). Lq = λ·Wq for any stable queue, and a busy
-   instance completes B̄ requests every T̄_batch, so λ = K·U·B̄ / T̄_batch (K instances, U the
-   share of time they are busy). Hence
-
-       W̄q = L̄q · T̄_batch / (K · U · B̄).
-
-   The article's T̄_wait = N_queue · T_batch / B_size is the case K = 1, U = 1 (always busy, full
-   batches): exact when the server is saturated, too small by the factor 1/U at light load.
-
-2. **The light-load window** (`window_wait`). With ``max_queue_delay`` D > 0 and an idle server,
-   the first request opens a window that closes after D or when the batch reaches
-   ``max_batch_size`` K, whichever comes first (Triton's rule with no preferred sizes). With
-   N(t) the Poisson count of later arrivals and m = K − 1,
-
-       E[τ]        = (1/λ) Σ_{j<m} P(N(D) > j)
-       E[∫₀^τ N dt] = (1/λ) Σ_{j<m} j · P(N(D) > j)
-       W̄_window    = (E[τ] + E[∫₀^τ N dt]) / (1 + λE[τ]),   B̄ = 1 + λE[τ].
-
-   (Using ∫₀^D e^{-λt}(λt)^j/j! dt = P(N(D) > j)/λ.) For K = ∞: W̄ = (D + λD²/2)/(1 + λD) → D
-   as λ → 0. The wait is set by D and λ, not by the article's formula.
-
-3. **The greedy batch queue, exactly** (`batch_queue`). With ``max_queue_delay`` 0 Triton sends
-   whatever is pending, up to K, whenever the instance is free; an idle instance serves the next
-   arrival alone. Let Q_n be the number waiting when the n-th execution ends. Then
-
-       Q_{n+1} = max(Q_n − K, 0) + A_{n+1},   A_{n+1} ~ Poisson(λ · t(k_{n+1})),
-
-   with k_{n+1} = min(Q_n, K), or 1 after an idle period. This is the embedded chain of the
-   bulk-service queue (Bailey, J. R. Statist. Soc. B 16(1):80–87, 1954; Neuts' general bulk
-   service rule with a = 1, Ann. Math. Statist. 38(3):759–770, 1967), here with batch-size
-   dependent times t(k) as in Inoue (arXiv:1912.06322). We solve it numerically (truncated,
-   dense linear solve) and turn its stationary law into time averages by renewal–reward over
-   one execution cycle. Means only: the chain does not give percentiles.
-
-4. **Bailey's closed form** (`bailey_queue`) for a batch time T that does not depend on the
-   batch size: the generating function of Q is
-
-       Q(z) = (K − μ)(z − 1) e^{μ(z−1)} ∏_{k=1}^{K−1} (z − z_k)/(1 − z_k) / (z^K − e^{μ(z−1)}),
-
-   μ = λT, where z_1 … z_{K−1} are the roots of z^K = e^{μ(z−1)} inside the unit disk (Rouché;
-   found by the fixed-point iteration z ← ω_k e^{μ(z−1)/K}, ω_k = e^{2πik/K}). Differentiating
-   at z = 1:
-
-       E[Q] = μ + Σ_k 1/(1 − z_k) − (K(K−1) − μ²) / (2(K − μ)),   P(Q = 0) = (K − μ) ∏_k (−z_k)/(1 − z_k).
-
-   K = 1 is M/D/1 (E[Q] = ρ + ρ²/(2(1 − ρ))).
-
-5. **No batch limit, affine times** (`unbounded_latency`, `unbounded_latency_bound`): Inoue's
-   model (all waiting requests form the next batch; t(x) = a + b·x). With X the batch size and
-   p₀ = P(no arrival during an execution) the only unknown, exact mean relations follow from
-   X' = A + 1{A = 0}:
-
-       E[X](1 − λb) = λa + p₀
-       E[X²](1 − λ²b²) = λa + λ²a² + p₀ + (λb + 2λ²ab)·E[X]
-       E[D] = (λ E[S²]/2 + E[X·S]) / E[X],   S = a + bX
-
-   (a request waits the rest of the execution during which it arrived, then rides in the next
-   batch). E[D] decreases in p₀, and Jensen gives p₀ = E[e^{−λS}] ≥ e^{−λE[S]} with
-   E[S] = (a + b·p₀)/(1 − λb), so p₀ ≥ p* = W(kC)/k (Lambert W; k = λb/(1 − λb),
-   C = e^{−λa/(1−λb)}). Hence the closed-form bound E[D] ≤ E[D](p*). Inoue derives a closed-form
-   upper bound for this model by stochastic-order arguments; the bound here is our own
-   derivation of the same kind and is not claimed to be his formula.
-
-Times are seconds; rates are per second.
+1. Little's law, batch form (`little_wait`): λ = K·U·B̄ / T̄_batch, so W̄q = L̄q·T̄_batch / (K·U·B̄).
+   The article's T̄_wait = N_queue·T_batch/B_size is K = 1, U = 1: exact when saturated, too small
+   by 1/U at light load.
+2. The light-load window (`window_wait`): an arrival at an idle server opens a window closing after
+   D = ``max_queue_delay`` or at K = ``max_batch_size`` requests. With N(t) the later arrivals and
+   m = K − 1: E[τ] = (1/λ) Σ_{j<m} P(N(D) > j), E[∫₀^τ N dt] = (1/λ) Σ_{j<m} j·P(N(D) > j),
+   W̄ = (E[τ] + E[∫N]) / (1 + λE[τ]), B̄ = 1 + λE[τ]; for K = ∞, W̄ = (D + λD²/2)/(1 + λD).
+3. The greedy batch queue (`batch_queue`, delay 0): with Q_n waiting when execution n ends,
+   Q_{n+1} = max(Q_n − K, 0) + A_{n+1}, A ~ Poisson(λ·t(min(Q_n, K))) (1 after an idle period):
+   the embedded chain of the bulk-service queue (Bailey 1954; Neuts 1967) with size-dependent t(k)
+   (Inoue, arXiv:1912.06322), solved truncated and turned into time averages by renewal–reward.
+   Means only.
+4. Bailey's closed form (`bailey_queue`, t independent of the batch, μ = λT): with z_k the roots of
+   z^K = e^{μ(z−1)} inside the unit disk, E[Q] = μ + Σ_k 1/(1 − z_k) − (K(K−1) − μ²)/(2(K − μ)) and
+   P(Q = 0) = (K − μ) ∏_k (−z_k)/(1 − z_k); K = 1 is M/D/1.
+5. No batch limit, t(x) = a + b·x (`unbounded_latency`, `unbounded_latency_bound`, Inoue's model):
+   from X' = A + 1{A = 0}, E[X](1 − λb) = λa + p₀ and
+   E[X²](1 − λ²b²) = λa + λ²a² + p₀ + (λb + 2λ²ab)E[X], E[D] = (λE[S²]/2 + E[X·S]) / E[X] with
+   S = a + bX. E[D] falls with p₀ ≥ p* = W(kC)/k (Jensen; k = λb/(1 − λb), C = e^{−λa/(1−λb)}),
+   so E[D] ≤ E[D](p*) (our bound, not Inoue's formula).
 """
 
 from __future__ import annotations
