@@ -10,7 +10,7 @@ import platform
 import signal
 import sys
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -18,7 +18,6 @@ from batchlab.load import RequestSpec
 from batchlab.load.report import json_ready
 from batchlab.models.requests import random_embed_inputs
 from batchlab.server import ServerError, connect
-from batchlab.theory.formulas import relative_error
 
 
 class BenchError(Exception):
