@@ -1,8 +1,5 @@
-"""`python -m batchlab.labs scores NOTEBOOK...`: the score lines stored in executed labs, summed.
-
-A learner's own view of their notebook, not a grade: stored outputs can be edited. To grade a
-class, re-execute the submissions with `python -m batchlab.classroom grade` (docs/classroom.md §3).
-"""
+"""`python -m batchlab.labs scores NOTEBOOK...`: the score lines stored in executed labs, summed
+(a learner's own view: stored outputs can be edited; grades come from `batchlab.classroom`)."""
 
 from __future__ import annotations
 
