@@ -2,16 +2,14 @@
 
     python -m batchlab.classroom.execute IN.ipynb OUT.ipynb --cell-timeout 300 --memory-mb 2048
 
-Every cell runs; a cell that raises keeps its error output and the next cell runs; a cell that
-runs past the timeout is interrupted (its output says so) and the next cell runs. When the
-kernel's processes together use more than the memory limit, the kernel is stopped and the cells
-not run yet stay without outputs. The notebook is written to OUT with a summary in its metadata
-(``batchlab_execution``: cells run, the index of the cell where the kernel died, why).
+A cell past the timeout is interrupted; a kernel whose processes use more than the memory limit is
+killed. OUT carries ``batchlab_execution`` metadata: cells run, where the kernel stopped, why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -53,11 +51,6 @@ def _tree(root: int) -> tuple[list[int], float]:
     return seen, total / 2 ** 20
 
 
-def tree_rss_mb(root: int) -> float:
-    """Resident memory (MiB) of process `root` and all its descendants."""
-    return _tree(root)[1]
-
-
 def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading.Event) -> None:
     while not stop.wait(0.5):
         km = client.km
@@ -68,10 +61,8 @@ def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading
         if mb > limit_mb:
             state["reason"] = f"memory: the kernel's processes used more than {limit_mb:.0f} MiB"
             for p in pids:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
             return
 
 
@@ -114,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cell-timeout", type=int, default=300)
     p.add_argument("--memory-mb", type=float, default=2048)
     args = p.parse_args(argv)
-    summary = execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)
-    print(json.dumps(summary))
+    print(json.dumps(execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)))
     return 0
 
 
