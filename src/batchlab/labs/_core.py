@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tritonclient.utils import InferenceServerException
+
 from batchlab.labs._evidence import EvidenceError, StandIn, from_evidence, to_evidence
 
 SCORE_RE = re.compile(r"^\[score\] (?P<qid>\S+) (?P<score>\d+)/(?P<max>\d+)\s*$", re.M)
@@ -146,8 +148,7 @@ class Grader:
 
     def fail(self, bad: str) -> None:
         """Stop here: say what is wrong; the remaining points are lost."""
-        self.problems += 1
-        self.lines.append(f"  {MARK_BAD} {bad}")
+        self.expect(False, "", bad, points=0)
         raise Abort(bad)
 
     def require(self, value: Any, what: str) -> Any:
@@ -172,7 +173,7 @@ class Grader:
             except NotImplementedError as exc:
                 rec["todo"] = str(exc)[:500]
             except Exception as exc:  # the learner's code raised: recorded, judged below
-                rec["err"] = [type(exc).__name__, str(exc)[:2000], to_evidence(exc) if _is_ise(exc) else None]
+                rec["err"] = [type(exc).__name__, str(exc)[:2000], to_evidence(exc) if isinstance(exc, InferenceServerException) else None]
             if hits:
                 rec = {"k": "call", "shortcut": hits[0]}
             self._tape.records.append(rec)
@@ -234,17 +235,11 @@ def _traced(shortcuts: dict[Any, str], hits: list[str], fn: Callable[..., Any], 
 
 def _shortcut_codes(functions: tuple) -> dict[Any, str]:
     out = {}
-    for f in functions:
-        f = getattr(f, "__func__", f)
-        code = getattr(f, "__code__", None)
-        if code is None:
+    for f in (getattr(f, "__func__", f) for f in functions):
+        if not hasattr(f, "__code__"):
             raise ValueError(f"shortcut {f!r} is not a Python function")
-        out[code] = f"{f.__module__}.{f.__qualname__}"
+        out[f.__code__] = f"{f.__module__}.{f.__qualname__}"
     return out
-
-
-def _is_ise(exc: BaseException) -> bool:
-    return type(exc).__name__ == "InferenceServerException" and hasattr(exc, "message")
 
 
 def stub_todo(fn: Any) -> str | None:
@@ -252,10 +247,7 @@ def stub_todo(fn: Any) -> str | None:
     code = getattr(fn, "__code__", None)
     if code is None or "NotImplementedError" not in code.co_names:
         return None
-    for const in code.co_consts:
-        if isinstance(const, str) and const.startswith("TODO（第"):
-            return const
-    return None
+    return next((c for c in code.co_consts if isinstance(c, str) and c.startswith("TODO（第")), None)
 
 
 _REGISTRY: dict[str, dict[str, Any]] = {}
@@ -309,8 +301,7 @@ def _judge(qid: str, points: int, title: str, body: Callable[..., None], g: Grad
     except (ReplayError, EvidenceError):
         raise
     except Exception as exc:  # a wrong kind of answer the check did not foresee
-        g.problems += 1
-        g.lines.append(f"  {MARK_BAD} 检查你的答案时出错：{_short(exc)}（答案的类型或形状对吗？）")
+        g.expect(False, "", f"检查你的答案时出错：{_short(exc)}（答案的类型或形状对吗？）", points=0)
     if g.given > points:  # a bug in the check itself: never more than full marks
         raise AssertionError(f"check {qid} handed out {g.given} points, declared {points}")
     score = min(g.earned, points)
