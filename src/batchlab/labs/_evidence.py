@@ -41,15 +41,10 @@ _STANDIN_CLASSES: dict[tuple[str, str], type] = {}
 
 def standin(type_name: str, module: str, text: str = "", is_callable: bool = False) -> StandIn:
     """A stand-in object whose class is called `type_name` in module `module`."""
-    if not isinstance(type_name, str) or not type_name.isidentifier():
-        type_name = "object"
-    module = module if isinstance(module, str) else ""
-    key = (type_name, module)
-    cls = _STANDIN_CLASSES.get(key)
-    if cls is None:
-        cls = type(type_name, (StandIn,), {"__module__": module})
-        _STANDIN_CLASSES[key] = cls
-    obj = cls()
+    type_name = type_name if type_name.isidentifier() else "object"
+    if (type_name, module) not in _STANDIN_CLASSES:
+        _STANDIN_CLASSES[type_name, module] = type(type_name, (StandIn,), {"__module__": module})
+    obj = _STANDIN_CLASSES[type_name, module]()
     obj._repr = str(text)[:300] or f"<{type_name}>"
     obj._is_callable = bool(is_callable)
     return obj

@@ -214,7 +214,7 @@ class Workspace:
         load = list(models) if models is not None else self.models
         self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
         for model in load:
-            self._open_segment(model)
+            self._segment(model, open_new=True)
         return self.server
 
     def reload(self, model: str, timeout: float = 60.0) -> None:
@@ -222,7 +222,7 @@ class Workspace:
         if self.server is None or not self.server.running:
             raise ServerError("the workspace's server is not running: call start() first")
         client = self.server.http_client()
-        self._close_segment(model)
+        self._segment(model, open_new=False)
         try:
             client.load_model(model)
         except Exception as exc:  # tritonclient's InferenceServerException
@@ -231,7 +231,7 @@ class Workspace:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if client.is_model_ready(model):
-                self._open_segment(model)
+                self._segment(model, open_new=True)
                 return
             time.sleep(0.05)
         raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
@@ -245,35 +245,27 @@ class Workspace:
         return dict(zip(_COUNTERS, (int(ok.get("count", 0)), int(ok.get("ns", 0)), int(stats.get("inference_count", 0)),
                                     int(stats.get("execution_count", 0)))))
 
-    def _open_segment(self, model: str) -> None:
-        counters = self._counters(model)
-        if counters is None:
-            return
-        try:
-            db = parse_config(self.read_config(model)).dynamic_batching
-            cfg = {"delay_us": int(db.max_queue_delay_microseconds), "preferred": [int(b) for b in db.preferred_batch_size]}
-        except ValueError:
-            cfg = {}
-        self._open[model] = (cfg, counters)
-
-    def _close_segment(self, model: str) -> None:
-        if model not in self._open or self.server is None or not self.server.running:
-            return
-        cfg, start = self._open.pop(model)
+    def _segment(self, model: str, open_new: bool) -> None:
+        """Close `model`'s open history segment at its counters now; with `open_new`, open the next."""
         now = self._counters(model)
-        if now is not None:
-            self._segments.setdefault(model, []).append({**cfg, **_delta(now, start)})
+        old = self._open.pop(model, None)
+        if old is not None and now is not None:
+            self._segments.setdefault(model, []).append({**old[0], **_delta(now, old[1])})
+        if open_new and now is not None:
+            try:
+                db = parse_config(self.read_config(model)).dynamic_batching
+                cfg = {"delay_us": int(db.max_queue_delay_microseconds), "preferred": [int(b) for b in db.preferred_batch_size]}
+            except ValueError:
+                cfg = {}
+            self._open[model] = (cfg, now)
 
     def history(self, model: str) -> list[dict[str, Any]]:
         """One entry per configuration `model` ran between two `reload`s (the last up to now): its
         ``delay_us`` and ``preferred`` and the ``success``, ``success_ns``, ``inference_count`` and
         ``execution_count`` the server's statistics added meanwhile."""
         out = [dict(s) for s in self._segments.get(model, [])]
-        if model in self._open:
-            cfg, start = self._open[model]
-            now = self._counters(model)
-            if now is not None:
-                out.append({**cfg, **_delta(now, start)})
+        if model in self._open and (now := self._counters(model)) is not None:
+            out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
         return out
 
     def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
