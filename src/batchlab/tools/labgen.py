@@ -223,10 +223,7 @@ def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
         raise LabgenError(f"solutions folder {solutions} does not exist")
-    out: dict[Path, str] = {}
-    for path in sorted(solutions.glob("*.ipynb")):
-        out[labs / path.name] = dumps(make_lab(read_notebook(path), path.name).notebook)
-    return out
+    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob("*.ipynb"))}
 
 
 def _is_generated(path: Path) -> bool:
@@ -243,11 +240,9 @@ def _normalise(text: str) -> list[str]:
 def stale(solutions: Path, labs: Path) -> list[str]:
     """'path (reason)' for each lab that differs (beyond trailing whitespace) from what `generate_labs` writes."""
     wanted = generate_labs(solutions, labs)
-    problems = []
-    for path in sorted(Path(solutions).glob("*.ipynb")):
-        found = metadata_problems(read_notebook(path), path.name)
-        if found:
-            problems.append(f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)")
+    problems = [f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)"
+                for path in sorted(Path(solutions).glob("*.ipynb"))
+                if (found := metadata_problems(read_notebook(path), path.name))]
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")
