@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from batchlab.config_pbtxt import load_config_text
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.labs.lab3 import _lm_tokens
+from batchlab.labs.lab3 import lm_tokens
 from batchlab.lm import encode
 
 
@@ -161,8 +161,8 @@ def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_ur
         tokens = [int(x) for x in got]
     except (TypeError, ValueError):
         g.fail(f"hang_up 应返回收到的 token 列表，收到的是 {got!r}"[:200])
-    g.expect(tokens == _lm_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
-             f"应收到前 4 个 token {_lm_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
+    g.expect(tokens == lm_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
+             f"应收到前 4 个 token {lm_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
     full = 252 * per_token  # what the rest of the 256-token generation takes
     g.expect(took < 0.25 * full + 0.1 and len(tokens) == 4,
              f"收到 4 个就挂断：用时 {took:.2f} s，远少于生成完 256 个 token 的约 {full + 4 * per_token:.2f} s",
