@@ -319,10 +319,7 @@ def _judge(qid: str, points: int, title: str, body: Callable[..., None], g: Grad
 
 def _emit(evidence: dict[str, Any]) -> None:
     """Show the evidence as this cell's output (only under the classroom grader)."""
-    try:
-        from IPython.display import display  # reason: only inside a kernel, never in the grader
-    except ImportError:
-        return
+    from IPython.display import display  # reason: only inside a kernel (the grader's process never emits)
     display({EVIDENCE_MIME: evidence, "text/plain": f"<evidence {evidence['qid']}>"}, raw=True)
 
 
@@ -375,8 +372,6 @@ def check(qid: str, points: int, title: str, shortcuts: tuple = (),
                 return float(result.score)  # type: ignore[return-value]
             return result
 
-        run.qid = qid  # type: ignore[attr-defined]
-        run.points = points  # type: ignore[attr-defined]
         _REGISTRY[qid] = {"function": run, "points": points, "title": title, "body": body}
         return run
 
