@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import sys
@@ -150,6 +151,16 @@ class Grader:
         """Stop here: say what is wrong; the remaining points are lost."""
         self.expect(False, "", bad, points=0)
         raise Abort(bad)
+
+    def number(self, value: Any, what: str) -> float:
+        """`float(value)`, or fail saying that `what` should return a number (NaN is not one)."""
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{what}应该返回一个数，收到的是 {type(value).__name__}：{value!r}"[:300])
+        if math.isnan(v):
+            self.fail(f"{what}返回了 NaN")
+        return v
 
     def require(self, value: Any, what: str) -> Any:
         """`value`, or "尚未完成" if it is None / Ellipsis (the lab's placeholder)."""
