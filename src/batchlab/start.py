@@ -1,11 +1,8 @@
 """`make start`: the embedded Triton server with the course models, and JupyterLab on the course.
 
-Both listen on 127.0.0.1 only. Notebooks started from this JupyterLab find the server through
-`TRITON_URL` / `TRITON_GRPC_URL` / `TRITON_METRICS_URL` and its key through `BATCHLAB_TRITON_KEY`
-(see `batchlab.server.connect`), so they share it instead of starting their own. JupyterLab gets
-its token through the environment (`JUPYTER_TOKEN`), never on its command line, which every user
-of the machine can read with `ps`. Ctrl-C (or SIGTERM, also while starting up) stops JupyterLab,
-its kernels and the server, and leaves no process behind.
+Both listen on 127.0.0.1. Notebooks reach the server through `TRITON_URL` and friends (see
+`batchlab.server.connect`); JupyterLab's token travels in the environment, never on a command line.
+Ctrl-C or SIGTERM (also while starting) stops JupyterLab, its kernels and the server.
 
     [JUPYTER_TOKEN=...] python -m batchlab.start [--lab-port 8888] [--no-lab] [--no-browser]
 """
@@ -42,26 +39,16 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s")
 
 
-_LAB_OVERRIDES = {
-    # Do not ask learners "get notified about Jupyter news?" and never fetch it.
-    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
-}
-
-
-def _lab_settings_dir() -> str:
-    """A JupyterLab app-settings folder holding the course's overrides.json."""
-    folder = cache_dir() / "lab-settings"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "overrides.json").write_text(json.dumps(_LAB_OVERRIDES, indent=2))
-    return str(folder)
+#: JupyterLab settings: never ask learners about, or fetch, Jupyter news and updates.
+_LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
 def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) -> subprocess.Popen[bytes]:
-    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group.
-
-    The token goes through the environment (`JUPYTER_TOKEN`, which jupyter_server reads), so the
-    process list shows no secret; the process is killed if this one dies.
-    """
+    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group; the token
+    goes through `JUPYTER_TOKEN`, so the process list shows no secret."""
+    settings = cache_dir() / "lab-settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "overrides.json").write_text(json.dumps(_LAB_OVERRIDES, indent=2))
     cmd = [
         sys.executable, "-m", "jupyterlab",
         "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
@@ -69,7 +56,7 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
         "--ServerApp.open_browser=" + ("True" if open_browser else "False"),
         "--LabApp.news_url=None",  # no announcement feed: the course runs on closed networks too
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--LabApp.app_settings_dir={_lab_settings_dir()}",
+        f"--LabApp.app_settings_dir={settings}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
         cmd.append("--allow-root")
@@ -82,10 +69,8 @@ def stop_lab(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -109,10 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     server = None
     try:
-        if args.lab_port is not None:
-            check_port_free(args.lab_port, "lab")
         lab_port = args.lab_port
-        if lab_port is None:
+        if lab_port is not None:
+            check_port_free(lab_port, "lab")
+        else:
             try:
                 check_port_free(8888, "lab")
                 lab_port = 8888

@@ -12,8 +12,8 @@ from batchlab.classroom.grade import GradeRun, UnreadableSubmission, grade
 from batchlab.classroom.sandbox import SANDBOX_KINDS, SandboxError, pick
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: exit 2 naming each unreadable submission (the others are still graded)."""
     p = argparse.ArgumentParser(prog="python -m batchlab.classroom", description="grade the labs of a class")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade SUBMISSIONS/<learner>/<lab>.ipynb")
@@ -32,12 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-sandbox", help="say which sandbox grading would use here")
     c.add_argument("--sandbox", choices=SANDBOX_KINDS, default="auto")
     c.add_argument("--image", default="")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: exit 2 naming each unreadable submission (the others are still graded)."""
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     try:
         box = pick(args.sandbox, args.image, getattr(args, "memory_mb", 3072))
     except SandboxError as exc:
@@ -57,8 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for g in grades:
         print(json.dumps({"learner": g.learner, "lab": g.lab, "total": g.total, "max": g.max_total,
                           "scores": {q.qid: q.score for q in g.questions}}, ensure_ascii=False))
-    for line in bad:
-        print(f"error: {line}", file=sys.stderr)
+    print("".join(f"error: {line}\n" for line in bad), end="", file=sys.stderr)
     print(f"sandbox {box.kind}; {len(grades)} graded, {len(bad)} unreadable; gradebook {args.csv}, feedback {feedback}/",
           file=sys.stderr)
     return 2 if bad else 0

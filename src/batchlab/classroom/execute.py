@@ -2,19 +2,16 @@
 
     python -m batchlab.classroom.execute IN.ipynb OUT.ipynb --cell-timeout 300 --memory-mb 2048
 
-Every cell runs; a cell that raises keeps its error output and the next cell runs; a cell that
-runs past the timeout is interrupted (its output says so) and the next cell runs. When the
-kernel's processes together use more than the memory limit, the kernel is stopped and the cells
-not run yet stay without outputs. The notebook is written to OUT with a summary in its metadata
-(``batchlab_execution``: cells run, the index of the cell where the kernel died, why).
+A cell past the timeout is interrupted; a kernel whose processes use more than the memory limit is
+killed. OUT carries ``batchlab_execution`` metadata: cells run, where the kernel stopped, why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -22,56 +19,37 @@ from pathlib import Path
 from typing import Sequence
 
 import nbformat
+import psutil
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from batchlab.labs._core import GRADING_ENV
 
 
-def _tree(root: int) -> tuple[list[int], float]:
-    """(process `root` and all its descendants, their resident memory in MiB), from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(fields[21]) * page
-    total, todo, seen = 0, [root], []
-    while todo:
-        pid = todo.pop()
-        seen.append(pid)
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return seen, total / 2 ** 20
-
-
-def tree_rss_mb(root: int) -> float:
-    """Resident memory (MiB) of process `root` and all its descendants."""
-    return _tree(root)[1]
+def _tree(root: int) -> tuple[list[psutil.Process], float]:
+    """(process `root` and all its descendants, their resident memory in MiB)."""
+    try:
+        procs = [psutil.Process(root)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return [], 0.0
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return procs, total / 2 ** 20
 
 
 def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading.Event) -> None:
+    """Kill the kernel's process tree once it uses more than `limit_mb` (checked every 0.5 s)."""
     while not stop.wait(0.5):
-        km = client.km
-        pid = getattr(getattr(km, "provisioner", None), "pid", None) if km is not None else None
-        if not pid:
-            continue
-        pids, mb = _tree(pid)
+        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+        procs, mb = _tree(pid) if pid else ([], 0.0)
         if mb > limit_mb:
             state["reason"] = f"memory: the kernel's processes used more than {limit_mb:.0f} MiB"
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
             return
 
 
@@ -114,8 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cell-timeout", type=int, default=300)
     p.add_argument("--memory-mb", type=float, default=2048)
     args = p.parse_args(argv)
-    summary = execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)
-    print(json.dumps(summary))
+    print(json.dumps(execute_notebook(args.src, args.dst, args.cell_timeout, args.memory_mb)))
     return 0
 
 

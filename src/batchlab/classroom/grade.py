@@ -1,12 +1,6 @@
-"""Grade a class's submissions of one lab: scores decided here, never in the learner's kernel.
-
-For each ``SUBMISSIONS/<learner>/<lab>*.ipynb``: rebuild it from the release (`notebook.rebuild`),
-execute it in a sandbox (`sandbox`, `execute`), then, in this process, replay each locked check
-cell's evidence with this process's own checks (`batchlab.labs._core.replay`). A question scores 0
-when its answer cell raised, when its check cell produced no evidence (it raised, timed out, or
-was never reached), or when the evidence does not replay. Printed ``[score]`` lines, edited
-outputs, patched or redefined checks in the kernel change nothing here.
-"""
+"""Grade a class's submissions of one lab: each ``SUBMISSIONS/<learner>/<lab>*.ipynb`` is rebuilt from
+the release, executed in a sandbox, and scored here by replaying each check cell's evidence with
+this process's own checks; a gradebook CSV and a Chinese feedback file per learner are written."""
 
 from __future__ import annotations
 
@@ -51,7 +45,6 @@ class LearnerGrade:
     lab: str
     questions: list[QuestionScore] = field(default_factory=list)
     note: str = ""
-    executed: dict[str, Any] | None = None
 
     @property
     def total(self) -> int:
@@ -102,18 +95,14 @@ def find_submission(folder: Path, lab: str, release_name: str) -> Path | None:
 def _error_of(cell: dict[str, Any]) -> str:
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            return f"{out.get('ename', 'Error')}: {str(out.get('evalue', '')).splitlines()[0] if out.get('evalue') else ''}".rstrip(": ")
+            return f"{out.get('ename', 'Error')}: {(str(out.get('evalue') or '').splitlines() or [''])[0]}".rstrip(": ")
     return ""
 
 
 def _evidence(cell: dict[str, Any], qid: str) -> list[Any]:
-    found = []
-    for out in cell.get("outputs", []):
-        data = out.get("data", {}) if out.get("output_type") in ("display_data", "execute_result") else {}
-        ev = data.get(EVIDENCE_MIME)
-        if isinstance(ev, dict) and ev.get("qid") == qid:
-            found.append(ev)
-    return found
+    evs = [out.get("data", {}).get(EVIDENCE_MIME) for out in cell.get("outputs", [])
+           if out.get("output_type") in ("display_data", "execute_result")]
+    return [ev for ev in evs if isinstance(ev, dict) and ev.get("qid") == qid]
 
 
 def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[QuestionScore]:
@@ -127,19 +116,20 @@ def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: C
         check_cell = cells.get(q.check_cell, {})
         evidence = _evidence(check_cell, q.qid)
         if raised:
-            out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：你的答案那一格运行时抛出了 {raised[0]}，这一题记 0 分。"]))
+            why = f"你的答案那一格运行时抛出了 {raised[0]}，这一题记 0 分。"
         elif evidence:
             try:
                 result = replay(evidence[-1])
             except ReplayError as exc:
-                out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：检查格留下的记录无法复核（{exc}），记 0 分。"]))
+                why = f"检查格留下的记录无法复核（{exc}），记 0 分。"
+            else:
+                out.append(QuestionScore(q.qid, result.score, result.max_score, result.lines[:-1]))
                 continue
-            out.append(QuestionScore(q.qid, result.score, result.max_score, result.lines[:-1]))
         else:
             err = _error_of(check_cell)
             why = (f"检查格运行时出错：{err}" if err else
-                   f"没有运行到这道题的检查格（{info.get('reason') or '前面的格子没有运行完'}）")
-            out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}，记 0 分。"]))
+                   f"没有运行到这道题的检查格（{info.get('reason') or '前面的格子没有运行完'}）") + "，记 0 分。"
+        out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}"]))
     return out
 
 
@@ -178,7 +168,6 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
         if [c.get("id") for c in executed.get("cells", [])] not in ([c.get("id") for c in nb["cells"]], []):
             executed = {"cells": [], "metadata": {"batchlab_execution": {"reason": "执行结果与提交的格子对不上"}}}
         grade.questions = score_executed(executed, qs, number)
-        grade.executed = executed
         if job.keep is not None and executed_path.exists():
             (job.keep / learner).mkdir(parents=True, exist_ok=True)
             shutil.copy(executed_path, job.keep / learner / f"{job.lab}.ipynb")
@@ -193,12 +182,8 @@ def feedback_text(grade: LearnerGrade, titles: dict[str, str]) -> str:
     if grade.note:
         lines += [f"> 注意：{grade.note}", ""]
     for q in grade.questions:
-        lines.append(f"## {q.qid} {titles.get(q.qid, '')}：{q.score} / {q.max_score}")
-        lines.append("")
-        lines.append("```")
-        lines += q.lines or ["（没有反馈）"]
-        lines.append("```")
-        lines.append("")
+        lines += [f"## {q.qid} {titles.get(q.qid, '')}：{q.score} / {q.max_score}", "", "```",
+                  *(q.lines or ["（没有反馈）"]), "```", ""]
     lines.append("分数由讲师的批改程序重新运行你的 notebook 后、在它自己的进程里判定；notebook 里打印的 [score] 行不算数。")
     return "\n".join(lines) + "\n"
 
@@ -226,14 +211,12 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
         raise UnreadableSubmission(f"no submissions folder {job.submissions}")
     learners = sorted(p for p in Path(job.submissions).iterdir() if p.is_dir() and not p.name.startswith("."))
     bad: list[str] = []
-    grades: list[LearnerGrade] = []
 
     def one(folder: Path) -> LearnerGrade | None:
         path = find_submission(folder, job.lab, release_path.name)
         if path is None:
-            g = LearnerGrade(folder.name, job.lab, [QuestionScore(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
             log(f"{folder.name}: no {job.lab} notebook (0 points)")
-            return g
+            return LearnerGrade(folder.name, job.lab, [QuestionScore(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
         try:
             g = grade_one(job, folder.name, path, release, qs)
         except UnreadableSubmission as exc:
@@ -243,9 +226,7 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
         return g
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for g in pool.map(one, learners):
-            if g is not None:
-                grades.append(g)
+        grades = [g for g in pool.map(one, learners) if g is not None]
     write_gradebook(Path(csv_path), grades, qs)
     feedback_dir = Path(feedback_dir)
     for g in grades:

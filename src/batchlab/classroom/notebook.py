@@ -1,12 +1,5 @@
-"""A submission rebuilt for grading from the release it was handed out as.
-
-The release (`labs/`, made by `make handout`) carries nbgrader metadata on every cell: answer
-cells (``solution: true``) are the learner's; every other cell is locked (instructions, setup,
-the later cells, and the autograded check cells with their ``grade_id`` and ``points``).
-`rebuild(release, submission)` keeps the learner's answer cells and any cells they added, and
-puts back every locked cell exactly as released, so an edited, deleted or re-labelled check
-counts for nothing. All outputs are dropped: only what runs during grading counts.
-"""
+"""A submission rebuilt for grading from its release: the learner's answer cells (nbgrader
+``solution``) and added cells kept, every locked cell put back exactly as released, outputs dropped."""
 
 from __future__ import annotations
 

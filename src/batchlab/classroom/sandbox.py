@@ -1,24 +1,18 @@
-"""Run one submission's execution as a separate, confined process.
+"""Run one submission's execution as a separate, confined process (`pick` chooses, `run` runs).
 
-`pick(kind, image)` chooses how:
+* ``docker`` / ``podman``: a container (no network, memory and pids limits, the submission's folder
+  the only mount); needs ``--image`` with the course installed and an engine that answers;
+* ``bwrap``: bubblewrap, new namespaces (network loopback only), system and Python folders
+  read-only, the submission's folder the only writable place, fresh /tmp, cleared environment;
+* ``none``: a plain subprocess with a cleared environment, only for the instructor's own notebooks.
 
-* ``docker`` / ``podman`` — a container (``--network none``, ``--memory``, ``--pids-limit``, the
-  submission's folder the only mount); needs ``--image``, an image with the course installed
-  (e.g. built by repo2docker from this repository), and a daemon that answers;
-* ``bwrap`` — bubblewrap: new user, PID, network (loopback only), IPC and mount namespaces; the
-  system directories, the Python installation, the virtual environment and the course's source
-  are mounted read-only, the submission's throwaway folder is the only writable place, ``/tmp``
-  and ``/dev/shm`` are fresh and private; the environment is cleared;
-* ``none`` — a plain subprocess in the throwaway folder with a cleared environment: it protects
-  nothing from untrusted code and is only for the instructor's own notebooks.
-
-``auto`` takes a container when ``--image`` is given and the engine answers, else bubblewrap when
-it works here, else refuses (naming ``--sandbox none``). In every mode the grader also enforces a
-wall-clock limit on the whole submission and stops the process tree when it is exceeded.
+``auto`` takes a container when ``--image`` is given and the engine answers, else bubblewrap, else
+refuses. `run` also kills the process tree past a wall-clock limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -107,27 +101,13 @@ def bwrap_args(workdir: Path) -> list[str]:
     return args
 
 
-def _engine_answers(kind: str) -> bool:
-    exe = shutil.which(kind)
-    if exe is None:
-        return False
+def _answers(exe: str, *args: str) -> bool:
+    """True when `exe args` exits 0 (within 20 s)."""
+    path = shutil.which(exe)
     try:
-        return subprocess.run([exe, "info"], capture_output=True, timeout=20).returncode == 0
+        return path is not None and subprocess.run([path, *args], capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def bwrap_works() -> bool:
-    """True when bubblewrap can create its namespaces here."""
-    exe = shutil.which("bwrap")
-    if exe is None:
-        return False
-    try:
-        proc = subprocess.run([exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
-                              capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
 
 
 def pick(kind: str = "auto", image: str = "", memory_mb: int = 3072) -> Sandbox:
@@ -137,15 +117,15 @@ def pick(kind: str = "auto", image: str = "", memory_mb: int = 3072) -> Sandbox:
     if kind in ("docker", "podman"):
         if not image:
             raise SandboxError(f"--sandbox {kind} needs --image (an image with the course installed)")
-        if not _engine_answers(kind):
+        if not _answers(kind, "info"):
             raise SandboxError(f"{kind} is not installed or its daemon does not answer")
         return Sandbox(kind, image, memory_mb)
     if kind == "auto" and image:
         for engine in ("docker", "podman"):
-            if _engine_answers(engine):
+            if _answers(engine, "info"):
                 return Sandbox(engine, image, memory_mb)
     if kind in ("auto", "bwrap"):
-        if bwrap_works():
+        if _answers("bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"):
             return Sandbox("bwrap", "", memory_mb)
         raise SandboxError("no sandbox: bubblewrap is missing or cannot create namespaces here (apt-get install "
                            "bubblewrap), and no container engine with --image; --sandbox none runs unconfined")
@@ -154,20 +134,17 @@ def pick(kind: str = "auto", image: str = "", memory_mb: int = 3072) -> Sandbox:
 
 def run(box: Sandbox, workdir: Path, command: Sequence[str], wall_s: float) -> tuple[int, str]:
     """Run `command` in `box` with `workdir` as its folder; (exit code, last lines of output).
-
-    The process group is killed after `wall_s` seconds (exit code -9 then).
-    """
+    The process group is killed after `wall_s` seconds (exit code -9)."""
     (Path(workdir) / "home").mkdir(exist_ok=True)
     (Path(workdir) / "tmp").mkdir(exist_ok=True)
     proc = subprocess.Popen(box.argv(workdir, command), env=box.env(workdir), cwd=str(workdir),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=max(wall_s, 1))
+        code = proc.returncode
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         out, _ = proc.communicate()
-        return -9, out.decode(errors="replace")[-2000:]
-    return proc.returncode, out.decode(errors="replace")[-2000:]
+        code = -9
+    return code, out.decode(errors="replace")[-2000:]

@@ -1,13 +1,11 @@
-"""Check functions for the labs: Chinese feedback and a score line an instructor can collect.
+"""The labs' checks (Chinese feedback, a ``[score] labL.qN s/max`` line) and what a lab imports.
 
-Each lab has its own module (`batchlab.labs.lab1` … `lab6`); every function there is called
-`check_…`, takes the learner's answer, prints what is right and what is wrong (in Chinese, never
-only an assertion error) and ends with ``[score] labL.qN s/max``. See `batchlab.labs._core`.
-
-    python -m batchlab.labs scores labs/*.ipynb     # the score lines stored in executed labs (a self-view)
-
-Grades come from `python -m batchlab.classroom grade`, which re-executes each submission and
-judges the check cells' evidence in its own process (`batchlab.labs._core`).
+    _core      the `check` decorator, `Grader`, evidence `replay` (scores decided by the grader)
+    _evidence  evidence as JSON and back
+    _blocks    a learner's config block read as Triton reads it, errors explained in Chinese
+    labkit     a lab's server and private workspace; `needs` / `attempt` / `ready` after a TODO
+    lab1 … lab6  each lab's checks
+    __main__   `python -m batchlab.labs scores NOTEBOOK...`: the score lines stored in executed labs
 """
 
 import importlib

@@ -1,12 +1,5 @@
-"""A learner's config block, read the way Triton reads it, with errors a learner can act on.
-
-`read_block(g, text, base, at=..., what=...)` merges the learner's block into `base` with
-`batchlab.config_pbtxt.edit_config` (which parses the block on its own, so positions point into
-the learner's text) and, when Triton's parser refuses it, fails the check with one message that
-names the line and column *in the learner's block*, quotes that line with a caret under the
-column, and says in Chinese what Triton expected there. Unbalanced braces and brackets are found
-first, by scanning the block itself, and reported at the brace that has no partner.
-"""
+"""A learner's config block read the way Triton reads it; a refusal names the line and column
+in the learner's text, quotes it with a caret and says in Chinese what Triton expected."""
 
 from __future__ import annotations
 
@@ -28,10 +21,8 @@ def _quote(text: str, line: int, column: int) -> str:
 
 
 def unbalanced(text: str) -> tuple[int, int, str] | None:
-    """(line, column, Chinese message) of the first brace or bracket without a partner, or None.
-
-    Strings ("..." and '...') and comments (# to the end of the line) are skipped, as Triton does.
-    """
+    """(line, column, Chinese message) of the first brace or bracket without a partner, or None
+    (strings and # comments skipped, as Triton does)."""
     stack: list[tuple[str, int, int]] = []
     line, col, i, n = 1, 0, 0, len(text)
     while i < n:

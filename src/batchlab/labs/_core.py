@@ -1,39 +1,25 @@
-"""The machinery every lab check shares: Chinese feedback, one score line, and evidence.
+"""What every lab check shares: Chinese feedback, one ``[score] labL.qN s/max`` line, and evidence.
 
-A check is a function decorated with `check(qid, points, title)`; its body receives a
-`Grader` first and the learner's answer after it (the answer is the first argument; any other
-argument has a default, so `check_x(None)` always works), and calls `g.expect(...)` once per point::
-
-    @check("lab2.q1", points=2, title="dynamic_batching 块")
-    def check_dynamic_batching(g: Grader, fn) -> None:
-        text = g.call(fn, 2000, (8, 16))          # the learner's function, called through g
-        g.expect("max_batch_size" not in text, "没有把 max_batch_size 写进块里", "max_batch_size 是模型级字段……")
-
-Calling `check_dynamic_batching(answer)` in a notebook prints the feedback and a line such as
-``[score] lab2.q1 2/2``, and returns a `Result` (which displays nothing more). It never raises:
-an unfinished answer (`None`, or a function that still raises NotImplementedError) gets
-"尚未完成" and score 0; an answer that raises gets the error named and score 0.
-
-**Scores are decided outside the learner's kernel.** Everything the body learns about the
-answer goes through the `Grader`: `g.call(fn, ...)` (the learner's function's output, or what
-it raised), `g.observe(thunk)` (a fact about the server or the clock) and the answer values
-themselves. The wrapper records all of it as JSON evidence (`batchlab.labs._evidence`), and the
-body always judges the *recorded* values, in the kernel as in the grader. When the kernel runs
-under the classroom grader (`BATCHLAB_GRADING=1`), the check cell also emits that evidence as an
-output of MIME type `EVIDENCE_MIME`; the grader replays the body on it in its own process
-(`replay`), so nothing printed, patched or redefined in the kernel can change the score it gives.
+`check(qid, points, title)` turns ``body(g, answer, ...)`` into a check. The body learns about the
+answer only through the `Grader` (`g.call`, `g.observe`, the answer values), which records all of
+it as JSON evidence (`batchlab.labs._evidence`); the body always judges the recorded values. Under
+the classroom grader (``BATCHLAB_GRADING=1``) the check cell emits the evidence as an
+`EVIDENCE_MIME` output and the grader `replay`s the body on it in its own process.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from tritonclient.utils import InferenceServerException
 
 from batchlab.labs._evidence import EvidenceError, StandIn, from_evidence, to_evidence
 
@@ -43,7 +29,7 @@ EVIDENCE_MIME = "application/vnd.batchlab.evidence+json"
 EVIDENCE_VERSION = 1
 GRADING_ENV = "BATCHLAB_GRADING"
 
-#: Status marks: text, never emoji (emoji render as empty boxes without an emoji font).
+#: Text marks, not emoji (no emoji font needed).
 MARK_OK, MARK_BAD, MARK_TODO, MARK_NOTE = "✓", "✗", "○", "·"
 
 
@@ -92,8 +78,7 @@ class Result:
 
 @dataclass
 class Raised:
-    """What a learner's function raised (see `Grader.call_raw`): the exception's class name, its
-    message, and the exception itself when it is tritonclient's InferenceServerException."""
+    """What a learner's function raised: class name, message, and the exception when it is an ISE."""
 
     type_name: str
     message: str
@@ -106,8 +91,7 @@ class Raised:
 
 
 def _short(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0] if msg else ''}".rstrip(": ")
+    return Raised(type(exc).__name__, str(exc)).short()
 
 
 def is_callable(value: Any) -> bool:
@@ -143,26 +127,10 @@ class Grader:
 
     def __init__(self, qid: str, points: int, title: str, tape: _Tape | None = None,
                  shortcuts: dict[Any, str] | None = None) -> None:
-        self.qid = qid
-        self._shortcuts = shortcuts or {}
-        self.points = points
-        self.title = title
-        self.earned = 0
-        self.given = 0
+        self.qid, self.points, self.title, self._shortcuts = qid, points, title, shortcuts or {}
+        self.earned = self.given = self.problems = 0
         self.lines: list[str] = []
-        self.problems = 0
         self._tape = tape if tape is not None else _Tape()
-
-    @property
-    def replaying(self) -> bool:
-        """True in the grader's process (the learner's code is not here)."""
-        return self._tape.replaying
-
-    @property
-    def number(self) -> int:
-        """The question number N of ``labL.qN``."""
-        m = QID_RE.match(self.qid)
-        return int(m.group("q")) if m else 0
 
     def note(self, text: str) -> None:
         """An informational line (no points)."""
@@ -181,9 +149,18 @@ class Grader:
 
     def fail(self, bad: str) -> None:
         """Stop here: say what is wrong; the remaining points are lost."""
-        self.problems += 1
-        self.lines.append(f"  {MARK_BAD} {bad}")
+        self.expect(False, "", bad, points=0)
         raise Abort(bad)
+
+    def number(self, value: Any, what: str) -> float:
+        """`float(value)`, or fail saying that `what` should return a number (NaN is not one)."""
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{what}应该返回一个数，收到的是 {type(value).__name__}：{value!r}"[:300])
+        if math.isnan(v):
+            self.fail(f"{what}返回了 NaN")
+        return v
 
     def require(self, value: Any, what: str) -> Any:
         """`value`, or "尚未完成" if it is None / Ellipsis (the lab's placeholder)."""
@@ -191,13 +168,8 @@ class Grader:
             raise Pending(f"{what}还是空的（None）")
         return value
 
-    # -- the learner's function --------------------------------------------------------------
-
     def call_raw(self, fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Raised | None]:
-        """Call the learner's function: (its result, None), or (None, what it raised).
-
-        NotImplementedError (the TODO stub) means "not done" and raises Pending.
-        """
+        """(the learner's function's result, None) or (None, what it raised); the TODO stub raises Pending."""
         if fn is None or fn is Ellipsis:
             raise Pending("函数还没有写（收到的是 None）")
         if not is_callable(fn):
@@ -212,7 +184,7 @@ class Grader:
             except NotImplementedError as exc:
                 rec["todo"] = str(exc)[:500]
             except Exception as exc:  # the learner's code raised: recorded, judged below
-                rec["err"] = [type(exc).__name__, str(exc)[:2000], to_evidence(exc) if _is_ise(exc) else None]
+                rec["err"] = [type(exc).__name__, str(exc)[:2000], to_evidence(exc) if isinstance(exc, InferenceServerException) else None]
             if hits:
                 rec = {"k": "call", "shortcut": hits[0]}
             self._tape.records.append(rec)
@@ -236,11 +208,8 @@ class Grader:
             self.fail(f"调用 {_fn_name(fn)}(…) 时抛出了 {raised.short()}")
         return value
 
-    # -- facts the check looks up itself ------------------------------------------------------
-
     def observe(self, thunk: Callable[[], Any]) -> Any:
-        """`thunk()` (a look at the server, the clock, a reference computed from the answer's
-        inputs), recorded so that the grader sees the same value without running it."""
+        """`thunk()` (the server, the clock), recorded so that the grader sees the same value."""
         if self._tape.replaying:
             rec = self._tape.next("obs")
         else:
@@ -277,17 +246,11 @@ def _traced(shortcuts: dict[Any, str], hits: list[str], fn: Callable[..., Any], 
 
 def _shortcut_codes(functions: tuple) -> dict[Any, str]:
     out = {}
-    for f in functions:
-        f = getattr(f, "__func__", f)
-        code = getattr(f, "__code__", None)
-        if code is None:
+    for f in (getattr(f, "__func__", f) for f in functions):
+        if not hasattr(f, "__code__"):
             raise ValueError(f"shortcut {f!r} is not a Python function")
-        out[code] = f"{f.__module__}.{f.__qualname__}"
+        out[f.__code__] = f"{f.__module__}.{f.__qualname__}"
     return out
-
-
-def _is_ise(exc: BaseException) -> bool:
-    return type(exc).__name__ == "InferenceServerException" and hasattr(exc, "message")
 
 
 def stub_todo(fn: Any) -> str | None:
@@ -295,10 +258,7 @@ def stub_todo(fn: Any) -> str | None:
     code = getattr(fn, "__code__", None)
     if code is None or "NotImplementedError" not in code.co_names:
         return None
-    for const in code.co_consts:
-        if isinstance(const, str) and const.startswith("TODO（第"):
-            return const
-    return None
+    return next((c for c in code.co_consts if isinstance(c, str) and c.startswith("TODO（第")), None)
 
 
 _REGISTRY: dict[str, dict[str, Any]] = {}
@@ -312,7 +272,7 @@ def registry() -> dict[str, dict[str, Any]]:
 
 
 def last_result(lab: int, question: int) -> Result | None:
-    """The result of the last run of check ``lab{lab}.q{question}`` in this process, if any."""
+    """The last result of check ``lab{lab}.q{question}`` in this process, if any."""
     return _RESULTS.get(f"lab{lab}.q{question}")
 
 
@@ -352,12 +312,11 @@ def _judge(qid: str, points: int, title: str, body: Callable[..., None], g: Grad
     except (ReplayError, EvidenceError):
         raise
     except Exception as exc:  # a wrong kind of answer the check did not foresee
-        g.problems += 1
-        g.lines.append(f"  {MARK_BAD} 检查你的答案时出错：{_short(exc)}（答案的类型或形状对吗？）")
+        g.expect(False, "", f"检查你的答案时出错：{_short(exc)}（答案的类型或形状对吗？）", points=0)
     if g.given > points:  # a bug in the check itself: never more than full marks
         raise AssertionError(f"check {qid} handed out {g.given} points, declared {points}")
     score = min(g.earned, points)
-    head = f"第 {g.number} 题 · {title}："
+    head = f"第 {qid.rsplit('q', 1)[1]} 题 · {title}："
     if pending:
         head = f"{MARK_TODO} {head}尚未完成。写好上面的 TODO 再运行这一格。"
     elif score == points:
@@ -371,10 +330,7 @@ def _judge(qid: str, points: int, title: str, body: Callable[..., None], g: Grad
 
 def _emit(evidence: dict[str, Any]) -> None:
     """Show the evidence as this cell's output (only under the classroom grader)."""
-    try:
-        from IPython.display import display  # reason: only inside a kernel, never in the grader
-    except ImportError:
-        return
+    from IPython.display import display  # reason: only inside a kernel (the grader's process never emits)
     display({EVIDENCE_MIME: evidence, "text/plain": f"<evidence {evidence['qid']}>"}, raw=True)
 
 
@@ -382,7 +338,7 @@ BLOCKED = "这一题要用到第 "
 
 
 def _blocked(lab: int, after: tuple) -> str | None:
-    """The sentence for an answer that is missing because an earlier question is not done or not right."""
+    """Why an answer is missing: an earlier question is not done or not right (None if neither)."""
     for q in after:
         r = _RESULTS.get(f"lab{lab}.q{q}")
         if r is not None and r.pending:
@@ -394,12 +350,10 @@ def _blocked(lab: int, after: tuple) -> str | None:
 
 def check(qid: str, points: int, title: str, shortcuts: tuple = (),
           after: tuple = ()) -> Callable[[Callable[..., None]], Callable[..., Result]]:
-    """Make `fn(g, *answer)` a check that prints Chinese feedback and ``[score] qid s/points``.
+    """Make `body(g, *answer)` a check that prints Chinese feedback and ``[score] qid s/points``.
 
-    `shortcuts`: course-library functions that compute this question's answer; an answer that
-    calls one of them (directly or through a wrapper, in the calling thread) scores nothing there.
-    `after`: earlier questions whose functions produce this answer's value (Lab 2's sweep uses
-    question 1's block): a missing answer then says which question to fix first.
+    `shortcuts`: course functions that compute the answer (an answer calling one fails there);
+    `after`: earlier questions whose functions produce this answer (a missing one names them).
     """
     codes = _shortcut_codes(tuple(shortcuts))
     m = QID_RE.match(qid)
@@ -429,8 +383,6 @@ def check(qid: str, points: int, title: str, shortcuts: tuple = (),
                 return float(result.score)  # type: ignore[return-value]
             return result
 
-        run.qid = qid  # type: ignore[attr-defined]
-        run.points = points  # type: ignore[attr-defined]
         _REGISTRY[qid] = {"function": run, "points": points, "title": title, "body": body}
         return run
 
@@ -438,10 +390,7 @@ def check(qid: str, points: int, title: str, shortcuts: tuple = (),
 
 
 def replay(evidence: Any) -> Result:
-    """Judge a check cell's evidence (as `check` emitted it) with this process's own checks.
-
-    Raises ReplayError when the evidence is malformed or does not match its check.
-    """
+    """Judge a check cell's evidence with this process's own checks; ReplayError when it does not fit."""
     if isinstance(evidence, (str, bytes)):
         try:
             evidence = json.loads(evidence)

@@ -1,16 +1,8 @@
-"""A check's evidence as plain JSON: what the learner's answer was and what it returned.
+"""A check's evidence as plain JSON, and back.
 
-A check runs in the learner's kernel, but its score is decided by the grader in its own process
-(`batchlab.classroom`): the check cell hands over its *evidence* (the answer's values, the learner's
-function's outputs on the check's inputs, what the check observed on the server), and the grader
-re-runs the same check body on that evidence with its own, unpatched copy of the checks.
-
-This module turns such values into JSON and back. Decoding builds only plain data (numbers,
-strings, lists, tuples, dicts, sets, numpy arrays and scalars of numeric dtypes, tritonclient's
-`InferenceServerException`) and *stand-ins* for anything else: an object of a class with the same
-name and module but no behaviour, so a check that asks `isinstance(x, Mapping)` or prints
-`type(x).__name__` sees the same as in the kernel. Nothing the learner's code controls is ever
-unpickled, imported or executed by the decoder.
+Decoding builds only plain data (numbers, strings, containers, numpy arrays and scalars of
+numeric dtypes, tritonclient's `InferenceServerException`) and behaviourless *stand-ins* named
+like the original object's class; nothing the learner controls is unpickled, imported or run.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ class EvidenceError(ValueError):
 
 
 class StandIn:
-    """Base of the stand-ins for objects that do not travel as data (see module docstring)."""
+    """Base of the stand-ins for objects that do not travel as data."""
 
     _repr = "<object>"
     _is_callable = False
@@ -49,22 +41,13 @@ _STANDIN_CLASSES: dict[tuple[str, str], type] = {}
 
 def standin(type_name: str, module: str, text: str = "", is_callable: bool = False) -> StandIn:
     """A stand-in object whose class is called `type_name` in module `module`."""
-    if not isinstance(type_name, str) or not type_name.isidentifier():
-        type_name = "object"
-    module = module if isinstance(module, str) else ""
-    key = (type_name, module)
-    cls = _STANDIN_CLASSES.get(key)
-    if cls is None:
-        cls = type(type_name, (StandIn,), {"__module__": module})
-        _STANDIN_CLASSES[key] = cls
-    obj = cls()
+    type_name = type_name if type_name.isidentifier() else "object"
+    if (type_name, module) not in _STANDIN_CLASSES:
+        _STANDIN_CLASSES[type_name, module] = type(type_name, (StandIn,), {"__module__": module})
+    obj = _STANDIN_CLASSES[type_name, module]()
     obj._repr = str(text)[:300] or f"<{type_name}>"
     obj._is_callable = bool(is_callable)
     return obj
-
-
-def _float(x: float) -> Any:
-    return x if math.isfinite(x) else {"__float__": repr(x)}
 
 
 def to_evidence(value: Any, depth: int = 0) -> Any:
@@ -76,7 +59,7 @@ def to_evidence(value: Any, depth: int = 0) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return value if abs(value) < 2 ** 62 else {"__bigint__": str(value)}
     if isinstance(value, float):
-        return _float(value)
+        return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, np.generic) and value.dtype.kind in _KINDS:
         return {"__np__": [value.dtype.str, to_evidence(value.item())]}
     if isinstance(value, np.ndarray) and value.dtype.kind in _KINDS and value.size <= MAX_ELEMENTS:
@@ -99,12 +82,6 @@ def to_evidence(value: Any, depth: int = 0) -> Any:
     return {"__obj__": [cls.__name__, cls.__module__ or "", text[:300], callable(value)]}
 
 
-def _decode_float(text: Any) -> float:
-    if text not in ("nan", "inf", "-inf"):
-        raise EvidenceError(f"bad float {text!r}")
-    return float(text)
-
-
 def from_evidence(data: Any, depth: int = 0) -> Any:
     """The value `to_evidence` wrote (stand-ins for objects); raises EvidenceError on anything else."""
     if depth > MAX_EVIDENCE_DEPTH + 2:
@@ -123,7 +100,9 @@ def from_evidence(data: Any, depth: int = 0) -> Any:
         raise EvidenceError(f"not evidence: {type(data).__name__}")
     (tag, body), = data.items()
     if tag == "__float__":
-        return _decode_float(body)
+        if body not in ("nan", "inf", "-inf"):
+            raise EvidenceError(f"bad float {body!r}")
+        return float(body)
     if tag == "__bigint__":
         return int(str(body)[:100])
     if tag in ("__tuple__", "__set__"):

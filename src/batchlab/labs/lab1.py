@@ -34,9 +34,6 @@ def _tokens(n: int, seed: int = 0) -> np.ndarray:
     return x
 
 
-# --------------------------------------------------------------------------- q1: the config
-
-
 #: The course's `embed` config as the server returns it (the fields summarize_config reads) and
 #: the model unlike it the check also tries, each with its expected summary.
 _EMBED = {
@@ -64,15 +61,13 @@ _EXPECTED = {
 _SUMMARY_KEYS = ("max_batch_size", "inputs", "outputs", "dynamic_batching", "instances")
 
 
-def _as_dims(d: Any) -> list[int] | None:
-    try:
-        return [int(x) for x in d]
-    except (TypeError, ValueError):
-        return None
-
-
 def _dims_map(a: Any) -> dict[str, list[int] | None] | None:
-    return {k: _as_dims(v) for k, v in a.items()} if isinstance(a, Mapping) else None
+    def dims(d: Any) -> list[int] | None:
+        try:
+            return [int(x) for x in d]
+        except (TypeError, ValueError):
+            return None
+    return {k: dims(v) for k, v in a.items()} if isinstance(a, Mapping) else None
 
 
 def _summary_problem(key: str, got: Any, want: Any, label: str) -> str:
@@ -92,9 +87,7 @@ def _summary_problem(key: str, got: Any, want: Any, label: str) -> str:
             return ""
         return (f"{label}：dynamic_batching 应为 {want}（True/False），你的是 {str(got)[:60]}。"
                 "开没开动态批处理看配置里有没有 dynamic_batching 这个键，返回布尔值")
-    if got == want:
-        return ""
-    return (f"{label}：instances 应为 {want}，你的是 {got!r}"
+    return "" if got == want else (f"{label}：instances 应为 {want}，你的是 {got!r}"
             + ("：要把每组的 count 加起来，不是数有几组" if label.startswith("另一个") and got == 2 else ""))
 
 
@@ -116,19 +109,13 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
             g.fail(f"返回的 dict 缺少键：{', '.join(missing)}")
         results.append((label, got, want))
 
-    def first_problem(key: str) -> str:
-        return next((p for label, got, want in results if (p := _summary_problem(key, got[key], want[key], label))), "")
-
     goods = {"max_batch_size": "max_batch_size：顶层字段，embed 一次执行最多 32 行",
              "inputs": "inputs：名字 → dims（不含批维）", "outputs": "outputs：EMBEDDING [256] 与 BATCH_SIZE [1]",
              "dynamic_batching": "dynamic_batching：看配置里有没有这一节（有就是 True）",
              "instances": "instances：把 instance_group 里每组的 count 加起来"}
     for key in _SUMMARY_KEYS:
-        why = first_problem(key)
+        why = next((p for label, got, want in results if (p := _summary_problem(key, got[key], want[key], label))), "")
         g.expect(not why, goods[key], why)
-
-
-# --------------------------------------------------------------------------- q2, q3: requests
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
@@ -171,9 +158,6 @@ def check_infer_http(g: Grader, fn: Callable[..., Any], client: Any = None, toke
 def check_infer_grpc(g: Grader, fn: Callable[..., Any], client: Any = None, tokens: np.ndarray | None = None) -> None:
     """`fn(grpc_client, tokens[n,16] int32) -> EMBEDDING [n,256]`."""
     _check_infer(g, fn, client, tokens, grpc=True)
-
-
-# --------------------------------------------------------------------------- q4: statistics
 
 
 def _stats_json(inference: int, execution: int, batches: Mapping[int, int]) -> dict[str, Any]:
@@ -226,8 +210,6 @@ def check_batch_summary(g: Grader, fn: Callable[..., Any], stats: Mapping[str, A
     g.expect(not problems["hist"], "batch_stats 变成了「批大小 → 执行次数」的直方图", problems["hist"])
 
 
-# --------------------------------------------------------------------------- q5: metrics
-
 _METRICS_TEXT = """# HELP nv_inference_count Number of inferences performed (does not include cached requests)
 # TYPE nv_inference_count counter
 nv_inference_count{model="embed_nobatch",version="1"} 999
@@ -267,9 +249,6 @@ def check_metric_value(g: Grader, fn: Callable[..., Any], text: str | None = Non
              f"服务器的指标文本里 nv_inference_count{{model=\"embed\"}} 是 {want:.0f}，你的函数给出 {got!r}")
 
 
-# --------------------------------------------------------------------------- q6: a bad request
-
-
 @check("lab1.q6", points=3, title="发一个错误的请求，读懂错误")
 def check_bad_request(g: Grader, fn: Callable[..., Any], client: Any = None) -> None:
     """`fn(client)` sends TOKENS of shape [1, 17] and returns the InferenceServerException it caught."""
@@ -282,9 +261,8 @@ def check_bad_request(g: Grader, fn: Callable[..., Any], client: Any = None) -> 
         g.fail(f"调用 send_bad_request 时抛出了 {raised.short()}")
     if got is None:
         g.fail("函数返回了 None：请求是不是成功了？要发一个形状为 [1, 17] 的 TOKENS，接住异常并 return 它")
-    g.expect(isinstance(got, InferenceServerException), "返回了服务器的 InferenceServerException",
-             f"应返回接住的 InferenceServerException，收到的是 {type(got).__name__}")
-    if not isinstance(got, InferenceServerException):
+    if not g.expect(isinstance(got, InferenceServerException), "返回了服务器的 InferenceServerException",
+                    f"应返回接住的 InferenceServerException，收到的是 {type(got).__name__}"):
         return
     msg = got.message() or ""
     g.expect("unexpected shape" in msg and "17" in msg, "错误是形状不对：Expected [-1,16], got [1,17]",

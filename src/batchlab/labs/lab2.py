@@ -14,14 +14,10 @@ from batchlab.sim import Affine
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
 
-def _base_config() -> str:
-    return load_config_text("embed")
-
-
 @check("lab2.q1", points=4, title="写 dynamic_batching 块")
 def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_delay_us: int, preferred: tuple[int, ...]) -> str` (a `dynamic_batching { }` block)."""
-    base = _base_config()
+    base = load_config_text("embed")
     cases = [(0, ()), (2000, (8, 16)), (500, (4,))]
     parsed = []
     for delay, pref in cases:
@@ -56,10 +52,6 @@ def _num(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _grid_keys(delays: Sequence[int], preferred_sets: Sequence[Sequence[int]]) -> list[tuple[int, tuple[int, ...]]]:
-    return [(int(d), tuple(int(x) for x in p)) for d in delays for p in preferred_sets]
-
-
 def _row_key(row: Mapping[str, Any]) -> tuple[int, tuple[int, ...]] | None:
     try:
         return int(row["delay_us"]), tuple(int(x) for x in row["preferred"])
@@ -76,7 +68,7 @@ def _check_rows(g: Grader, rows: Any, delays: Sequence[int] | None, preferred_se
     if missing:
         g.fail(f"{what}的行缺少键 {', '.join(missing)}（每行要有 {', '.join(ROW_KEYS)}）")
     if delays is not None and preferred_sets is not None:
-        want = _grid_keys(delays, preferred_sets)
+        want = [(int(d), tuple(int(x) for x in p)) for d in delays for p in preferred_sets]
         got = [_row_key(r) for r in rows]
         g.expect(sorted(got, key=str) == sorted(want, key=str),
                  f"{len(want)} 个配置各一行（{len(delays)} 个延迟 × {len(preferred_sets)} 组偏好批大小）",

@@ -3,6 +3,7 @@ sequences, the `oldest` strategy block, and an abandoned sequence after the idle
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,9 +19,8 @@ STEP_KEYS = ("token", "length", "batch_size", "live", "t")
 _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from the lab's)
 
 
-def _lm_tokens(prompt: Sequence[int], n: int) -> list[int]:
-    """The greedy tokens the course LM generates after `prompt` (batch invariant: any batch, same
-    tokens), computed in the process that judges (the grader's own, under the classroom grader)."""
+def lm_tokens(prompt: Sequence[int], n: int) -> list[int]:
+    """The first n greedy tokens of the course LM after `prompt` (the same in any batch)."""
     return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
@@ -43,11 +43,8 @@ def _needs_start(client: Any, model: str, seq_id: int) -> bool:
         client.infer(model, [], sequence_id=seq_id)
     except InferenceServerException as exc:
         return "START" in (exc.message() or "")
-    # it ran as a live sequence: end it so it does not hold a slot
-    try:
+    with contextlib.suppress(InferenceServerException):  # it ran as a live sequence: end it, free its slot
         client.infer(model, [], sequence_id=seq_id, sequence_end=True)
-    except InferenceServerException:
-        pass
     return False
 
 
@@ -57,7 +54,7 @@ def check_step(g: Grader, fn: Callable[..., Any], client: Any = None, model: str
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_step(step, client=grpc)")
     prompt = _prompt("毛肚")
-    ref = _lm_tokens(prompt, 3)
+    ref = lm_tokens(prompt, 3)
     sid = next(_IDS)
     first = _step_dict(g, g.call(fn, client, model, sid, prompt, start=True), "step")
     g.expect(first["token"] == ref[0] and first["length"] == len(prompt),
@@ -103,7 +100,7 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
              f"每条序列应有 {steps} 个 step 结果，你的是 {lens}")
     wrong = []
     for i, (seq, p) in enumerate(zip(out, prompts)):
-        ref = _lm_tokens(p, steps)
+        ref = lm_tokens(p, steps)
         got = [int(_step_dict(g, d, "step")["token"]) for d in seq] if isinstance(seq, (list, tuple)) else []
         if got != ref:
             wrong.append((texts[i], ref, got))

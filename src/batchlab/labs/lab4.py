@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._blocks import read_config
@@ -89,16 +89,11 @@ def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
 @check("lab4.q2", points=3, title="算出请求级批处理的 η")
 def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(num_tokens, padded_steps) -> η`."""
-    def num(v: Any) -> float:
-        try:
-            return float(v)
-        except (TypeError, ValueError):
-            g.fail(f"eta 应返回一个数，收到的是 {v!r}")
-    got = num(g.call(fn, [5, 7, 3], [0, 0, 0]))
+    got = g.number(g.call(fn, [5, 7, 3], [0, 0, 0]), "eta")
     g.expect(math.isclose(got, 1.0), "没有 padding 时 η = 1",
              f"没有 padding（padded_steps 全为 0）时 η 应为 1，你的是 {got}")
     n, pad = [10, 2, 4], [0, 8, 0]   # a batch of 10 steps (10 and 2 tokens) and one of 4 steps
-    got = num(g.call(fn, n, pad))
+    got = g.number(g.call(fn, n, pad), "eta")
     want = 16 / 24   # Σn / Σ(n + padding)
     per_request = sum(a / (a + b) for a, b in zip(n, pad)) / len(n)
     if math.isclose(got, want, rel_tol=1e-6):
@@ -110,6 +105,6 @@ def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
         g.expect(False, "", f"倒过来了：η = 有用 ÷ 总计 = {want:.3f}，不是 {got:.3f}")
     else:
         g.expect(False, "", f"tokens {n}、padding {pad} 时 η 应为 Σn / Σ(n + padding) = {want:.3f}，你的是 {got}")
-    got = num(g.call(fn, [1, 1], [99, 99]))
+    got = g.number(g.call(fn, [1, 1], [99, 99]), "eta")
     g.expect(math.isclose(got, 0.01, rel_tol=1e-6), "极端情况：每行 1 个有用 token、99 步 padding，η = 0.01",
              f"tokens [1, 1]、padding [99, 99] 时 η 应为 0.01，你的是 {got}")

@@ -15,12 +15,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from batchlab.config_pbtxt import load_config_text
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.lm import ToyLM, encode, generate
-
-
-def _lm_tokens(prompt: np.ndarray, n: int) -> list[int]:
-    """The first n greedy tokens of the course LM after `prompt` (computed where the check is judged)."""
-    return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
+from batchlab.labs.lab3 import lm_tokens
+from batchlab.lm import encode
 
 
 def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> Any:
@@ -107,37 +103,39 @@ def _stream_inputs(prompt: np.ndarray, n: int) -> list[Any]:
     return out
 
 
-def active_now(grpc_url: str, model: str = "lm_stream") -> int:
-    """Sequences the `lm_stream` scheduler runs, as reported by a fresh 1-token probe (itself included)."""
+def _stream(grpc_url: str, n: int, model: str, read: Callable[[Any], Any]) -> Any:
+    """`read(get)` on a fresh stream of one n-token request for "锅" (`get()` returns the next response)."""
     client = grpcclient.InferenceServerClient(grpc_url)
     q: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
     client.start_stream(callback=lambda result, error: q.put((result, error)))
-    try:
-        client.async_stream_infer(model, _stream_inputs(np.asarray(encode("锅"), np.int32), 1))
+
+    def get() -> Any:
         result, error = q.get(timeout=30)
         if error is not None:
             raise RuntimeError(str(error))
-        return int(result.as_numpy("ACTIVE").reshape(-1)[0])
+        return result
+    try:
+        client.async_stream_infer(model, _stream_inputs(np.asarray(encode("锅"), np.int32), n))
+        return read(get)
     finally:
         client.stop_stream()
         client.close()
+
+
+def active_now(grpc_url: str, model: str = "lm_stream") -> int:
+    """Sequences the `lm_stream` scheduler runs, as reported by a fresh 1-token probe (itself included)."""
+    return _stream(grpc_url, 1, model, lambda get: int(get().as_numpy("ACTIVE").reshape(-1)[0]))
 
 
 def seconds_per_token(grpc_url: str, n: int = 24, model: str = "lm_stream") -> float:
     """Seconds per generated token of `model` right now (one uncancelled n-token stream)."""
-    client = grpcclient.InferenceServerClient(grpc_url)
-    q: "queue.Queue[tuple[Any, Any]]" = queue.Queue()
-    client.start_stream(callback=lambda result, error: q.put((result, error)))
-    try:
-        client.async_stream_infer(model, _stream_inputs(np.asarray(encode("锅"), np.int32), n))
-        q.get(timeout=30)
+    def read(get: Callable[[], Any]) -> float:
+        get()
         t0 = time.perf_counter()
         for _ in range(n - 1):
-            q.get(timeout=30)
+            get()
         return (time.perf_counter() - t0) / (n - 1)
-    finally:
-        client.stop_stream()
-        client.close()
+    return _stream(grpc_url, n, model, read)
 
 
 def _live_after_hang_up(grpc_url: str) -> int:
@@ -163,8 +161,8 @@ def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_ur
         tokens = [int(x) for x in got]
     except (TypeError, ValueError):
         g.fail(f"hang_up 应返回收到的 token 列表，收到的是 {got!r}"[:200])
-    g.expect(tokens == _lm_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
-             f"应收到前 4 个 token {_lm_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
+    g.expect(tokens == lm_tokens(prompt, 4), f"挂断前收到了 4 个 token：{tokens}",
+             f"应收到前 4 个 token {lm_tokens(prompt, 4)}，你的是 {tokens}（每个响应的 TOKEN 输出取一个）")
     full = 252 * per_token  # what the rest of the 256-token generation takes
     g.expect(took < 0.25 * full + 0.1 and len(tokens) == 4,
              f"收到 4 个就挂断：用时 {took:.2f} s，远少于生成完 256 个 token 的约 {full + 4 * per_token:.2f} s",

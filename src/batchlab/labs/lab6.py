@@ -9,16 +9,6 @@ from batchlab.labs._core import Grader, check
 from batchlab.theory.roofline import H100_SXM, H200, knee_batch, ridge_batch, ridge_point, roofline_time
 
 
-def _num(g: Grader, value: Any, what: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        g.fail(f"{what}应该返回一个数，收到的是 {type(value).__name__}：{value!r}")
-    if math.isnan(v):
-        g.fail(f"{what}返回了 NaN")
-    return v
-
-
 def _close(a: float, b: float, rel: float = 0.01) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
@@ -53,7 +43,7 @@ def check_roofline_time(g: Grader, fn: Callable[..., Any]) -> None:
         (1024, "batch 1024 受算力限制：2·P·B / F = {ms:.2f} ms"),
     ]
     for batch, good in cases:
-        got = _num(g, g.call(fn, batch, p, s, bw, peak), "roofline_time")
+        got = g.number(g.call(fn, batch, p, s, bw, peak), "roofline_time")
         want = roofline_time(batch, p, s, bw, peak)
         why = _diagnose_roofline(got, batch, p, s, bw, peak)
         g.expect(_close(got, want), good.format(ms=want * 1e3),
@@ -65,7 +55,7 @@ def check_roofline_time(g: Grader, fn: Callable[..., Any]) -> None:
 def check_ridge_batch(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(bandwidth, peak_flops, bytes_per_param)` -> batch size B* at the ridge."""
     for hw, label in ((H100_SXM, "H100 SXM"), (H200, "H200")):
-        got = _num(g, g.call(fn, hw.bandwidth, hw.peak_flops, 2), "ridge_batch")
+        got = g.number(g.call(fn, hw.bandwidth, hw.peak_flops, 2), "ridge_batch")
         want = ridge_batch(hw.bandwidth, hw.peak_flops, 2)
         if _close(got, want):
             g.expect(True, f"{label}（bf16）：B* ≈ {got:.0f}", "")
@@ -75,7 +65,7 @@ def check_ridge_batch(g: Grader, fn: Callable[..., Any]) -> None:
             g.expect(False, "", f"{label}（bf16）应约为 {want:.0f}（{hw.peak_flops / 1e12:.0f} TFLOP/s ÷ "
                      f"{hw.bandwidth / 1e12:.2f} TB/s），你的函数给出 {got:.4g}")
     bw, peak = 40e9, 200e9  # a CPU in float32: ridge 5 FLOP/B
-    got = _num(g, g.call(fn, bw, peak, 4), "ridge_batch")
+    got = g.number(g.call(fn, bw, peak, 4), "ridge_batch")
     want = ridge_batch(bw, peak, 4)
     if _close(got, want):
         g.expect(True, f"float32 的 CPU（40 GB/s、200 GFLOP/s）：B* = {got:.0f}，是屋脊点 5 的 2 倍", "")
@@ -91,17 +81,17 @@ def check_knee(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(batches, seconds)` -> the batch size where the measured curve leaves its floor."""
     batches = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     sharp = [max(1e-3, b * 1e-3 / 64) for b in batches]
-    got = _num(g, g.call(fn, batches, sharp), "knee")
+    got = g.number(g.call(fn, batches, sharp), "knee")
     g.expect(32 <= got <= 96, f"理想屋顶线形状（拐点 64）：你估计 {got:.0f}",
              f"在理想的屋顶线形状（1 ms 平台，B=64 以后线性）上，拐点应在 64 左右，你的函数给出 {got:.4g}。"
              "提示：平台高度 ÷ 大批量那段的斜率（秒/序列）")
     smooth = [1e-3 + b * 1e-3 / 64 for b in batches]
-    got = _num(g, g.call(fn, batches, smooth), "knee")
+    got = g.number(g.call(fn, batches, smooth), "knee")
     want = knee_batch(batches, smooth)
     g.expect(0.6 * 64 <= got <= 1.5 * 64, f"平滑曲线（t = 1 ms + B/64 ms）：你估计 {got:.0f}（参考实现 {want:.0f}）",
              f"对平滑曲线 t = 1 ms + B·(1/64) ms，拐点应在 64 附近（参考实现得 {want:.0f}），你的函数给出 {got:.4g}")
     flat = [1e-3 * (1 + 0.001 * i) for i in range(len(batches))]
-    got = _num(g, g.call(fn, batches, flat), "knee")
+    got = g.number(g.call(fn, batches, flat), "knee")
     g.expect(math.isinf(got) or got >= batches[-1],
              "一直平的曲线：返回 inf（到测过的最大批量还在受带宽限制）",
              f"曲线到 B=512 还是平的，拐点不在测量范围内：应返回 math.inf（或不小于 512 的数），你的函数给出 {got:.4g}")

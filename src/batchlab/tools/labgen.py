@@ -1,36 +1,11 @@
 """Generate the learner labs (`labs/`) from the complete solutions (`solutions/`).
 
-One source, two versions. A solution notebook marks each answer the way nbgrader does::
-
-    def dynamic_batching_block(delay_us: int) -> str:
-        ### BEGIN SOLUTION 写出 dynamic_batching 块
-        return f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"
-        ### END SOLUTION
-
-In the learner version the region becomes a stub, indentation kept::
-
-    def dynamic_batching_block(delay_us: int) -> str:
-        # YOUR CODE HERE
-        raise NotImplementedError("TODO（第 1 题）：写出 dynamic_batching 块 — not yet implemented")
-
-Text after ``### BEGIN SOLUTION`` is an optional hint that goes into the message. A markdown
-answer between the same markers becomes "（在此写下你的答案）". Questions are numbered in
-notebook order (code and markdown answers share the count); the check for question N of lab L
-has the id ``labL.qN`` (see `batchlab.labs`).
-
-In every lab:
-
-* no cell keeps outputs or execution counts (like fastbook's clean copies): the file depends on
-  the solution's source only, so the staleness check is stable;
-* every cell with a code stub (a "TODO cell") is tagged ``raises-exception``, so nbval runs the
-  lab end to end and the only cells allowed to fail are the learner's own TODOs;
-* a banner cell after the title says that it is generated and how to keep one's work.
-
-The solutions carry nbgrader metadata (schema 3), so nbgrader and `batchlab.classroom` read
-the same labs: an answer cell is ``solution`` (grade_id ``labL-qN-answer``), the cell that calls
-question N's check is an autograded, locked ``grade`` cell (grade_id ``labL-qN``, the check's
-points), and every other cell is locked (read-only). `annotate_solutions` derives that metadata from the
-markers and the check calls; the lab copies it.
+In a solution, each answer sits between ``### BEGIN SOLUTION [hint]`` and ``### END SOLUTION``
+(nbgrader's markers); in the lab a code answer becomes ``# YOUR CODE HERE`` and
+``raise NotImplementedError("TODO（第 N 题）：hint …")`` (cell tagged ``raises-exception``), a markdown
+answer becomes `MARKDOWN_STUB`. Questions are numbered in notebook order; question N of lab L is
+checked by ``labL.qN``. Labs keep no outputs and get a banner cell. Every cell carries nbgrader
+metadata (schema 3) derived from the markers and the check calls (`nbgrader_metadata`).
 
     python -m batchlab.tools.labgen solutions labs             # write labs/ (make handout)
     python -m batchlab.tools.labgen solutions labs --check     # exit 1 listing stale labs or metadata (CI)
@@ -68,9 +43,7 @@ class LabQuestion:
     """One answer region of a solution notebook."""
 
     number: int
-    cell_index: int
     kind: str  # "code" or "markdown"
-    hint: str = ""
 
 
 @dataclass
@@ -80,9 +53,6 @@ class Lab:
     notebook: dict[str, Any]
     questions: list[LabQuestion] = field(default_factory=list)
 
-    def text(self) -> str:
-        """The notebook as nbformat writes it (indent 1, sorted keys, UTF-8 kept)."""
-        return dumps(self.notebook)
 
 
 def dumps(nb: dict[str, Any]) -> str:
@@ -95,11 +65,6 @@ def _source(cell: dict[str, Any]) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def _split_source(text: str) -> list[str]:
-    """The list-of-lines form nbformat stores (each line keeps its newline)."""
-    return text.splitlines(keepends=True)
-
-
 def stub_message(number: int, hint: str) -> str:
     """The NotImplementedError message of question `number` (Chinese, then English)."""
     what = hint.strip() or "把这里补完"
@@ -108,10 +73,7 @@ def stub_message(number: int, hint: str) -> str:
 
 
 def replace_regions(source: str, kind: str, first_number: int, where: str) -> tuple[str, list[tuple[int, str]]]:
-    """Replace every solution region of one cell's source; return (new source, [(number, hint)]).
-
-    All regions of one cell belong to one question (`first_number`).
-    """
+    """Stub every solution region of one cell (all of them question `first_number`); (new source, [(number, hint)])."""
     out: list[str] = []
     found: list[tuple[int, str]] = []
     inside = False
@@ -155,52 +117,43 @@ def banner(solution_name: str) -> dict[str, Any]:
         "> 可以从任意一格重新开始（Kernel → Restart，然后从头运行到你想去的那格）。"
         "`make handout` 会覆盖本文件：请先另存一份（例如 `my_" + solution_name + "`）或用 git 保存你的作答。"
     )
-    return {"cell_type": "markdown", "id": BANNER_ID, "metadata": {"nbgrader": _locked(BANNER_ID)},
-            "source": _split_source(text)}
+    return {"cell_type": "markdown", "id": BANNER_ID, "metadata": {"nbgrader": _meta(BANNER_ID)},
+            "source": text.splitlines(keepends=True)}
 
 
 NBGRADER_SCHEMA = 3
 _CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
 
 
-def _locked(grade_id: str) -> dict[str, Any]:
-    return {"grade": False, "grade_id": grade_id, "locked": True, "schema_version": NBGRADER_SCHEMA,
-            "solution": False, "task": False}
-
-
-def _lab_id(solution_name: str) -> str:
-    m = re.match(r"(lab\d+)_", solution_name)
-    if not m:
-        raise LabgenError(f"{solution_name}: a lab's file name starts with labN_")
-    return m.group(1)
+def _meta(grade_id: str, grade: bool = False, locked: bool = True, solution: bool = False,
+          points: int | None = None) -> dict[str, Any]:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": NBGRADER_SCHEMA,
+            "solution": solution, "task": False}
+    return meta if points is None else {**meta, "points": points}
 
 
 def nbgrader_metadata(solution: dict[str, Any], solution_name: str) -> list[dict[str, Any]]:
-    """The nbgrader metadata each cell of `solution` should carry (see module docstring)."""
-    lab = _lab_id(solution_name)
+    """The nbgrader metadata of each cell: answers are ``solution`` (a markdown one a 0-point
+    ``-written`` grade), the cell calling question N's check is a locked ``grade`` cell, the rest locked."""
+    m = re.match(r"(lab\d+)_", solution_name)
+    if not m:
+        raise LabgenError(f"{solution_name}: a lab's file name starts with labN_")
+    lab = m.group(1)
     checks = {info["function"].__name__: (qid, info["points"]) for qid, info in load_checks().items()}
     out, number = [], 0
     for index, cell in enumerate(solution.get("cells", [])):
-        src = _source(cell)
-        cid = str(cell.get("id", index))
+        src, code = _source(cell), cell.get("cell_type") == "code"
+        called = [checks[n] for n in _CHECK_CALL.findall(src) if n in checks] if code else []
         if "### BEGIN SOLUTION" in src:
             number += 1
-            if cell.get("cell_type") == "code":
-                out.append({"grade": False, "grade_id": f"{lab}-q{number}-answer", "locked": False,
-                            "schema_version": NBGRADER_SCHEMA, "solution": True, "task": False})
-            else:  # a written answer: graded by the instructor, not by the checks
-                out.append({"grade": True, "grade_id": f"{lab}-q{number}-written", "locked": False, "points": 0,
-                            "schema_version": NBGRADER_SCHEMA, "solution": True, "task": False})
-            continue
-        called = [checks[n] for n in _CHECK_CALL.findall(src) if n in checks] if cell.get("cell_type") == "code" else []
-        if called:
+            out.append(_meta(f"{lab}-q{number}-answer", locked=False, solution=True) if code else
+                       _meta(f"{lab}-q{number}-written", grade=True, locked=False, solution=True, points=0))
+        elif called:
             if len(called) != 1 or not called[0][0].startswith(f"{lab}."):
                 raise LabgenError(f"{solution_name}, cell {index}: a check cell calls exactly one check of {lab}")
-            qid, points = called[0]
-            out.append({"grade": True, "grade_id": qid.replace(".", "-"), "locked": True, "points": points,
-                        "schema_version": NBGRADER_SCHEMA, "solution": False, "task": False})
-            continue
-        out.append(_locked(f"{lab}-{cid}"))
+            out.append(_meta(called[0][0].replace(".", "-"), grade=True, points=called[0][1]))
+        else:
+            out.append(_meta(f"{lab}-{cell.get('id', index)}"))
     return out
 
 
@@ -226,11 +179,6 @@ def annotate_solutions(solutions: Path) -> list[Path]:
     return changed
 
 
-def _clean_metadata(meta: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in meta.items() if k not in ("execution", "collapsed", "scrolled", "ExecuteTime")}
-    return meta
-
-
 def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     """The learner version of one solution notebook (a new dict; the input is not changed)."""
     nb = copy.deepcopy(solution)
@@ -239,34 +187,26 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(solution, solution_name)):
         cell.setdefault("metadata", {})["nbgrader"] = meta
     questions: list[LabQuestion] = []
-    cells: list[dict[str, Any]] = []
-    for index, cell in enumerate(nb.get("cells", [])):
+    cells = nb.get("cells", [])
+    for index, cell in enumerate(cells):
         kind = cell.get("cell_type")
-        cell["metadata"] = _clean_metadata(cell.get("metadata", {}))
-        if kind in ("code", "markdown"):
-            src = _source(cell)
-            if BEGIN.search(src) or END.search(src) or "### BEGIN SOLUTION" in src or "### END SOLUTION" in src:
-                where = f"{solution_name}, cell {index}"
-                new, found = replace_regions(src, kind, len(questions) + 1, where)
-                if found:
-                    number, hint = found[0]
-                    questions.append(LabQuestion(number, index, kind, hint))
-                    if kind == "code":
-                        tags = list(cell["metadata"].get("tags", []))
-                        if RAISES_TAG not in tags:
-                            tags.append(RAISES_TAG)
-                        cell["metadata"]["tags"] = tags
-                cell["source"] = _split_source(new)
+        cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items()
+                            if k not in ("execution", "collapsed", "scrolled", "ExecuteTime")}
+        src = _source(cell)
+        if kind in ("code", "markdown") and ("### BEGIN SOLUTION" in src or "### END SOLUTION" in src):
+            new, found = replace_regions(src, kind, len(questions) + 1, f"{solution_name}, cell {index}")
+            if found:
+                questions.append(LabQuestion(found[0][0], kind))
+                tags = cell["metadata"].get("tags", [])
+                if kind == "code" and RAISES_TAG not in tags:
+                    cell["metadata"]["tags"] = [*tags, RAISES_TAG]
+            cell["source"] = new.splitlines(keepends=True)
         if kind == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
-        cells.append(cell)
-    insert_at = 1 if cells and cells[0].get("cell_type") == "markdown" else 0
-    cells.insert(insert_at, banner(solution_name))
+            cell["outputs"], cell["execution_count"] = [], None
+    cells.insert(1 if cells and cells[0].get("cell_type") == "markdown" else 0, banner(solution_name))
     nb["cells"] = cells
     meta = {k: v for k, v in nb.get("metadata", {}).items() if k in ("kernelspec", "language_info")}
-    meta[GENERATED_KEY] = {"generated_by": "make handout", "questions": len(questions)}
-    nb["metadata"] = meta
+    nb["metadata"] = {**meta, GENERATED_KEY: {"generated_by": "make handout", "questions": len(questions)}}
     return Lab(nb, questions)
 
 
@@ -283,14 +223,7 @@ def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
         raise LabgenError(f"solutions folder {solutions} does not exist")
-    out: dict[Path, str] = {}
-    for path in sorted(solutions.glob("*.ipynb")):
-        out[labs / path.name] = make_lab(read_notebook(path), path.name).text()
-    return out
-
-
-def _normalise(text: str) -> list[str]:
-    return [line.rstrip() for line in text.rstrip().splitlines()]
+    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob("*.ipynb"))}
 
 
 def _is_generated(path: Path) -> bool:
@@ -300,17 +233,16 @@ def _is_generated(path: Path) -> bool:
         return False
 
 
-def stale(solutions: Path, labs: Path) -> list[str]:
-    """Lab files that differ from what `generate_labs` would write ('path (reason)'); [] if in sync.
+def _normalise(text: str) -> list[str]:
+    return [line.rstrip() for line in text.rstrip().splitlines()]
 
-    The comparison ignores trailing whitespace only.
-    """
+
+def stale(solutions: Path, labs: Path) -> list[str]:
+    """'path (reason)' for each lab that differs (beyond trailing whitespace) from what `generate_labs` writes."""
     wanted = generate_labs(solutions, labs)
-    problems = []
-    for path in sorted(Path(solutions).glob("*.ipynb")):
-        found = metadata_problems(read_notebook(path), path.name)
-        if found:
-            problems.append(f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)")
+    problems = [f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)"
+                for path in sorted(Path(solutions).glob("*.ipynb"))
+                if (found := metadata_problems(read_notebook(path), path.name))]
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")

@@ -1,7 +1,4 @@
-"""Notebook chores: execute notebooks in place (stored with outputs) and time them.
-
-    python -m batchlab.tools.nbtools execute notebooks/02_dynamic_batching.ipynb [more.ipynb ...]
-"""
+"""`python -m batchlab.tools.nbtools execute NOTEBOOK...`: execute notebooks in place, outputs stored."""
 
 from __future__ import annotations
 
@@ -16,20 +13,12 @@ from nbclient import NotebookClient
 
 
 def execute(path: str | Path, timeout: int = 300, allow_errors: bool = False) -> float:
-    """Run every cell of the notebook at `path` with this environment's kernel; store outputs.
-
-    Returns the wall time in seconds. Cells tagged ``raises-exception`` may raise.
-    """
+    """Run every cell of the notebook at `path` in a fresh kernel, store the outputs; the wall time (s)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        store_widget_state=False,  # widget state is megabytes; the text repr is kept
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                            store_widget_state=False,  # widget state is megabytes; the text repr is kept
+                            resources={"metadata": {"path": str(path.parent.resolve())}})
     t0 = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - t0
@@ -40,16 +29,14 @@ def execute(path: str | Path, timeout: int = 300, allow_errors: bool = False) ->
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: `execute PATH...` runs and stores each notebook, printing its time."""
     p = argparse.ArgumentParser(prog="python -m batchlab.tools.nbtools")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("execute", help="execute notebooks in place")
+    ex = p.add_subparsers(dest="cmd", required=True).add_parser("execute", help="execute notebooks in place")
     ex.add_argument("paths", nargs="+")
     ex.add_argument("--timeout", type=int, default=300)
     args = p.parse_args(argv)
     status = 0
     for nb in args.paths:
         try:
-            secs = execute(nb, timeout=args.timeout)
-            print(f"{nb}: executed in {secs:.1f} s")
+            print(f"{nb}: executed in {execute(nb, timeout=args.timeout):.1f} s")
         except Exception as exc:  # report and continue with the next notebook
             first = str(exc).strip().splitlines()
             print(f"{nb}: FAILED: {first[-1] if first else type(exc).__name__}", file=sys.stderr)

@@ -1,20 +1,12 @@
 """Every number the prose of a notebook states must come from somewhere a reader can check.
 
-A number in a markdown cell passes when it appears (as written, or rounded to the digits the prose
-shows) in one of:
-
-* the source article (`notebooks/source_article.txt`, a copy of the text the course corrects);
-* the notebook's own code cells or stored outputs (what the code computed or measured);
-* the allow-list of cited constants, `notebooks/cited_numbers.yaml` (value, what, source): hardware
-  specs, paper figures, documented defaults.
-
-So a sentence cannot quote a figure that no cell printed, and a re-executed notebook whose outputs
-moved makes the stale sentence fail. Not counted as numbers: chapter and section references
-(「第 3 章」「2.1 节」), heading and list numbering, identifiers glued to letters (`H100`,
-`Llama-3-8B`, `fp16`, `Q7`), issue numbers (#4667), a lab's time estimate (「约 30 分钟」), citation years and pages, inline code, link
-targets, and sub/superscripts inside LaTeX. A number right after 约/近/≈/~ may be rounded to its
-significant digits or be within 2 % of the source value; a percentage also matches the fraction
-(22 % ↔ 0.22).
+A number in a markdown cell passes when it appears, as written or rounded to the digits shown, in
+the source article (`notebooks/source_article.txt`), the notebook's own code or stored outputs, or
+the allow-list of cited constants (`notebooks/cited_numbers.yaml`: value, what, source). Not
+numbers: chapter/section/question references, heading and list numbering, identifiers (`H100`,
+`fp16`), issue numbers, a lab's time estimate, citation years and pages, inline code, link targets,
+LaTeX sub/superscripts. After 约/近/≈/~ a number may be rounded to its significant digits or be
+within 2 %; a percentage also matches the fraction (22 % ↔ 0.22).
 
     python -m batchlab.tools.prose_numbers notebooks/*.ipynb solutions/*.ipynb   # list what fails
 """
@@ -34,11 +26,8 @@ import yaml
 
 from batchlab.paths import repo_root
 
-ARTICLE_NAME = "source_article.txt"
-"""The in-repository copy of the source article (next to the notebooks)."""
-
-ALLOW_LIST_NAME = "cited_numbers.yaml"
-"""The allow-list of cited constants (next to the notebooks)."""
+ARTICLE_NAME = "source_article.txt"  # the source article's copy, next to the notebooks
+ALLOW_LIST_NAME = "cited_numbers.yaml"  # the allow-list of cited constants, next to the notebooks
 
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _SOURCE_NUMBER = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)")
@@ -120,10 +109,7 @@ def _strip_math(text: str) -> str:
     def clean(m: re.Match) -> str:
         body = m.group(1) if m.group(1) is not None else m.group(2)
         body = _LATEX_FRAC.sub(r"{\1}{\2}", body)
-        while True:
-            new = _LATEX_SCRIPT.sub(" ", body)
-            if new == body:
-                break
+        while (new := _LATEX_SCRIPT.sub(" ", body)) != body:
             body = new
         body = _LATEX_CMD.sub(" ", body)
         # inside maths a letter after a number is a product (0.5B), not a name: split them
@@ -138,11 +124,8 @@ def prose_text(markdown: str) -> str:
     text = _HEADING_NUMBER.sub(r"\1", markdown)
     text = _LIST_MARKER.sub(r"\1", text)
     text = _strip_math(text)
-    for pat in _DROP:
-        if pat.groups:                      # a link: keep its text
-            text = pat.sub(lambda m: " " + m.group(1) + " ", text)
-        else:
-            text = pat.sub(" ", text)
+    for pat in _DROP:  # a pattern with a group is a link: keep its text
+        text = pat.sub((lambda m: f" {m.group(1)} ") if pat.groups else " ", text)
     return text
 
 
@@ -213,18 +196,12 @@ def load_allow_list(path: Path) -> set[Decimal]:
 def notebook_sources(nb: dict) -> set[Decimal]:
     """Numbers in the notebook's code cells and their stored text outputs."""
     chunks: list[str] = []
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
+    for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
         chunks.append("".join(cell["source"]))
         for out in cell.get("outputs", []):
-            if "text" in out:
-                chunks.append("".join(out["text"]))
-            for key in ("text/plain", "text/markdown", "text/html"):
-                if key in out.get("data", {}):
-                    chunks.append("".join(out["data"][key]))
-            if out.get("output_type") == "error":
-                chunks.append(out.get("evalue", ""))
+            data = out.get("data", {})
+            chunks += ["".join(out.get("text", "")), out.get("evalue", "") if out.get("output_type") == "error" else "",
+                       *("".join(data[k]) for k in ("text/plain", "text/markdown", "text/html") if k in data)]
     return numbers_in_source("\n".join(chunks))
 
 
@@ -232,14 +209,8 @@ def unsourced_numbers(nb: dict, name: str, shared: set[Decimal]) -> list[ProseNu
     """The numbers of `nb`'s markdown cells that neither `shared` (article + allow-list) nor the
     notebook's own code and outputs contain."""
     sources = shared | notebook_sources(nb)
-    bad = []
-    for i, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "markdown":
-            continue
-        for raw, value, context in prose_numbers("".join(cell["source"])):
-            if not matches(value, sources):
-                bad.append(ProseNumber(name, i, raw, context))
-    return bad
+    return [ProseNumber(name, i, raw, context) for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "markdown"
+            for raw, value, context in prose_numbers("".join(cell["source"])) if not matches(value, sources)]
 
 
 def shared_sources(notebooks_dir: Path) -> set[Decimal]:
@@ -251,11 +222,8 @@ def shared_sources(notebooks_dir: Path) -> set[Decimal]:
 def check_notebooks(paths: Iterable[Path], notebooks_dir: Path) -> list[ProseNumber]:
     """Every unsourced prose number in the notebooks at `paths`."""
     shared = shared_sources(notebooks_dir)
-    out = []
-    for p in paths:
-        nb = json.loads(Path(p).read_text(encoding="utf-8"))
-        out += unsourced_numbers(nb, f"{Path(p).parent.name}/{Path(p).name}", shared)
-    return out
+    return [bad for p in map(Path, paths) for bad in
+            unsourced_numbers(json.loads(p.read_text(encoding="utf-8")), f"{p.parent.name}/{p.name}", shared)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
