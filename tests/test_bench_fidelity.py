@@ -119,15 +119,16 @@ def test_cli_small_run(triton, monkeypatch, capsys) -> None:
 
 
 class _CrashingServer:
-    """Stands in for `TritonServer` in `bench_server`: it dies with SIGSEGV when told to."""
+    """Stands in for `server.connect`'s embedded server in `bench_server`: it dies with SIGSEGV when told to."""
 
     events: list[str] = []
 
     def __init__(self, **kw) -> None:
         self._proc = SimpleNamespace(poll=lambda: None)
 
-    def start(self) -> None:
+    def start(self) -> "_CrashingServer":
         self.events.append("start")
+        return self
 
     @property
     def running(self) -> bool:
@@ -146,7 +147,7 @@ class _CrashingServer:
 
 def test_a_lost_server_is_named_by_how_it_ended(monkeypatch) -> None:
     monkeypatch.delenv("TRITON_URL", raising=False)
-    monkeypatch.setattr(common, "TritonServer", _CrashingServer)
+    monkeypatch.setattr(common, "connect", _CrashingServer)
     with pytest.raises(BenchError, match=r"\(killed by SIGSEGV\); last line of its log: Signal \(11\) received\.$"):
         with common.bench_server(["embed"]) as server:
             server.crash()
