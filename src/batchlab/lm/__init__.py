@@ -13,7 +13,7 @@ Modules: `vocab` (tokenizer, prior), `config`, `model` (ToyLM), `kvcache` (KVCac
 (Sequence, step, static batches),
 `scheduler` (continuous batching + admission policy), `perf` (t(B) and its fit), `blas`,
 `inputs` (request inputs for each course model, right shapes and dtypes), `triton_io` and
-`triton_models` (the Python-backend models of the course model repository) and `fake_pb`
+XX
 (a stand-in for triton_python_backend_utils, to run those models in-process).
 """
 
