@@ -8,8 +8,7 @@ import pytest
 from batchlab.lm import (BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, LMConfig, Sequence, ToyLM, decode,
                          encode, fit_linear, generate, generate_static_batch, kv_report, sample,
                          step)
-from batchlab.lm.corpus import ARTICLE
-from batchlab.lm.vocab import CHARS, bigram_log_prior
+from batchlab.lm.vocab import ARTICLE, CHARS, bigram_log_prior
 from batchlab.theory.kv import MODEL_SHAPES, kv_bytes_per_token
 
 

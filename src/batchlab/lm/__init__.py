@@ -8,13 +8,10 @@ batch invariant: a sequence gets bit-identical logits alone or inside any batch.
     lm = ToyLM.default()
     decode(generate(lm, encode("动态批处理"), max_tokens=20))
 
-Modules: `vocab` (tokenizer, prior), `config`, `model` (ToyLM), `kvcache` (KVCache and
-`kv_report`; the bytes-per-token formula is `batchlab.theory.kv`), `sampling`, `generation`
-(Sequence, step, static batches),
-`scheduler` (continuous batching + admission policy), `perf` (t(B) and its fit), `blas`,
-`inputs` (request inputs for each course model, right shapes and dtypes), `triton_io` and
-XX
-(a stand-in for triton_python_backend_utils, to run those models in-process).
+Modules: `vocab` (the article, tokenizer, prior), `config`, `model` (ToyLM),
+`kvcache` (KVCache and `kv_report`), `sampling`, `generation` (Sequence, step, static batches),
+`scheduler` (continuous batching + admission policy), `perf` (t(B) and its fit), `blas`.
+The Python-backend models that serve it are in `batchlab.models`.
 """
 
 from batchlab.lm.config import LMConfig

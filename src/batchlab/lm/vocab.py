@@ -1,17 +1,19 @@
 """Character vocabulary of the toy LM and the bigram prior counted from the article.
 
 Token ids: 0 ``<pad>``, 1 ``<bos>``, 2 ``<eos>``, 3 ``<unk>``, then every distinct character of
-the source article (`batchlab.lm.corpus.ARTICLE`) in code-point order.
+the source article (`ARTICLE`, read from article.txt) in code-point order.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-from batchlab.lm.corpus import ARTICLE
+#: The source article (「一口锅」: Triton 动态批处理与序列批处理), the toy LM's corpus.
+ARTICLE: str = Path(__file__).with_name("article.txt").read_text(encoding="utf-8")
 
 PAD_ID: int = 0
 BOS_ID: int = 1
@@ -84,9 +86,6 @@ def bigram_log_prior(smoothing: float = 0.1) -> np.ndarray:
     pairs = ids[:-1], ids[1:]
     keep = pairs[0] != EOS_ID
     np.add.at(counts, (pairs[0][keep], pairs[1][keep]), 1.0)
-    # Nothing may follow with <pad> or <bos>; they are never generated.
-    counts[:, PAD_ID] = 0.0
-    counts[:, BOS_ID] = 0.0
     counts += smoothing
     counts[:, PAD_ID] = 0.0
     counts[:, BOS_ID] = 0.0
