@@ -1,11 +1,6 @@
-"""The article's ten interview questions, each tied to the chapter and the experiment that proves
-its answer (chapter 10).
-
-`EVIDENCE[qid]` names where to read (`links`: notebook and section) and which experiment settles
-the question (`experiment`); `run(qid)` re-runs a small, seeded version of that experiment and
-returns its deciding number as one Chinese sentence, so the interview chapter shows evidence, not
-just an answer key. Everything here calls the course library (`batchlab.sim`, `batchlab.course.cases`,
-`batchlab.course.misconceptions`, `batchlab.course.engineering`, `batchlab.course.capacity`, `batchlab.lm`).
+"""The article's ten interview questions (chapter 10): `EVIDENCE[qid]` names the chapter sections
+and the experiment behind each answer; `run(qid)` re-runs a small seeded version of it and
+returns its deciding number as one Chinese sentence.
 """
 
 from __future__ import annotations
@@ -171,8 +166,7 @@ def run(qid: str) -> str:
 
 
 def evidence_rows(run_experiments: bool = True) -> list[dict[str, str]]:
-    """One row per question: id, claim, where (markdown links), experiment, and (if
-    `run_experiments`) the number it gives now."""
+    """One row per question: id, claim, links, experiment and (`run_experiments`) its number."""
     rows = []
     for qid, ev in EVIDENCE.items():
         row = {"题号": qid, "结论": ev.claim,
@@ -185,9 +179,8 @@ def evidence_rows(run_experiments: bool = True) -> list[dict[str, str]]:
 
 
 def answer_card(qid: str, run_experiment: bool = True, bank: str = "interview") -> str:
-    """Markdown for one question after it is answered: the question, the key, the bank's
-    explanation (and 勘误 where the article's own explanation is wrong), then the evidence:
-    links to the chapters and the number the experiment gives now."""
+    """Markdown for an answered question: question, key, explanation (勘误 where the article is
+    wrong), links to the chapters and, with `run_experiment`, the experiment's number."""
     if qid not in EVIDENCE:
         raise ValueError(f"unknown question {qid!r}; choose from {', '.join(EVIDENCE)}")
     q = load_bank(bank)[qid]

@@ -30,19 +30,6 @@ def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
     return ids.astype(np.int32)
 
 
-def embed_inputs(prompt: str | Seq[int] | np.ndarray, length: int = 16) -> dict[str, np.ndarray]:
-    """{"TOKENS": int32 [1, length]}: the prompt padded at the end with <pad>.
-
-    ValueError if the prompt is longer than `length`.
-    """
-    ids = prompt_ids(prompt)
-    if not 1 <= ids.size <= length:
-        raise ValueError(f"an embed prompt holds 1..{length} tokens, got {ids.size}")
-    row = np.full((1, length), PAD_ID, dtype=np.int32)
-    row[0, :ids.size] = ids
-    return {"TOKENS": row}
-
-
 def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int = 4,
                         high: int = VOCAB_SIZE) -> dict[str, np.ndarray]:
     """{"TOKENS": int32 [rows, length]}: token ids drawn uniformly from ``[low, high)`` by
@@ -95,21 +82,4 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
         out["SEED"] = col(int(seed), np.int64)
     if ignore_eos is not None:
         out["IGNORE_EOS"] = col(bool(ignore_eos), np.bool_)
-    return out
-
-
-def step_inputs(tokens: str | Seq[int] | np.ndarray | None = None,
-                temperature: float | None = None, seed: int | None = None
-                ) -> dict[str, np.ndarray]:
-    """Inputs of one `lm_step` request: the prompt at START, then nothing or one token.
-
-    Pass `sequence_id`, `sequence_start` and `sequence_end` to `client.infer` yourself.
-    """
-    out: dict[str, np.ndarray] = {}
-    if tokens is not None:
-        out["TOKENS"] = prompt_ids(tokens)[None]
-    if temperature is not None:
-        out["TEMPERATURE"] = np.array([[float(temperature)]], np.float32)
-    if seed is not None:
-        out["SEED"] = np.array([[int(seed)]], np.int64)
     return out
