@@ -202,8 +202,6 @@ def test_generation_is_the_same_alone_in_static_and_in_mixed_batches(lm):
     result = generate_static_batch(lm, seqs)
     assert result.tokens == solo
     assert result.steps == max(len(t) for t in solo)
-    assert result.padded_steps == [result.steps - len(t) for t in solo]
-    assert 0 < result.efficiency <= 1
     # staggered arrivals: a new sequence joins every step (continuous batching)
     seqs = [Sequence(lm, p, **s) for p, s in zip(prompts, specs)]
     live, pending = [], list(seqs)

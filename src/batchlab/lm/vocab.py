@@ -61,10 +61,7 @@ def decode(ids: Iterable[int], specials: bool = False) -> str:
 
 @lru_cache(maxsize=1)
 def corpus_ids() -> np.ndarray:
-    """The article as one id stream: each non-empty line is ``<bos>`` line ``<eos>``.
-
-    Runs of whitespace (the article's code indentation) collapse to one space.
-    """
+    """The article as ids: each non-empty line (whitespace runs collapsed) as ``<bos>`` line ``<eos>``."""
     ids: list[int] = []
     for line in ARTICLE.splitlines():
         line = " ".join(line.split())
@@ -76,10 +73,9 @@ def corpus_ids() -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def bigram_log_prior(smoothing: float = 0.1) -> np.ndarray:
-    """log P(next | current) counted from the article, add-`smoothing`, float32 (V, V).
+    """log P(next | current) from the article, add-`smoothing`, float32 (V, V), read-only.
 
-    Columns ``<pad>`` and ``<bos>`` are -inf: those tokens are never generated. Rows of tokens
-    that never precede anything (``<eos>``, ``<pad>``) are uniform. Read-only and shared.
+    ``<pad>`` and ``<bos>`` are never generated (-inf columns).
     """
     ids = corpus_ids()
     counts = np.zeros((VOCAB_SIZE, VOCAB_SIZE), dtype=np.float64)

@@ -1,13 +1,7 @@
-"""Request inputs for the course models as {name: numpy array}, with the right shapes.
+"""Request inputs for the course models as {name: numpy array}, with the right shapes and dtypes.
 
-Batched models (`embed*`, `generate`, `lm_step*`, `lm_iterative`) take a leading batch dimension
-of 1 per request; `lm_stream` (max_batch_size 0) takes none. A prompt may be text (encoded
-with a leading <bos>) or token ids. Feed the arrays to tritonclient's `InferInput`s (datatype
-name: `batchlab.load.transport.triton_dtype`), e.g.::
-
-    for name, arr in generate_inputs("一口锅", 16).items():
-        x = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
-        x.set_data_from_numpy(arr)
+Batched models take a leading batch dimension of 1 per request; `lm_stream` (max_batch_size 0)
+takes none. A prompt is text (encoded with a leading <bos>) or token ids.
 """
 
 from __future__ import annotations
@@ -32,11 +26,8 @@ def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
 
 def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int = 4,
                         high: int = VOCAB_SIZE) -> dict[str, np.ndarray]:
-    """{"TOKENS": int32 [rows, length]}: token ids drawn uniformly from ``[low, high)`` by
-    ``numpy.random.default_rng(seed)``, one request of ``rows`` rows for the `embed` models.
-
-    The default range is every character of the vocabulary (no <pad>, <bos>, <eos>, <unk>).
-    """
+    """{"TOKENS": int32 [rows, length]}: ids uniform on [low, high) from `default_rng(seed)`, for the
+    `embed` models (by default every character, no special token)."""
     count("rows", rows)
     count("length", length)
     if not 0 <= low < high <= VOCAB_SIZE:
@@ -46,8 +37,7 @@ def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int
 
 
 def random_decode_inputs(rows: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
-    """{"TOKEN": int32 [rows, 1]}: one token id per row (every character of the vocabulary equally
-    likely, ``numpy.random.default_rng(seed)``), one request of ``rows`` rows for the `decode` models."""
+    """{"TOKEN": int32 [rows, 1]}: one uniform character id per row, for the `decode` models."""
     count("rows", rows)
     tokens = np.random.default_rng(seed).integers(4, VOCAB_SIZE, size=(int(rows), 1))
     return {"TOKEN": tokens.astype(np.int32)}
@@ -59,10 +49,8 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
                     ) -> dict[str, np.ndarray]:
     """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`).
 
-    Optional inputs are included only when given (send the same set in every request: the
-    dynamic batcher may not batch requests whose optional inputs differ). ``rows`` > 1 gives one
-    batched request of that many copies of the prompt (one execution of batch size ``rows``).
-    ValueError for an empty prompt, ``max_tokens`` < 1 or ``rows`` < 1 (or > 1 unbatched).
+    Optional inputs only when given (the dynamic batcher batches only requests with the same set);
+    ``rows`` > 1 repeats the prompt in one batched request.
     """
     ids = prompt_ids(prompt)
     if ids.size == 0:

@@ -1,8 +1,7 @@
-"""Helpers shared by the course's Python-backend models: inputs, validation, responses.
+"""Helpers shared by the course's Python-backend models: config, inputs, validation, responses.
 
-Validation is pure numpy (`InputError` names the problem) so it is testable without a server;
-the functions that build Triton objects import `triton_python_backend_utils` lazily, which only
-exists inside Triton's Python-backend stub (tests may install a stand-in under that name).
+Validation is pure numpy (`InputError` names the problem); Triton objects come from
+`triton_python_backend_utils` via `pb()` (a test may install a stand-in under that name).
 """
 
 from __future__ import annotations
@@ -210,11 +209,10 @@ def batch_size_column(rows: int, value: int) -> np.ndarray:
 
 def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
                      compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
-    """Responses of a stateless row model: every request's `name` rows, checked, computed in one call.
+    """Responses of a stateless row model: each request's `name` rows checked, all computed in one call.
 
-    Each bad request gets its own error response; the good ones' rows are concatenated, passed to
-    ``compute`` (rows, length) -> (rows, ...) once, and split back as `output` plus BATCH_SIZE
-    (rows in this execution). An exception in ``compute`` fails the batch's requests, not the stub.
+    A bad request gets its own error response; ``compute`` (rows, length) -> (rows, ...) runs once on
+    the good rows, split back as `output` plus BATCH_SIZE. An exception in it fails the batch only.
     """
     responses: list = [None] * len(requests)
     batch: list[tuple[int, np.ndarray]] = []
