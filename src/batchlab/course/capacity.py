@@ -25,9 +25,6 @@ __all__ = ["CostBreakdown", "toy_kv_accounting", "toy_admission_check", "cost_fr
            "stream_model_limits", "server_kv_admission"]
 
 
-# ----------------------------------------------------------------------------- the toy LM's own accounting
-
-
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
                       steps: int = 16) -> list[dict[str, Any]]:
     """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in `concurrency`.
@@ -76,9 +73,6 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
     return {"bytes_per_token": bpt, "budget_bytes": int(budget_bytes), "budget_tokens": budget_tokens,
             "tokens_per_seq": per_seq, "predicted": predicted, "admitted": admitted,
             "waiting_after": waiting - admitted}
-
-
-# ----------------------------------------------------------------------------- cost
 
 
 @dataclass(frozen=True)
@@ -135,9 +129,6 @@ def cost_table(price_per_hour: float, runs: Iterable[dict[str, Any]]) -> list[Co
         out.append(cost_from_run(r["label"], price_per_hour, r["n_requests"], r["t_busy_s"], r["t_wall_s"],
                                  r.get("tokens")))
     return out
-
-
-# ----------------------------------------------------------------------------- on the real server
 
 
 def stream_model_limits(config: Any) -> dict[str, int]:

@@ -38,9 +38,6 @@ ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0
              "p95_before_s": 6.0, "p95_after_s": 2.0, "util_before": 0.22, "util_after": 0.67}
 
 
-# ----------------------------------------------------------------------------- closed forms
-
-
 def fill_time_s(batch: int, rate_per_s: float) -> float:
     """Mean time for `batch` Poisson arrivals at `rate_per_s` to gather: batch / rate."""
     if batch < 1 or rate_per_s <= 0:
@@ -84,9 +81,6 @@ def compute_utilisation_at_batch(batch: float, ridge_flop_per_byte: float) -> fl
     if batch <= 0 or ridge_flop_per_byte <= 0:
         raise ValueError("batch and ridge must be positive")
     return min(1.0, batch / ridge_flop_per_byte)
-
-
-# ----------------------------------------------------------------------------- case 1 simulated
 
 
 @dataclass(frozen=True)
@@ -181,9 +175,6 @@ def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
     return rows
 
 
-# ----------------------------------------------------------------------------- case 2: tenants
-
-
 @dataclass(frozen=True)
 class Tenant:
     """One business line: its share of the requests and its prompt/output token lengths."""
@@ -209,6 +200,7 @@ TENANTS: tuple[Tenant, ...] = (
     Tenant("会议纪要", 0.04, uniform(1500, 3500), uniform(200, 500)),
     Tenant("合同审核", 0.03, uniform(2000, 4000), uniform(50, 200)),
 )
+
 
 def tenant_requests(tenants: Sequence[Tenant], rate_per_s: float, n: int, seed: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -277,9 +269,6 @@ def saas_capacity(overload_rate: float = 40.0, n: int = 3000, max_batch_size: in
             "static_stable": st["stable"], "continuous_stable": co["stable"]}
 
 
-# ----------------------------------------------------------------------------- fairness
-
-
 def per_group_latency(res: SimResult, groups: np.ndarray, names: Sequence[str],
                       warmup: float = 0.1) -> list[dict[str, Any]]:
     """p50/p99 latency and p99 TTFT (seconds) per group of requests (e.g. per tenant)."""
@@ -330,9 +319,6 @@ def fairness_experiment(rate_short: float = 2.0, rate_long: float = 0.2, n: int 
         for row in per_group_latency(res, who, ("短单", "长单")):
             rows.append({"scheduler": name, "tenant": row.pop("group"), **row})
     return rows
-
-
-# ----------------------------------------------------------------------------- tables
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
@@ -389,9 +375,6 @@ def before_p95_sweep(busy_values: Sequence[float], assume: EcommerceAssumptions 
                      "p95_s": s["latency_ms"]["p95"] / 1e3, "p99_s": s["latency_ms"]["p99"] / 1e3,
                      "stable": s["stable"]})
     return rows
-
-
-# ----------------------------------------------------------------------------- fairness on the real server
 
 
 def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, rate_long: float = 0.6,

@@ -29,9 +29,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- starvation
-
-
 @dataclass
 class StarvationRun:
     """One policy's simulation: the result, each request's priority, and the summary rows."""
@@ -101,9 +98,6 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
     return runs
 
 
-# ----------------------------------------------------------------------------- what the delay bounds
-
-
 def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
                            max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
     """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay``
@@ -125,9 +119,6 @@ def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, servic
     return rows
 
 
-# ----------------------------------------------------------------------------- online vs offline
-
-
 def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]],
                         service: Affine = EMBED_LIKE, n: int = 12_000, seed: int = 41) -> list[dict[str, Any]]:
     """Per (max_batch_size, delay_ms): latency at `online_rate`, and the capacity reached when
@@ -144,9 +135,6 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
                      "p50_ms": s["latency_ms"]["p50"], "p99_ms": s["latency_ms"]["p99"], "stable": s["stable"],
                      "capacity_rps": o["throughput_rps"], "mean_batch_offline": o["batch_size_mean"]})
     return rows
-
-
-# ----------------------------------------------------------------------------- server statistics
 
 
 def measured_service(batch_ms: Mapping[int, float], min_count_sizes: Sequence[int] | None = None) -> Affine:

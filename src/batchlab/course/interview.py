@@ -82,9 +82,6 @@ EVIDENCE: dict[str, Evidence] = {
 }
 
 
-# ----------------------------------------------------------------------------- the experiments
-
-
 def _q1() -> str:
     return (f"同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 {EMBED_LIKE.throughput(1):.0f} 请求/s，"
             f"拼到 32 个 {EMBED_LIKE.throughput(32):.0f} 请求/s（×{EMBED_LIKE.throughput(32) / EMBED_LIKE.throughput(1):.1f}）")

@@ -42,9 +42,6 @@ def _lat(s: dict[str, Any], key: str = "p99") -> float | None:
     return s["latency_ms"][key] if s.get("latency_ms") else None
 
 
-# ----------------------------------------------------------------------------- 1
-
-
 def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_LIKE,
                      delays_us: Sequence[float] = (0.0,), n: int = 20_000, seed: int = 1) -> list[dict[str, Any]]:
     """Dynamic batcher on one instance at Poisson `rate`, per max_batch_size and delay.
@@ -94,9 +91,6 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
     return rows
 
 
-# ----------------------------------------------------------------------------- 2
-
-
 def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batch_size: int = 8,
                            lengths=(uniform(50, 400), capped_exponential(150, 600)),
                            overload_rate: float | None = None, seed: int = 4) -> list[dict[str, Any]]:
@@ -131,9 +125,6 @@ def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batc
     return rows
 
 
-# ----------------------------------------------------------------------------- 3
-
-
 def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Affine = EMBED_LIKE,
                 max_batch_size: int = 32, instances: int = 1, n: int = 20_000, seed: int = 3) -> list[dict[str, Any]]:
     """Triton's dynamic batcher per (load, delay); load is a fraction of the full-batch capacity.
@@ -159,9 +150,6 @@ def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Aff
     return rows
 
 
-# ----------------------------------------------------------------------------- 4
-
-
 def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, steps: int = 16,
               scale_to: Sequence[str] = ("Llama-2-7B", "Llama-3-8B"), tokens_per_seq: int = 4096
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -175,9 +163,6 @@ def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, step
             row[m] = n * tokens_per_seq * kv_bytes_for(m) / 2**30
         scaled.append(row)
     return toy, scaled
-
-
-# ----------------------------------------------------------------------------- 5
 
 
 def day_rates(trough: float, peak: float, hours: int = 24, peak_hour: float = 14.0) -> np.ndarray:
@@ -242,9 +227,6 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
         p99s.append(p)
     results.append(DayResult("retuned", inst, p99s, [x <= slo_p99_ms for x in p99s]))
     return results
-
-
-# ----------------------------------------------------------------------------- 3, on the real server
 
 
 def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,

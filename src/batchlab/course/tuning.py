@@ -26,9 +26,6 @@ __all__ = [
 SLO_PERCENTILES = (50, 95, 99)
 
 
-# ----------------------------------------------------------------------------- configurations
-
-
 def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[float] = (0.0,),
                 preferred: Iterable[Sequence[int]] = ((),), instances: Iterable[int] = (1,)) -> list[BatchRule]:
     """Every combination (preferred sets larger than a max_batch_size are skipped for it)."""
@@ -43,9 +40,6 @@ def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[fl
     if not out:
         raise ValueError("the grid is empty: check max_batch_sizes and preferred sizes")
     return out
-
-
-# ----------------------------------------------------------------------------- simulation runs
 
 
 def unit_arrivals(n_requests: int, seed: int = 0) -> np.ndarray:
@@ -98,9 +92,6 @@ def as_matrix(rows: Sequence[dict[str, Any]], value: str, x: str = "max_queue_de
         v = r[value]
         z[ys.index(r[y]), xs.index(r[x])] = np.nan if v is None else float(v)
     return xs, ys, z
-
-
-# ----------------------------------------------------------------------------- capacity under an SLO
 
 
 @dataclass

@@ -189,7 +189,6 @@ class ToyLM:
         self._ctx_w = np.float32(cfg.context_weight)
         self._prior_w = np.float32(cfg.prior_weight)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def default(cls) -> "ToyLM":
         """The shared default-config LM of this process (built once, ~0.1 s)."""
@@ -210,7 +209,6 @@ class ToyLM:
         cfg = self.config
         return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.max_seq_len, capacity)
 
-    # ------------------------------------------------------------------ forward
     def forward(self, caches: Sequence[KVCache], chunks: Sequence[np.ndarray]) -> np.ndarray:
         """Append `chunks[i]` to sequence i's cache; next-token logits (B, V).
 
@@ -308,7 +306,6 @@ class ToyLM:
         logits += self._prior_w * self.prior[last_tokens]
         return logits
 
-    # ------------------------------------------------------------------ conveniences
     def prefill(self, prompt: Sequence[int] | np.ndarray,
                 cache: KVCache | None = None) -> tuple[np.ndarray, KVCache]:
         """Run a prompt through a (new) cache; return next-token logits (V,) and the cache."""

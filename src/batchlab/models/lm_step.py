@@ -64,7 +64,6 @@ class TritonPythonModel(LMModelBase):
         self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
         self.reaper.start()
 
-    # ---------------------------------------------------------------- idle reclamation
     def _reap_loop(self) -> None:
         period = min(0.25, self.reap_after / 4)
         while not self.stop.wait(period):
@@ -79,7 +78,6 @@ class TritonPythonModel(LMModelBase):
             self.reaped += len(dead)
         return len(dead)
 
-    # ---------------------------------------------------------------- one execution
     def _prepare(self, request) -> tuple[int, _SeqState, np.ndarray, bool]:
         """(corrid, state, chunk, end) of a real request; InputError if it cannot step."""
         corr = correlation_id(request)

@@ -52,7 +52,6 @@ class TritonPythonModel(LMModelBase):
         self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
         self.loop.start()
 
-    # ---------------------------------------------------------------- Triton side
     def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
@@ -83,7 +82,6 @@ class TritonPythonModel(LMModelBase):
             if entry is not None:
                 self._safe_final(entry[1], error("model is unloading"))
 
-    # ---------------------------------------------------------------- scheduler thread
     @staticmethod
     def _safe_final(sender, response=None) -> None:
         try:

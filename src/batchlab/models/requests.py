@@ -11,7 +11,8 @@ from typing import Sequence as Seq
 import numpy as np
 
 from batchlab._validate import count
-from batchlab.lm.vocab import PAD_ID, VOCAB_SIZE, encode
+from batchlab.lm.vocab import VOCAB_SIZE, encode
+
 
 def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
     """Token ids (int32) of a prompt given as text or ids."""

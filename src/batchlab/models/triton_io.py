@@ -27,8 +27,6 @@ def pb() -> Any:
     return mod
 
 
-# --------------------------------------------------------------------------- model config
-
 def model_config_from_args(args: dict) -> dict:
     """The model config dict from `initialize(args)`."""
     return json.loads(args["model_config"])
@@ -77,8 +75,6 @@ def sequence_idle_seconds(config: dict, default: float = 1.0) -> float:
     us = int(sb.get("max_sequence_idle_microseconds") or 0)
     return us / 1e6 if us > 0 else default
 
-
-# --------------------------------------------------------------------------- reading inputs
 
 def get(request: Any, name: str) -> np.ndarray | None:
     """Input `name` of a request as numpy, or None when the client did not send it."""
@@ -164,8 +160,6 @@ def is_null_request(request: Any) -> bool:
         return True
     return correlation_id(request) == 0
 
-
-# --------------------------------------------------------------------------- responses
 
 def tensor(name: str, array: np.ndarray) -> Any:
     """A `pb_utils.Tensor`."""
