@@ -1,20 +1,9 @@
 """The source article's "Python 演示", restored to runnable form and unchanged in behaviour.
 
-The article printed this code with its line breaks lost. ``Request``, ``Batcher``, ``run_sim``
-and ``main`` below are that code with the line breaks put back (97 lines in the article's
-layout, as its header says); only comments and docstrings are translated into English or
-added, and type hints added. ``random.seed(42)``, the 0.05 s tick and every statement are as printed, and
-``tests/test_sim_seed_demo.py`` checks the results against the verbatim restoration. ``main()``
-prints what the article's ``__main__`` block prints::
-
-    === 批处理模拟结果 ===
-    动态批 batch=4 delay=3.0 朴素模式 => (28, 6.692857142857145)
-    动态批 batch=4 delay=3.0 序列模式 => (28, 5.635714285714291)
-    动态批 batch=2 delay=1.0 序列模式 => (22, 12.29090909090917)
-
-`trace_sim` re-runs the same loop with an instrumented ``Batcher`` so the defects listed in
-`DEFECTS` can be shown; each is verified by a test. The course's event-driven replacement is
-the rest of `batchlab.sim`.
+``Request``, ``Batcher``, ``run_sim`` and ``main`` are the article's code with its lost line
+breaks put back; only comments, docstrings and type hints were added, every statement (and
+``random.seed(42)``, the 0.05 s tick) is as printed (tests/test_sim_seed_demo.py checks it).
+`trace_sim` re-runs the loop with an instrumented ``Batcher`` to show the `DEFECTS`.
 """
 
 from __future__ import annotations

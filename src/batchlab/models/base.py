@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from batchlab.lm import blas
 from batchlab.lm.config import LMConfig
 from batchlab.lm.model import ToyLM
-from batchlab.models.triton_io import int_param, model_config_from_args, parameters
+from batchlab.models.triton_io import int_param, parameters
 
 
 class LMModelBase:
@@ -17,7 +18,7 @@ class LMModelBase:
         """Read the config, set `blas_threads` (default 1) and build or reuse the LM; parameters
         `d_model` and `d_ff` (both or neither) build a wider one (the `decode` models)."""
         self.model_name: str = args.get("model_name", "?")
-        self.model_config: dict[str, Any] = model_config_from_args(args)
+        self.model_config: dict[str, Any] = json.loads(args["model_config"])
         self.params = parameters(self.model_config)
         blas.set_num_threads(int_param(self.params, "blas_threads", 1, 1, 64))
         widths = [int_param(self.params, k, 0, 1, 4096) for k in ("d_model", "d_ff")]

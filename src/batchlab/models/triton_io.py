@@ -6,7 +6,6 @@ Validation is pure numpy (`InputError` names the problem); Triton objects come f
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable
 
@@ -27,11 +26,6 @@ def pb() -> Any:
     return mod
 
 
-def model_config_from_args(args: dict) -> dict:
-    """The model config dict from `initialize(args)`."""
-    return json.loads(args["model_config"])
-
-
 def parameters(config: dict) -> dict[str, str]:
     """The config's `parameters { key: ... value { string_value: ... } }` as a plain dict."""
     out: dict[str, str] = {}
@@ -40,16 +34,22 @@ def parameters(config: dict) -> dict[str, str]:
     return out
 
 
+def _param(params: dict[str, str], key: str, cast: Any, what: str) -> Any:
+    raw = params.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return cast(raw)
+    except ValueError:
+        raise ValueError(f"config parameter {key}={raw!r} is not {what}") from None
+
+
 def int_param(params: dict[str, str], key: str, default: int, lo: int = 1,
               hi: int | None = None) -> int:
     """An integer config parameter within [lo, hi]; ValueError (model fails to load) if not."""
-    raw = params.get(key)
-    if raw is None or raw == "":
+    value = _param(params, key, int, "an integer")
+    if value is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"config parameter {key}={raw!r} is not an integer") from None
     if value < lo or (hi is not None and value > hi):
         raise ValueError(f"config parameter {key}={value} is outside [{lo}, {hi}]")
     return value
@@ -57,13 +57,9 @@ def int_param(params: dict[str, str], key: str, default: int, lo: int = 1,
 
 def float_param(params: dict[str, str], key: str, default: float, lo: float = 0.0) -> float:
     """A float config parameter >= lo; ValueError if not."""
-    raw = params.get(key)
-    if raw is None or raw == "":
+    value = _param(params, key, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"config parameter {key}={raw!r} is not a number") from None
     if not np.isfinite(value) or value < lo:
         raise ValueError(f"config parameter {key}={value} must be a finite number >= {lo}")
     return value
@@ -161,14 +157,11 @@ def is_null_request(request: Any) -> bool:
     return correlation_id(request) == 0
 
 
-def tensor(name: str, array: np.ndarray) -> Any:
-    """A `pb_utils.Tensor`."""
-    return pb().Tensor(name, np.ascontiguousarray(array))
-
-
 def ok(outputs: dict[str, np.ndarray]) -> Any:
     """A response carrying `outputs`."""
-    return pb().InferenceResponse(output_tensors=[tensor(k, v) for k, v in outputs.items()])
+    utils = pb()
+    return utils.InferenceResponse(
+        output_tensors=[utils.Tensor(k, np.ascontiguousarray(v)) for k, v in outputs.items()])
 
 
 def error(message: str) -> Any:
@@ -195,11 +188,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def batch_size_column(rows: int, value: int) -> np.ndarray:
-    """An int32 [rows, 1] column filled with `value`."""
-    return np.full((rows, 1), value, dtype=np.int32)
-
-
 
 def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
                      compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
@@ -223,7 +211,7 @@ def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
         start = 0
         for i, tokens in batch:
             n = tokens.shape[0]
-            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": batch_size_column(n, rows)})
+            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": np.full((n, 1), rows, np.int32)})
             start += n
     except Exception as exc:  # never let one bad batch kill the stub
         for i, _ in batch:
