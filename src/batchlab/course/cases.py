@@ -46,8 +46,8 @@ def fill_time_s(batch: int, rate_per_s: float) -> float:
 
 
 def replicas_where_delay_matters(rate_per_s: float, batch: int, delay_s: float) -> float:
-    """N·batch/rate, the time N replicas sharing `rate_per_s` take to fill a batch, exceeds `delay_s`
-    once N > rate·delay/batch (returned)."""
+    """rate·delay/batch: above this many replicas sharing `rate_per_s`, a full batch (N·batch/rate
+    to gather) takes longer than `delay_s`, so the delay, not the batch size, fires."""
     if batch < 1 or rate_per_s <= 0 or delay_s <= 0:
         raise ValueError("batch must be >= 1, rate_per_s and delay_s > 0")
     return rate_per_s * delay_s / batch
@@ -142,7 +142,7 @@ def _gpu_util(res: SimResult, b_s: float, warmup: float = 0.1) -> tuple[float, f
 def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
                         extra_delays_ms: Sequence[float] = ()) -> list[dict[str, Any]]:
     """Simulate case 1 on one node: ``before`` (no batching), ``after_same_fleet`` (8 / 50 ms),
-    ``after_third_fleet`` (nodes cut by util_after/util_before), ``after_same_fleet_delay_<d>ms``
+    ``after_third_fleet`` (nodes divided by util_after/util_before), ``after_same_fleet_delay_<d>ms``
     per extra delay. Rows: scenario, nodes, gpus, node_rate, p50_s, p95_s, p99_s, mean_batch,
     busy, gpu_util (reading A), stable.
     """
