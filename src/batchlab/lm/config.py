@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from batchlab._validate import count
 from batchlab.lm.vocab import VOCAB_SIZE
@@ -63,7 +63,3 @@ class LMConfig:
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.d_model // self.n_heads
-
-    def as_dict(self) -> dict:
-        """Plain dict of the fields (JSON-friendly)."""
-        return asdict(self)

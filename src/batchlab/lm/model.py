@@ -45,10 +45,6 @@ class _QLinear:
         self.act_levels = np.float32(act_levels)
         self.always_gemm = always_gemm
 
-    @property
-    def nbytes(self) -> int:
-        return self.w.nbytes
-
     def __call__(self, x: np.ndarray) -> np.ndarray:
         # Per-row (per-token) symmetric quantisation: |xq| <= act_levels, integers.
         amax = np.max(np.abs(x), axis=1)
@@ -202,7 +198,7 @@ class ToyLM:
         """Bytes of the matmul weights read by every decode step."""
         mats = [self.head] + [m for layer in self.layers
                               for m in (layer.qkv, layer.proj, layer.up, layer.down)]
-        return sum(m.nbytes for m in mats)
+        return sum(m.w.nbytes for m in mats)
 
     def new_cache(self, capacity: int = 16) -> KVCache:
         """An empty KV cache for one sequence."""
