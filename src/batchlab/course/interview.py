@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from batchlab.config_pbtxt import check_config
-from batchlab.course import capacity, cases  # modules, not names: tests patch their functions
+from batchlab.course import capacity, cases
 from batchlab.course.engineering import starvation_experiment
 from batchlab.course.misconceptions import batch_size_sweep, combination_comparison, delay_sweep
 from batchlab.course.presets import EMBED_LIKE, LLM_COST
@@ -32,15 +32,11 @@ class Evidence:
     claim: str
 
 
-def _anchor(heading: str) -> str:
-    """JupyterLab's anchor for a markdown heading: spaces become hyphens, the rest is kept."""
-    return heading.strip().replace(" ", "-")
-
-
 def link_markdown(notebook: str, heading: str = "") -> str:
-    """A markdown link to `notebook` (relative to notebooks/), at `heading` if given."""
+    """A markdown link to `notebook` (relative to notebooks/), at `heading` if given (JupyterLab's
+    anchor: spaces become hyphens)."""
     label = notebook.split("_")[0] + (f" · {heading}" if heading else "")
-    target = notebook + (f"#{_anchor(heading)}" if heading else "")
+    target = notebook + (f"#{heading.strip().replace(' ', '-')}" if heading else "")
     return f"[{label}]({target})"
 
 

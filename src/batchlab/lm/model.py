@@ -122,11 +122,8 @@ def _rounded_probs(s: np.ndarray) -> np.ndarray:
 
 
 def _probs_times_values(s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """softmax(s) @ v with the probabilities rounded to multiples of 2**-16: an exact sum.
-
-    `s` holds scores (masked with -inf), `v` integer values; every partial sum is an integer
-    below 2**24, so the result does not depend on how BLAS orders or splits the sum.
-    """
+    """softmax(s) @ v, probabilities rounded to multiples of 2**-16: integer sums below 2**24, exact
+    whatever BLAS's order (`s` scores masked with -inf, `v` integer values)."""
     out = np.matmul(_rounded_probs(s), v)
     out *= KV_SCALE / PROB_LEVELS
     return out

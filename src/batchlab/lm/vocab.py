@@ -28,10 +28,7 @@ _CHAR_TO_ID: dict[str, int] = {c: i + len(SPECIALS) for i, c in enumerate(CHARS)
 
 
 def encode(text: str, bos: bool = True) -> np.ndarray:
-    """Token ids (int32) of `text`; characters outside the article map to ``<unk>``.
-
-    With `bos` the ids start with ``<bos>``, as every prompt the course models expect does.
-    """
+    """Token ids (int32) of `text`, after ``<bos>`` if `bos`; unknown characters map to ``<unk>``."""
     if not isinstance(text, str):
         raise ValueError(f"encode() takes a str, got {type(text).__name__}")
     ids = [_CHAR_TO_ID.get(c, UNK_ID) for c in text]
@@ -41,10 +38,8 @@ def encode(text: str, bos: bool = True) -> np.ndarray:
 
 
 def decode(ids: Iterable[int], specials: bool = False) -> str:
-    """Text of token ids; special tokens are dropped (or shown as ``<eos>`` etc. with `specials`).
-
-    ``<unk>`` shows as U+FFFD. Ids outside the vocabulary raise ValueError.
-    """
+    """Text of token ids: specials dropped (shown with `specials`), ``<unk>`` as U+FFFD;
+    ValueError for ids outside the vocabulary."""
     out = []
     for i in ids:
         i = int(i)
