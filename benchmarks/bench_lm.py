@@ -23,8 +23,7 @@ import time
 import numpy as np
 
 from batchlab.lm import LMConfig, ToyLM, blas, decode_step_times, fit_linear, kv_report
-from batchlab.lm.corpus import ARTICLE
-from batchlab.lm.vocab import encode
+from batchlab.lm.vocab import ARTICLE, encode
 
 
 def decode_benchmark(repeats: int) -> dict:

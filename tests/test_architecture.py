@@ -212,7 +212,7 @@ def test_each_public_name_has_one_home():
 
 
 @pytest.mark.parametrize("concept", [
-    "kv_bytes_per_token", "affine_speedup", "littles_law_l", "embed_inputs", "measure_batch_times",
+    "kv_bytes_per_token", "affine_speedup", "littles_law_l", "measure_batch_times",
     "BatchRule", "edit_config", "stage_model", "MetricsTimeline",
 ])
 def test_named_concepts_defined_once(concept):

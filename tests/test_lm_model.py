@@ -8,8 +8,7 @@ import pytest
 from batchlab.lm import (BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, LMConfig, Sequence, ToyLM, decode,
                          encode, generate, generate_static_batch, kv_report, sample,
                          step)
-from batchlab.lm.corpus import ARTICLE
-from batchlab.lm.vocab import CHARS, bigram_log_prior
+from batchlab.lm.vocab import ARTICLE, CHARS, bigram_log_prior
 from batchlab.theory.kv import MODEL_SHAPES, kv_bytes_per_token
 
 
@@ -203,8 +202,6 @@ def test_generation_is_the_same_alone_in_static_and_in_mixed_batches(lm):
     result = generate_static_batch(lm, seqs)
     assert result.tokens == solo
     assert result.steps == max(len(t) for t in solo)
-    assert result.padded_steps == [result.steps - len(t) for t in solo]
-    assert 0 < result.efficiency <= 1
     # staggered arrivals: a new sequence joins every step (continuous batching)
     seqs = [Sequence(lm, p, **s) for p, s in zip(prompts, specs)]
     live, pending = [], list(seqs)
@@ -240,13 +237,7 @@ def test_sequence_validation_names_the_problem(lm, prompt, max_tokens, match):
 
 def test_request_input_builders_have_the_models_shapes():
     from batchlab.load.transport import triton_dtype
-    from batchlab.models.requests import embed_inputs, generate_inputs, step_inputs
-
-    tok = embed_inputs("一口锅")["TOKENS"]
-    assert tok.shape == (1, 16) and tok[0, :4].tolist() == encode("一口锅").tolist()
-    assert (tok[0, 4:] == PAD_ID).all() and triton_dtype(tok) == "INT32"
-    with pytest.raises(ValueError, match="1..16"):
-        embed_inputs("x" * 20)
+    from batchlab.models.requests import generate_inputs
     g = generate_inputs("拼锅", 8, temperature=0.5, seed=3, ignore_eos=True)
     assert {k: v.shape for k, v in g.items()} == {"PROMPT": (1, 3), "MAX_TOKENS": (1, 1),
                                                   "TEMPERATURE": (1, 1), "SEED": (1, 1),
@@ -254,7 +245,6 @@ def test_request_input_builders_have_the_models_shapes():
     assert [triton_dtype(v) for v in g.values()] == ["INT32", "INT32", "FP32", "INT64", "BOOL"]
     s = generate_inputs([1, 5, 6], 4, batched=False)
     assert s["PROMPT"].shape == (3,) and s["MAX_TOKENS"].shape == (1,)
-    assert step_inputs("锅")["TOKENS"].shape == (1, 2) and step_inputs() == {}
 
 
 def test_logits_do_not_depend_on_blas_threads_or_context_growth(lm):

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from batchlab.lm import VOCAB_SIZE, ToyLM
-from batchlab.models import fake_pb
 from batchlab.paths import MODEL_REPOSITORY
+
+import fake_pb  # tests/fake_pb.py
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from batchlab.lm import VOCAB_SIZE, ToyLM, encode, generate
-from batchlab.lm.corpus import ARTICLE
+from batchlab.lm.vocab import ARTICLE
 
 pytestmark = pytest.mark.server
 

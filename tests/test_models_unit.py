@@ -1,4 +1,4 @@
-"""The course models' Python-backend classes, run in-process with `batchlab.models.fake_pb`.
+"""The course models' Python-backend classes, run in-process with `tests/fake_pb.py`.
 
 Fast checks of validation, error isolation inside a batch, state handling and reclamation;
 the same behaviour is then checked on the real server in test_models_server.py.
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from batchlab.lm import VOCAB_SIZE, ToyLM, encode, generate
-from batchlab.models import fake_pb
 from batchlab.paths import MODEL_REPOSITORY
+
+import fake_pb  # tests/fake_pb.py
 
 
 @pytest.fixture(autouse=True)

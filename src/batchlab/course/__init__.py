@@ -1,15 +1,7 @@
-"""batchlab.course: the chapters' experiments, one module per chapter topic.
+"""batchlab.course: the chapters' experiments, built from `sim`, `load`, `probe` and `theory`;
+they return rows for the notebooks to print and `plotting` to draw.
 
-Each module puts the engines (`sim`, `load`, `probe`) and `theory` together into the experiment a
-chapter runs, and returns rows or results for the notebook to print and `plotting` to draw.
-
-* `presets` — service models shared by several chapters (`EMBED_LIKE`, `LLM_COST`);
-* `capacity` — toy-LM KV accounting, cost per request, KV admission on the server (chapters 03, 06);
-* `tuning` — dynamic-batcher settings swept and searched under an SLO (chapter 04);
-* `engineering` — starvation, delay bounds, online/offline mixes, live metrics (chapter 06);
-* `cases` — the e-commerce and SaaS case studies (chapter 07);
-* `seed_demo` — the article's Python demo restored exactly, with its verified `DEFECTS`, and
-  `seed_redo` — the same workload on the real schedulers (chapter 08);
-* `misconceptions` — the experiments that refute the five misconceptions (chapter 09);
-* `interview` — the evidence behind each interview answer (chapter 10).
+`presets` (shared service models), `capacity` (KV accounting, cost: ch. 03, 06), `tuning`
+(ch. 04), `engineering` (ch. 06), `cases` (ch. 07), `seed_demo` (the article's demo restored)
+and `seed_redo` (ch. 08), `misconceptions` (ch. 09), `interview` (ch. 10).
 """

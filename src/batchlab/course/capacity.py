@@ -1,24 +1,13 @@
-"""KV-cache capacity checked on the course's own code, and serving cost (chapters 03, 06, 09).
+"""KV-cache capacity checked on the course's own LM and server, and serving cost (chapters 03, 06, 09).
 
-The capacity arithmetic (bytes per token, `MODEL_SHAPES`, `plan_kv`, `kv_plan_table`) lives in
-`batchlab.theory.kv`. Here `toy_kv_accounting` runs the course's numpy LM (`batchlab.lm`) and
-checks that the bytes its caches really hold match the formula, and `toy_admission_check` that an
-admission budget derived from the formula admits exactly the predicted number of sequences;
-`stream_model_limits` and `server_kv_admission` do the same against the real server.
-
-Cost (chapter 06 「成本」):
-
-    Cost_per = C_GPU · T_busy / N_req                        (the article's formula)
-    Cost_per,wall = C_GPU · T_wall / N_req = Cost_per / U     (what a rented GPU costs: U = T_busy/T_wall)
-
-`cost_from_run` turns a measurement (requests, busy seconds, wall seconds, tokens) into both,
-plus the cost per million tokens. Prices are parameters: no default price is a fact.
+The capacity arithmetic lives in `batchlab.theory.kv`; here it is checked against the bytes the
+toy LM's caches hold, its continuous batcher's admissions and the `lm_stream` model. Cost: the
+article's Cost_per = C_GPU·T_busy/N_req next to the rented view C_GPU·T_wall/N_req = Cost_per/U.
 """
 
 from __future__ import annotations
 
 import queue
-import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
@@ -27,33 +16,21 @@ import tritonclient.grpc as grpcclient
 
 from batchlab.config_pbtxt import parse_config
 from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
+from batchlab.load.transport import triton_dtype
+from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
 
-__all__ = [
-    "CostBreakdown",
-    "toy_kv_accounting",
-    "toy_admission_check",
-    "cost_from_run",
-    "cost_table",
-    "stream_model_limits",
-    "server_kv_admission",
-]
-
-
-# ----------------------------------------------------------------------------- the toy LM's own accounting
+__all__ = ["CostBreakdown", "toy_kv_accounting", "toy_admission_check", "cost_from_run", "cost_table",
+           "stream_model_limits", "server_kv_admission"]
 
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
                       steps: int = 16) -> list[dict[str, Any]]:
-    """Run `lm` (a `batchlab.lm.ToyLM`) with n concurrent sequences for each n in `concurrency`.
+    """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in `concurrency`.
 
-    Each sequence gets a `prompt_tokens` prompt and all are stepped together `steps` times (the
-    first step is the prefill; EOS ignored). A sequence then holds prompt + steps − 1 tokens in
-    its cache (the newest token is written at the next step). The KV bytes the caches really
-    hold are summed and compared with the formula n · (prompt + steps − 1) · bytes_per_token.
-    Rows: n, tokens_per_seq, bytes_per_token, formula_bytes, used_bytes, allocated_bytes
-    (capacity grows in blocks, so allocated ≥ used).
+    Each cache then holds prompt + steps − 1 tokens. Rows: n, tokens_per_seq, bytes_per_token,
+    formula_bytes (n · tokens · bytes_per_token), used_bytes, allocated_bytes (grown in blocks).
     """
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
@@ -77,11 +54,8 @@ def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 
 
 def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_tokens: int,
                         waiting: int) -> dict[str, Any]:
-    """Derive a KV budget in tokens from `budget_bytes`, give it to the toy continuous batcher
-    (`batchlab.lm.ContinuousBatcher` with `FCFSAdmission`, which reserves prompt + max_tokens
-    per sequence), submit `waiting` sequences and step once: the number admitted must equal
-    `kv.max_concurrent_sequences(budget_bytes, bytes_per_token, prompt + max_tokens)`.
-    """
+    """Submit `waiting` sequences to the toy `ContinuousBatcher` under a KV budget of `budget_bytes`
+    and step once; `admitted` should equal `predicted` (`max_concurrent_sequences`)."""
     cfg = lm.config
     bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
     per_seq = prompt_tokens + max_tokens
@@ -101,18 +75,10 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
             "waiting_after": waiting - admitted}
 
 
-# ----------------------------------------------------------------------------- cost
-
-
 @dataclass(frozen=True)
 class CostBreakdown:
-    """Cost of one measured run at a GPU price (`price_per_hour`, any currency).
-
-    `per_request_busy` is the article's Cost_per = C_GPU·T_busy/N_req; `per_request_wall`
-    charges the whole wall time (a rented GPU is paid for while idle too); `utilization` =
-    T_busy/T_wall links them. `per_million_tokens_*` are the same per 10⁶ generated tokens
-    (None without tokens).
-    """
+    """Cost of one measured run at `price_per_hour`: per request by busy time (the article's
+    formula) and by wall time (the bill), and per 10⁶ generated tokens (None without tokens)."""
 
     label: str
     price_per_hour: float
@@ -133,15 +99,13 @@ class CostBreakdown:
 
 def cost_from_run(label: str, price_per_hour: float, n_requests: int, t_busy_s: float, t_wall_s: float,
                   tokens: int | None = None) -> CostBreakdown:
-    """Both cost views of a run that completed `n_requests` in `t_wall_s` with the GPU (or model
-    instance) busy `t_busy_s`; `tokens` generated tokens if any."""
+    """Both cost views of `n_requests` served in `t_wall_s`, busy `t_busy_s`, `tokens` generated."""
     if price_per_hour < 0:
         raise ValueError("price_per_hour must be >= 0")
     if n_requests <= 0 or t_wall_s <= 0 or t_busy_s < 0:
         raise ValueError("need n_requests > 0, t_wall_s > 0 and t_busy_s >= 0")
     if t_busy_s > t_wall_s * 1.2:
-        # measured windows can disagree by a few percent (server statistics vs client clock);
-        # far more means the busy time of several instances was summed
+        # a few percent is clock skew; more means several instances' busy time was summed
         raise ValueError(f"busy time {t_busy_s:.3f} s exceeds wall time {t_wall_s:.3f} s by more than 20% "
                          "(count one instance's busy time, or divide by the number of instances)")
     util = t_busy_s / t_wall_s
@@ -167,12 +131,8 @@ def cost_table(price_per_hour: float, runs: Iterable[dict[str, Any]]) -> list[Co
     return out
 
 
-# ----------------------------------------------------------------------------- on the real server
-
-
 def stream_model_limits(config: Any) -> dict[str, int]:
-    """`max_active` and `kv_token_budget` of a continuous-batching model config such as the
-    course's `lm_stream` (its `parameters`), from config.pbtxt text or a parsed ModelConfig."""
+    """`max_active`, `kv_token_budget` (and `max_tokens_limit`) parameters of an `lm_stream`-like config."""
     c = parse_config(config) if isinstance(config, str) else config
     out = {}
     for key in ("max_active", "kv_token_budget", "max_tokens_limit"):
@@ -185,16 +145,13 @@ def stream_model_limits(config: Any) -> dict[str, int]:
 
 def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int,
                         timeout_s: float = 60.0) -> dict[str, Any]:
-    """Send `n_requests` generations at once to a decoupled continuous-batching model (the
-    course's `lm_stream` interface: PROMPT, MAX_TOKENS, IGNORE_EOS in; TOKEN, ACTIVE, KV_TOKENS
-    out) over one gRPC stream, and report the largest batch (ACTIVE) and KV tokens the model
-    reported, with the number of responses."""
+    """Send `n_requests` generations at once over one gRPC stream to an `lm_stream`-like model;
+    report the largest ACTIVE and KV_TOKENS it streamed back, and the tokens received."""
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    done = threading.Event()
-    finals = [0]
+    finals = 0
 
     def callback(result: Any, error: Any) -> None:
         results.put((result, error))
@@ -205,9 +162,8 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
         for i in range(n_requests):
             prompt = np.concatenate([[1], rng.integers(4, 200, prompt_tokens - 1)]).astype(np.int32)
             inputs = []
-            for name, arr, dt in (("PROMPT", prompt, "INT32"), ("MAX_TOKENS", np.array([max_tokens], np.int32), "INT32"),
-                                  ("IGNORE_EOS", np.array([True]), "BOOL")):
-                t = grpcclient.InferInput(name, list(arr.shape), dt)
+            for name, arr in generate_inputs(prompt, max_tokens, ignore_eos=True, batched=False).items():
+                t = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
                 t.set_data_from_numpy(arr)
                 inputs.append(t)
             client.async_stream_infer(model, inputs, request_id=str(i), enable_empty_final_response=True)
@@ -215,7 +171,7 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
         max_kv = 0
         tokens = 0
         errors: list[str] = []
-        while finals[0] < n_requests:
+        while finals < n_requests:
             try:
                 result, error = results.get(timeout=timeout_s)
             except queue.Empty:
@@ -223,11 +179,11 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
                 break
             if error is not None:
                 errors.append(str(error))
-                finals[0] += 1
+                finals += 1
                 continue
             resp = result.get_response()
             if resp.parameters.get("triton_final_response") and resp.parameters["triton_final_response"].bool_param:
-                finals[0] += 1
+                finals += 1
             if resp.outputs:
                 act = result.as_numpy("ACTIVE")
                 kv = result.as_numpy("KV_TOKENS")
@@ -236,7 +192,6 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
                 if kv is not None:
                     max_kv = max(max_kv, int(kv.reshape(-1)[0]))
                 tokens += 1
-        done.set()
     finally:
         try:
             client.stop_stream()

@@ -1,22 +1,9 @@
 """The article's two case studies re-created, with every assumption stated (chapter 07).
 
-Case 1 (e-commerce customer service): 5000 QPS at peak, Triton's dynamic batcher with
-``max_batch_size`` 8 and ``max_queue_delay`` 50 ms; P95 6 s → 2 s, GPU utilisation 22 % → 67 %.
-Case 2 (multi-tenant SaaS API): 12 business lines, "sequence + dynamic batching", cluster
-utilisation 35 % → 70 %.
-
-The article gives no model, no GPU, no fleet size and no definition of "utilisation", so this
-module does two things:
-
-* closed-form checks that need no assumption beyond the article's numbers (`fill_time_s`, the
-  utilisation readings `overhead_ratio`, `kernel_share`, `batch_for_share`; Little's law, the
-  instance count and the capacity gain are `batchlab.theory.formulas.littles_law_l`,
-  `instances_needed` and `affine_speedup`);
-* simulations with `batchlab.sim` under assumptions gathered in a dataclass, so a reader can
-  change any of them and re-run (`EcommerceAssumptions` + `ecommerce_scenarios`,
-  `TENANTS` + `saas_comparison`, `fairness_experiment`).
-
-Nothing here plots (see `batchlab.plotting.cases`).
+Case 1 (e-commerce, dynamic batcher 8 / 50 ms: P95 6 s → 2 s, GPU utilisation 22 % → 67 %) and
+case 2 (12-tenant SaaS: utilisation 35 % → 70 %) give no model, GPU or fleet size: closed-form
+checks use only the article's numbers, and simulations (`batchlab.sim`) take their assumptions
+from a dataclass or tenant table a reader can change. Nothing here plots.
 """
 
 from __future__ import annotations
@@ -29,6 +16,7 @@ import numpy as np
 
 from batchlab.course.presets import LLM_COST
 from batchlab.load import RequestSpec, run_open_loop
+from batchlab.models.requests import generate_inputs
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -38,7 +26,7 @@ from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
 __all__ = [
-    "ECOMMERCE", "SAAS", "fill_time_s", "replicas_where_delay_matters",
+    "ECOMMERCE", "fill_time_s", "replicas_where_delay_matters",
     "overhead_ratio", "kernel_share", "batch_for_share",
     "compute_utilisation_at_batch", "EcommerceAssumptions", "ecommerce_scenarios",
     "Tenant", "TENANTS", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
@@ -49,12 +37,6 @@ __all__ = [
 ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0,
              "p95_before_s": 6.0, "p95_after_s": 2.0, "util_before": 0.22, "util_after": 0.67}
 
-#: The article's case 2, exactly as stated.
-SAAS = {"tenants": 12, "util_before": 0.35, "util_after": 0.70}
-
-
-# ----------------------------------------------------------------------------- closed forms
-
 
 def fill_time_s(batch: int, rate_per_s: float) -> float:
     """Mean time for `batch` Poisson arrivals at `rate_per_s` to gather: batch / rate."""
@@ -64,19 +46,16 @@ def fill_time_s(batch: int, rate_per_s: float) -> float:
 
 
 def replicas_where_delay_matters(rate_per_s: float, batch: int, delay_s: float) -> float:
-    """Split `rate_per_s` evenly over N independent replicas (each its own batcher queue): a
-    full batch takes N·batch/rate to gather, longer than `delay_s` once N > rate·delay/batch.
-    Below that N, the delay almost never expires before the batch is full."""
+    """rate·delay/batch: above this many replicas sharing `rate_per_s`, a full batch (N·batch/rate
+    to gather) takes longer than `delay_s`, so the delay, not the batch size, fires."""
     if batch < 1 or rate_per_s <= 0 or delay_s <= 0:
         raise ValueError("batch must be >= 1, rate_per_s and delay_s > 0")
     return rate_per_s * delay_s / batch
 
 
 def overhead_ratio(util_at_batch1: float, busy: float = 1.0) -> float:
-    """Reading A of "GPU utilisation": the share of time GPU kernels run. If an execution of B
-    items takes a + b·B with the GPU idle during a (host work: Python, scheduling, copies, launch)
-    and the instance is busy a fraction `busy`, then util(B=1) = busy · b/(a + b), so
-    a/b = busy/util − 1."""
+    """Reading A of "GPU utilisation" (kernel time share): with t(B) = a + b·B and the GPU idle
+    during a, util(B=1) = busy · b/(a + b), so a/b = busy/util − 1."""
     if not 0 < util_at_batch1 <= busy <= 1:
         raise ValueError("need 0 < util_at_batch1 <= busy <= 1")
     return busy / util_at_batch1 - 1.0
@@ -97,29 +76,21 @@ def batch_for_share(share: float, ratio: float) -> float:
 
 
 def compute_utilisation_at_batch(batch: float, ridge_flop_per_byte: float) -> float:
-    """Reading B of "GPU utilisation": share of peak FLOP/s a bf16 decode GEMM reaches at batch B
-    (about B FLOP per weight byte, memory-bound below the roofline ridge): min(1, B / ridge)."""
+    """Reading B of "GPU utilisation": share of peak FLOP/s a bf16 decode GEMM reaches at
+    batch B (≈ B FLOP per weight byte): min(1, B / ridge)."""
     if batch <= 0 or ridge_flop_per_byte <= 0:
         raise ValueError("batch and ridge must be positive")
     return min(1.0, batch / ridge_flop_per_byte)
 
 
-# ----------------------------------------------------------------------------- case 1 simulated
-
-
 @dataclass(frozen=True)
 class EcommerceAssumptions:
-    """What case 1 leaves unsaid, stated. Change any field and re-run `ecommerce_scenarios`.
+    """What case 1 leaves unsaid, stated; change any field and re-run `ecommerce_scenarios`.
 
-    - one Triton server per 8-GPU node, one model instance per GPU, the node's instances share
-      the model's one dynamic-batcher queue; the 5000 QPS are spread evenly over the nodes;
-    - one request = one whole generation in one execution (a dynamic batcher in front of a
-      `generate` model: request-level batching); an execution of B requests takes a + b·B,
-      with b = `gpu_ms_per_request` of GPU kernel time per request and a the host-side time per
-      execution during which the GPU idles (reading A of utilisation);
-    - before: no batching, every instance busy `busy_before` of the time at peak, and the GPU
-      share of that busy time fixed by the article's 22 %, so a/b = busy_before/0.22 − 1;
-    - Poisson arrivals; `n_requests` per node simulated (the first 10 % left out as warm-up).
+    One Triton server per 8-GPU node (one instance per GPU, one shared queue), the 5000 QPS spread
+    over the nodes; one request = one whole generation, an execution of B takes a + b·B with
+    b = `gpu_ms_per_request` and a host time during which the GPU idles; before batching every
+    instance is `busy_before` busy, so a/b = busy_before/util_before − 1; Poisson arrivals.
     """
 
     rate_qps: float = 5000.0
@@ -170,13 +141,10 @@ def _gpu_util(res: SimResult, b_s: float, warmup: float = 0.1) -> tuple[float, f
 
 def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
                         extra_delays_ms: Sequence[float] = ()) -> list[dict[str, Any]]:
-    """Simulate case 1 on one node under `assume`; one row per scenario.
-
-    Scenarios: ``before`` (no batching), ``after_same_fleet`` (batch 8, 50 ms, same nodes),
-    ``after_third_fleet`` (batch 8, 50 ms, the nodes cut by util_before/util_after so each node
-    carries 67/22 times the traffic), plus ``after_same_fleet_delay_<d>ms`` for each extra
-    delay. Row keys: scenario, nodes, gpus, node_rate, p50_s, p95_s, p99_s, mean_batch,
-    busy (instance busy fraction), gpu_util (kernel share: reading A), stable.
+    """Simulate case 1 on one node: ``before`` (no batching), ``after_same_fleet`` (8 / 50 ms),
+    ``after_third_fleet`` (nodes divided by util_after/util_before), ``after_same_fleet_delay_<d>ms``
+    per extra delay. Rows: scenario, nodes, gpus, node_rate, p50_s, p95_s, p99_s, mean_batch,
+    busy, gpu_util (reading A), stable.
     """
     a = assume or EcommerceAssumptions()
     svc = a.service
@@ -207,9 +175,6 @@ def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
     return rows
 
 
-# ----------------------------------------------------------------------------- case 2: tenants
-
-
 @dataclass(frozen=True)
 class Tenant:
     """One business line: its share of the requests and its prompt/output token lengths."""
@@ -236,12 +201,10 @@ TENANTS: tuple[Tenant, ...] = (
     Tenant("合同审核", 0.03, uniform(2000, 4000), uniform(50, 200)),
 )
 
+
 def tenant_requests(tenants: Sequence[Tenant], rate_per_s: float, n: int, seed: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Poisson arrivals at `rate_per_s`, each request drawn from a tenant by share.
-
-    Returns (arrival, prompt_tokens, output_tokens, tenant index), sorted by arrival.
-    """
+    """Poisson arrivals, each from a tenant by share: (arrival, prompt, output, tenant index)."""
     if not tenants:
         raise ValueError("need at least one tenant")
     shares = np.asarray([t.share for t in tenants], dtype=float)
@@ -276,10 +239,8 @@ def padding_eta(prompt: np.ndarray, output: np.ndarray, batch: int) -> float:
 def saas_comparison(rate_per_s: float, n: int = 6000, max_batch_size: int = 8, max_active: int = 64,
                     delay_ms: float = 5.0, tenants: Sequence[Tenant] = TENANTS,
                     cost: TokenCost = LLM_COST, seed: int = 3) -> list[dict[str, Any]]:
-    """Case 2 on one GPU: the same tenant mix served by request-level (static, padded) batching
-    behind the dynamic batcher, and by continuous batching. Rows: scheduler, eta (useful /
-    computed token-steps), busy (engine busy fraction), tokens_per_s, p50_s, p99_s,
-    mean_batch, stable."""
+    """Case 2 on one GPU: the tenant mix under static (padded) and continuous batching. Rows:
+    scheduler, eta, busy, tokens_per_s, p50_s, p99_s, mean_batch, stable."""
     arr, p, o, _ = tenant_requests(tenants, rate_per_s, n, seed)
     runs = {
         "static": simulate_static_generation(arr, p, o, cost, max_batch_size=max_batch_size,
@@ -306,9 +267,6 @@ def saas_capacity(overload_rate: float = 40.0, n: int = 3000, max_batch_size: in
     co = simulate_continuous(arr, p, o, cost, max_active=max_active).summary()
     return {"static": st["tokens_per_s"], "continuous": co["tokens_per_s"],
             "static_stable": st["stable"], "continuous_stable": co["stable"]}
-
-
-# ----------------------------------------------------------------------------- fairness
 
 
 def per_group_latency(res: SimResult, groups: np.ndarray, names: Sequence[str],
@@ -341,12 +299,8 @@ def fairness_experiment(rate_short: float = 2.0, rate_long: float = 0.2, n: int 
                         cost: TokenCost = LLM_COST, max_batch_size: int = 8, max_active: int = 64,
                         schedulers: Sequence[str] = ("static", "continuous"), max_num_tokens: int = 512,
                         seed: int = 11) -> list[dict[str, Any]]:
-    """Two tenants share one GPU: 「短单」 chat (prompt 20–80, output 10–60 tokens) and
-    「长单」 documents (prompt 1500–3000, output 200–400), at `rate_short` and `rate_long` req/s.
-
-    `schedulers` picks from "static" (request-level padded batches behind the dynamic batcher,
-    delay 0), "continuous" and "continuous_chunked" (chunked prefill, `max_num_tokens` per
-    iteration). Rows: scheduler, tenant, n, p50_s, p99_s, ttft_p99_s.
+    """Short chat (「短单」) and long documents (「长单」) share one GPU, per scheduler ("static",
+    "continuous", "continuous_chunked"). Rows: scheduler, tenant, n, p50_s, p99_s, ttft_p99_s.
     """
     short = Tenant("短单", rate_short, uniform(20, 80), uniform(10, 60))
     long_ = Tenant("长单", rate_long, uniform(1500, 3000), uniform(200, 400))
@@ -365,9 +319,6 @@ def fairness_experiment(rate_short: float = 2.0, rate_long: float = 0.2, n: int 
         for row in per_group_latency(res, who, ("短单", "长单")):
             rows.append({"scheduler": name, "tenant": row.pop("group"), **row})
     return rows
-
-
-# ----------------------------------------------------------------------------- tables
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
@@ -412,8 +363,8 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
 
 
 def before_p95_sweep(busy_values: Sequence[float], assume: EcommerceAssumptions | None = None) -> list[dict[str, Any]]:
-    """Case 1 "before" (no batching) at several instance-busy levels: how busy must the old fleet
-    have been for a P95 of 6 s? Rows: busy_before, ratio (a/b), gpus, p95_s, p99_s, stable."""
+    """Case 1 before batching at several busy levels: how busy must the old fleet have been for a
+    P95 of 6 s? Rows: busy_before, ratio (a/b), gpus, p95_s, p99_s, stable."""
     base = assume or EcommerceAssumptions()
     rows = []
     for i, bb in enumerate(busy_values):
@@ -426,25 +377,13 @@ def before_p95_sweep(busy_values: Sequence[float], assume: EcommerceAssumptions 
     return rows
 
 
-# ----------------------------------------------------------------------------- fairness on the real server
-
-
-def _toy_prompt(rng: np.random.Generator, n: int) -> np.ndarray:
-    """A prompt of n token ids starting with <bos> (= 1), as `batchlab.lm.encode` produces."""
-    return np.concatenate([[1], rng.integers(4, 200, n - 1)]).astype(np.int32)
-
-
 def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, rate_long: float = 0.6,
                   short: tuple[int, int] = (8, 8), long: tuple[int, int] = (120, 120), seed: int = 0,
                   models: Sequence[tuple[str, str]] = (("generate", "grpc"), ("lm_stream", "grpc-stream"))
                   ) -> list[dict[str, Any]]:
-    """Short and long generations share the toy LM on the real server, once per model.
-
-    `generate` serves whole generations behind the dynamic batcher (request-level batches);
-    `lm_stream` is continuous batching inside the model. Each request is (prompt, output)
-    tokens from `short` or `long`, EOS ignored, arrivals Poisson at `rate_short` + `rate_long`
-    for `seconds` (the same schedule for both models). Rows: model, tenant, n, p50_s, p95_s,
-    max_s, errors.
+    """Short and long generations (EOS ignored) share the toy LM on the real server, once per model
+    (`generate`: request-level batches; `lm_stream`: continuous batching), on one Poisson schedule.
+    Rows: model, tenant, n, p50_s, p95_s, max_s, errors.
     """
     rng = np.random.default_rng(seed)
     a_s = W.rate_curve([rate_short], seconds, seed=rng)
@@ -453,19 +392,12 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
     kind = np.concatenate([np.zeros(a_s.size, dtype=int), np.ones(a_l.size, dtype=int)])
     order = np.argsort(arr, kind="stable")
     arr, kind = arr[order], kind[order]
-    prompts = [_toy_prompt(rng, (short, long)[k][0]) for k in kind]
+    prompts = [np.concatenate([[1], rng.integers(4, 200, (short, long)[k][0] - 1)]) for k in kind]
     outs = [(short, long)[k][1] for k in kind]
     rows = []
     for model, proto in models:
-        stream = proto == "grpc-stream"
-
-        def spec(i: int, stream: bool = stream) -> Any:
-            p, o = prompts[i], outs[i]
-            if stream:
-                return RequestSpec({"PROMPT": p, "MAX_TOKENS": np.array([o], np.int32),
-                                    "IGNORE_EOS": np.array([True])})
-            return RequestSpec({"PROMPT": p[None, :], "MAX_TOKENS": np.array([[o]], np.int32),
-                                "IGNORE_EOS": np.array([[True]])})
+        def spec(i: int, batched: bool = proto != "grpc-stream") -> Any:
+            return RequestSpec(generate_inputs(prompts[i], outs[i], ignore_eos=True, batched=batched))
 
         rep = run_open_loop(server, model, spec, arrivals=arr, protocol=proto, progress=False)
         rec = rep.records

@@ -1,14 +1,6 @@
-"""Chapter 06 (工程实战) experiments: what the metrics endpoint shows, starvation and its fixes,
-what `max_queue_delay` bounds, online versus offline settings, and busy time for the cost formula.
-
-- `live_metrics_run`: Poisson phases on the live server while `batchlab.load.MetricsTimeline`
-  scrapes the metrics endpoint.
-- `starvation_experiment`: two priority levels on the simulated dynamic batcher (`batchlab.sim`)
-  under each queue policy.
-- `delay_bound_experiment`: queue time against load for a fixed `max_queue_delay`.
-- `online_offline_grid`: latency at the online load and capacity, for a grid of settings.
-
-Nothing here plots (see `batchlab.plotting.engineering`).
+"""Chapter 06 (工程实战) experiments: the live metrics endpoint (`live_metrics_run`), starvation
+and its fixes (`starvation_experiment`), what `max_queue_delay` bounds (`delay_bound_experiment`),
+and online versus offline settings (`online_offline_grid`). Nothing here plots.
 """
 
 from __future__ import annotations
@@ -33,9 +25,6 @@ __all__ = [
     "starvation_experiment", "StarvationRun", "delay_bound_experiment", "online_offline_grid",
     "live_metrics_run",
 ]
-
-
-# ----------------------------------------------------------------------------- starvation
 
 
 @dataclass
@@ -71,23 +60,12 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
                           service: Affine = EMBED_LIKE, max_batch_size: int = 32,
                           low_timeout_ms: float = 200.0, low_max_queue: int = 64,
                           delay_ms: float = 5.0, seed: int = 21) -> list[StarvationRun]:
-    """Online (priority 1) and offline (priority 2) traffic share one instance.
+    """Online (priority 1) and offline (priority 2) traffic together over one instance's capacity.
 
-    Loads are fractions of the full-batch capacity B/t(B); together they exceed it, so someone
-    must wait. Policies (Triton fields in brackets):
-
-    - ``fifo``: no priorities — one queue, everyone waits alike;
-    - ``fifo_delay``: the same with ``max_queue_delay_microseconds`` = `delay_ms` — the delay
-      bounds nothing here;
-    - ``priority``: ``priority_levels: 2`` — online overtakes; offline starves;
-    - ``priority_timeout``: plus ``priority_queue_policy { key: 2 value { default_timeout_
-      microseconds, timeout_action: REJECT } }`` — offline waits at most `low_timeout_ms`,
-      the rest are rejected (UNAVAILABLE);
-    - ``priority_delay_action``: the same timeout with ``timeout_action: DELAY`` — nobody is
-      rejected, and the starving requests are pushed back further;
-    - ``priority_max_queue``: ``max_queue_size`` = `low_max_queue` on level 2 — reject at once
-      when the offline queue is full;
-    - ``priority_2_instances``: the actual fix for overload: a second instance.
+    Policies: ``fifo``; ``fifo_delay`` (max_queue_delay = `delay_ms`: bounds nothing);
+    ``priority`` (priority_levels 2: offline starves); ``priority_timeout`` (REJECT after
+    `low_timeout_ms`); ``priority_delay_action`` (the same with DELAY); ``priority_max_queue``
+    (max_queue_size `low_max_queue` on level 2); ``priority_2_instances`` (the fix: capacity).
     """
     cap = service.throughput(max_batch_size)
     rng = np.random.default_rng(seed)
@@ -118,15 +96,10 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
     return runs
 
 
-# ----------------------------------------------------------------------------- what the delay bounds
-
-
 def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
                            max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
-    """Queue time (start − arrival) against load with ``max_queue_delay`` = `delay_ms`.
-
-    Loads are fractions of the full-batch capacity. Rows: load, delay_ms, queue_p50_ms,
-    queue_p99_ms, queue_max_ms, over_delay_pct (share of requests queued longer than the delay),
+    """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay``
+    = `delay_ms`. Rows: load, delay_ms, queue_p50_ms, queue_p99_ms, queue_max_ms, over_delay_pct,
     stable.
     """
     cap = service.throughput(max_batch_size)
@@ -144,15 +117,11 @@ def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, servic
     return rows
 
 
-# ----------------------------------------------------------------------------- online vs offline
-
-
 def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]],
                         service: Affine = EMBED_LIKE, n: int = 12_000, seed: int = 41) -> list[dict[str, Any]]:
-    """For each (max_batch_size, delay_ms): p50/p99 latency at `online_rate` (Poisson), and the
-    capacity — the throughput reached when offered 3× the largest full-batch capacity (what an
-    offline job sees). Rows: max_batch_size, delay_ms, p50_ms, p99_ms, stable, capacity_rps,
-    mean_batch_offline."""
+    """Per (max_batch_size, delay_ms): latency at `online_rate`, and the capacity reached when
+    offered 3× the largest full-batch capacity. Rows: max_batch_size, delay_ms, p50_ms, p99_ms,
+    stable, capacity_rps, mean_batch_offline."""
     arr = W.poisson(online_rate, n, seed=seed)
     top = max(service.throughput(int(b)) for b, _ in settings)
     over = W.poisson(3.0 * top, n, seed=seed + 1)
@@ -166,15 +135,12 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
     return rows
 
 
-# ----------------------------------------------------------------------------- server statistics
 
 
 def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_per_phase: float = 1.5,
                      interval: float = 0.2, seed: int = 0, tail_s: float = 1.0) -> tuple[list[dict[str, float]], Any]:
-    """Drive `model` (the course's `embed` interface) open-loop through phases of Poisson traffic at
-    each rate in `rates` while scraping the metrics endpoint every `interval` s; keep scraping
-    `tail_s` after the last answer. Returns (`timeline_rows`, the `LoadReport`)."""
-
+    """Drive an `embed`-like `model` through Poisson phases at `rates` while scraping the metrics
+    endpoint every `interval` s (and `tail_s` after). Returns (timeline rows, `LoadReport`)."""
     if not rates or any(r <= 0 for r in rates):
         raise ValueError("rates must be a non-empty list of positive requests/s")
     arrivals = W.rate_curve(list(rates), seconds_per_phase * len(rates), seed=seed)

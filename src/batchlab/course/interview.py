@@ -1,11 +1,6 @@
-"""The article's ten interview questions, each tied to the chapter and the experiment that proves
-its answer (chapter 10).
-
-`EVIDENCE[qid]` names where to read (`links`: notebook and section) and which experiment settles
-the question (`experiment`); `run(qid)` re-runs a small, seeded version of that experiment and
-returns its deciding number as one Chinese sentence, so the interview chapter shows evidence, not
-just an answer key. Everything here calls the course library (`batchlab.sim`, `batchlab.course.cases`,
-`batchlab.course.misconceptions`, `batchlab.course.engineering`, `batchlab.course.capacity`, `batchlab.lm`).
+"""The article's ten interview questions (chapter 10): `EVIDENCE[qid]` names the chapter sections
+and the experiment behind each answer; `run(qid)` re-runs a small seeded version of it and
+returns its deciding number as one Chinese sentence.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from batchlab.config_pbtxt import check_config
-from batchlab.course import capacity, cases  # modules, not names: tests patch their functions
+from batchlab.course import capacity, cases
 from batchlab.course.engineering import starvation_experiment
 from batchlab.course.misconceptions import batch_size_sweep, combination_comparison, delay_sweep
 from batchlab.course.presets import EMBED_LIKE, LLM_COST
@@ -37,15 +32,11 @@ class Evidence:
     claim: str
 
 
-def _anchor(heading: str) -> str:
-    """JupyterLab's anchor for a markdown heading: spaces become hyphens, the rest is kept."""
-    return heading.strip().replace(" ", "-")
-
-
 def link_markdown(notebook: str, heading: str = "") -> str:
-    """A markdown link to `notebook` (relative to notebooks/), at `heading` if given."""
+    """A markdown link to `notebook` (relative to notebooks/), at `heading` if given (JupyterLab's
+    anchor: spaces become hyphens)."""
     label = notebook.split("_")[0] + (f" · {heading}" if heading else "")
-    target = notebook + (f"#{_anchor(heading)}" if heading else "")
+    target = notebook + (f"#{heading.strip().replace(' ', '-')}" if heading else "")
     return f"[{label}]({target})"
 
 
@@ -85,9 +76,6 @@ EVIDENCE: dict[str, Evidence] = {
                     "cases.fairness_experiment",
                     "请求级批里短单陪长单跑到底，p99 被拉长；连续批处理下尾延迟来自排队和 prefill 干扰"),
 }
-
-
-# ----------------------------------------------------------------------------- the experiments
 
 
 def _q1() -> str:
@@ -171,8 +159,7 @@ def run(qid: str) -> str:
 
 
 def evidence_rows(run_experiments: bool = True) -> list[dict[str, str]]:
-    """One row per question: id, claim, where (markdown links), experiment, and (if
-    `run_experiments`) the number it gives now."""
+    """One row per question: id, claim, links, experiment and (`run_experiments`) its number."""
     rows = []
     for qid, ev in EVIDENCE.items():
         row = {"题号": qid, "结论": ev.claim,
@@ -185,9 +172,8 @@ def evidence_rows(run_experiments: bool = True) -> list[dict[str, str]]:
 
 
 def answer_card(qid: str, run_experiment: bool = True, bank: str = "interview") -> str:
-    """Markdown for one question after it is answered: the question, the key, the bank's
-    explanation (and 勘误 where the article's own explanation is wrong), then the evidence:
-    links to the chapters and the number the experiment gives now."""
+    """Markdown for an answered question: question, key, explanation (勘误 where the article is
+    wrong), links to the chapters and, with `run_experiment`, the experiment's number."""
     if qid not in EVIDENCE:
         raise ValueError(f"unknown question {qid!r}; choose from {', '.join(EVIDENCE)}")
     q = load_bank(bank)[qid]

@@ -1,15 +1,10 @@
-"""The article's five misconceptions (常见误区), each turned into an experiment (chapter 09).
+"""The article's five misconceptions (常见误区), each an experiment (chapter 09); nothing here plots.
 
-Every function runs `batchlab.sim` (or the toy LM) under stated, seeded assumptions and returns
-plain rows, so the chapter prints the refuting number next to the article's claim and a plot
-helper (`batchlab.plotting.misconceptions`) draws them. Nothing here plots.
-
-1. `batch_size_sweep` / `llm_batch_sweep` — "max_batch_size at its maximum is always best".
-2. `combination_comparison` — "dynamic and sequence batching exclude each other".
-3. `delay_sweep` — "a tiny max_queue_delay makes throughput collapse" (run honestly: it does
-   not, under Triton's rule; the function also measures what a tiny delay does cost).
-4. `kv_growth` — "the KV cache costs no memory".
-5. `day_experiment` — "tune once, never again".
+1. `batch_size_sweep` / `llm_batch_sweep`: "max_batch_size at its maximum is always best";
+2. `combination_comparison`: "dynamic and sequence batching exclude each other";
+3. `delay_sweep`: "a tiny max_queue_delay makes throughput collapse";
+4. `kv_growth`: "the KV cache costs no memory";
+5. `day_experiment`: "tune once, never again".
 """
 
 from __future__ import annotations
@@ -47,15 +42,12 @@ def _lat(s: dict[str, Any], key: str = "p99") -> float | None:
     return s["latency_ms"][key] if s.get("latency_ms") else None
 
 
-# ----------------------------------------------------------------------------- 1
-
-
 def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_LIKE,
                      delays_us: Sequence[float] = (0.0,), n: int = 20_000, seed: int = 1) -> list[dict[str, Any]]:
-    """Dynamic batcher on one instance at a fixed Poisson `rate`, for each max_batch_size and delay.
+    """Dynamic batcher on one instance at Poisson `rate`, per max_batch_size and delay.
 
-    Rows: max_batch_size, delay_us, t_full_ms (execution time of a full batch), capacity_rps
-    (closed form B/t(B)), amdahl_ceiling_rps (1/b), mean_batch, p50_ms, p99_ms, stable.
+    Rows: max_batch_size, delay_us, t_full_ms, capacity_rps (B/t(B)), amdahl_ceiling_rps (1/b),
+    mean_batch, p50_ms, p99_ms, stable.
     """
     arr = W.poisson(rate, n, seed=seed)
     rows = []
@@ -72,12 +64,10 @@ def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_
 def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_token: int,
                     kv_budget_bytes: float | None, overload_rate: float = 30.0, n: int = 600,
                     lengths=LONG_CHAT, kv_policy: str = "on_demand", seed: int = 2) -> list[dict[str, Any]]:
-    """Continuous batching offered more than it can serve, for each cap on running sequences.
+    """Continuous batching offered more than it can serve, per cap on running sequences.
 
-    Rows: max_active, tokens_per_s (capacity), itl_ms (mean iteration time = time between two
-    tokens of a running sequence), kv_peak_gib (KV held at the high-water mark, real sizes from
-    `kv_bytes_per_token`), kv_need_gib (max_active full-length sequences), fits (kv_need within
-    budget), preemptions (sequences evicted for lack of KV and recomputed).
+    Rows: max_active, tokens_per_s, itl_ms (mean iteration time), mean_running, kv_peak_gib,
+    kv_need_gib (max_active mean-length sequences), fits (within budget), preemptions.
     """
     rng = np.random.default_rng(seed)
     arr = W.poisson(overload_rate, n, seed=rng)
@@ -101,23 +91,14 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
     return rows
 
 
-# ----------------------------------------------------------------------------- 2
-
-
 def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batch_size: int = 8,
                            lengths=(uniform(50, 400), capped_exponential(150, 600)),
                            overload_rate: float | None = None, seed: int = 4) -> list[dict[str, Any]]:
-    """The same requests under three schedulers:
+    """The same requests under ``dynamic_only`` (padded request-level batches), ``sequence_only``
+    (the same, each request returned when its own tokens are out: the article's 「序列模式」) and
+    ``combined`` (continuous batching, at most `max_batch_size` running).
 
-    - ``dynamic_only``: the dynamic batcher forms batches of whole generations (request level,
-      padded; responses return when the batch ends);
-    - ``sequence_only``: the same batches, but each request returns when its own last token is
-      out (what the article's demo calls 「序列模式」: early exit, no refill);
-    - ``combined``: continuous batching — new requests join at every iteration (entry-side
-      aggregation) and each sequence leaves when done (token-level scheduling), `max_batch_size`
-      running at most.
-
-    Rows: scheduler, p50_s, p99_s, eta, tokens_per_s (at `rate`), capacity_tokens_per_s (at
+    Rows: scheduler, p50_s, p99_s, eta, tokens_per_s, stable, capacity_tokens_per_s (at
     `overload_rate`, if given).
     """
     rng = np.random.default_rng(seed)
@@ -144,17 +125,12 @@ def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batc
     return rows
 
 
-# ----------------------------------------------------------------------------- 3
-
-
 def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Affine = EMBED_LIKE,
                 max_batch_size: int = 32, instances: int = 1, n: int = 20_000, seed: int = 3) -> list[dict[str, Any]]:
-    """Triton's dynamic batcher for each (load, delay): load is the offered rate as a fraction of
-    the full-batch capacity K·B/t(B) (above 1 = overload).
+    """Triton's dynamic batcher per (load, delay); load is a fraction of the full-batch capacity.
 
-    Rows: load, rate, delay_us, throughput_rps (completed/s; equals the rate when stable, the
-    capacity reached when not), mean_batch, p50_ms, p99_ms, busy (instance busy fraction),
-    gpu_ms_per_req (busy time per completed request: the cost side), stable.
+    Rows: load, rate, delay_us, throughput_rps, mean_batch, p50_ms, p99_ms, busy,
+    gpu_ms_per_req (busy time per completed request), stable.
     """
     cap = instances * service.throughput(max_batch_size)
     rows = []
@@ -174,14 +150,11 @@ def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Aff
     return rows
 
 
-# ----------------------------------------------------------------------------- 4
-
-
 def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, steps: int = 16,
               scale_to: Sequence[str] = ("Llama-2-7B", "Llama-3-8B"), tokens_per_seq: int = 4096
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Measured KV bytes of the toy LM for each concurrency, and the same concurrencies for real
-    models at `tokens_per_seq` tokens each (GiB). Returns (toy rows, scaled rows)."""
+    """(toy LM rows of `toy_kv_accounting`, rows of GiB the same concurrencies need in `scale_to`
+    models at `tokens_per_seq` tokens each)."""
     toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
     scaled = []
     for n in concurrency:
@@ -192,12 +165,8 @@ def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, step
     return toy, scaled
 
 
-# ----------------------------------------------------------------------------- 5
-
-
 def day_rates(trough: float, peak: float, hours: int = 24, peak_hour: float = 14.0) -> np.ndarray:
-    """Mean request rate of each hour of a day: a cosine from `trough` (at peak_hour ± 12 h) to
-    `peak`, averaged over the hour (the same curve as `batchlab.sim.workload.diurnal`)."""
+    """Mean rate of each hour of a day: `batchlab.sim.workload.diurnal` averaged per hour."""
     fn = W.diurnal(trough, peak, period_s=24.0, peak_at_s=peak_hour)
     edges = np.linspace(0, 24, hours + 1)
     fine = np.linspace(0, 24, hours * 60 + 1)
@@ -237,12 +206,9 @@ def _hour_p99(rate: float, k: int, service: Affine, max_batch_size: int, delay_u
 def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: Sequence[int],
                    service: Affine = EMBED_LIKE, max_batch_size: int = 32, delay_us: float = 0.0,
                    max_instances: int = 16, seconds_per_hour: float = 4.0, seed: int = 5) -> list[DayResult]:
-    """Each hour simulated in steady state at its rate (`seconds_per_hour` of simulated traffic).
-
-    Policies: ``fixed_k`` for each k in `fixed_instances` (one configuration all day), and
-    ``retuned`` (every hour the fewest instances whose p99 meets `slo_p99_ms`; Triton does not do
-    this by itself — a controller reloads the model or scales replicas). An unstable hour counts
-    as p99 = inf.
+    """Each hour simulated at its rate: ``fixed_k`` per k in `fixed_instances`, and ``retuned``
+    (each hour the fewest instances meeting `slo_p99_ms`, as an external controller would set).
+    An unstable hour counts as p99 = inf.
     """
     results = []
     for k in fixed_instances:
@@ -263,15 +229,10 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
     return results
 
 
-# ----------------------------------------------------------------------------- 3, on the real server
-
-
 def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,
                        seconds: float = 2.0, seed: int = 0) -> list[dict[str, Any]]:
-    """For each model (same model, different `max_queue_delay_microseconds`): a closed loop at
-    `concurrency` (the capacity regime) and an open loop at Poisson `rate` (moderate load), each
-    `seconds` long. Rows: model, mode, throughput_rps, p50_ms, p99_ms, mean_batch,
-    busy_ms_per_req (instance busy time per completed request, from the statistics extension)."""
+    """Per model, a closed loop at `concurrency` and an open loop at Poisson `rate`. Rows: model,
+    mode, throughput_rps, p50_ms, p99_ms, mean_batch, busy_ms_per_req (statistics extension)."""
     spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     rows = []
     for m in models:
@@ -292,10 +253,8 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
 
 def overload_throughput(sizes: Sequence[int], service: Affine = EMBED_LIKE, n: int = 20_000,
                         seed: int = 6) -> list[dict[str, Any]]:
-    """Simulated throughput of one instance offered twice its full-batch capacity, for each
-    max_batch_size, next to the closed form B/t(B) and the article's Amdahl S_p with
-    f = a/(a + b). Rows: max_batch_size, simulated_rps, closed_form_rps, speedup_sim (over B=1,
-    closed form), amdahl_sp."""
+    """One instance offered twice its full-batch capacity, per max_batch_size. Rows:
+    max_batch_size, simulated_rps, closed_form_rps (B/t(B)), speedup_sim, amdahl_sp."""
     f = F.amdahl_f_from_affine(service.base_us, service.per_item_us)
     base = service.throughput(1)
     rows = []

@@ -1,20 +1,9 @@
 """The source article's "Python 演示", restored to runnable form and unchanged in behaviour.
 
-The article printed this code with its line breaks lost. ``Request``, ``Batcher``, ``run_sim``
-and ``main`` below are that code with the line breaks put back (97 lines in the article's
-layout, as its header says); only comments and docstrings are translated into English or
-added, and type hints added. ``random.seed(42)``, the 0.05 s tick and every statement are as printed, and
-``tests/test_sim_seed_demo.py`` checks the results against the verbatim restoration. ``main()``
-prints what the article's ``__main__`` block prints::
-
-    === 批处理模拟结果 ===
-    动态批 batch=4 delay=3.0 朴素模式 => (28, 6.692857142857145)
-    动态批 batch=4 delay=3.0 序列模式 => (28, 5.635714285714291)
-    动态批 batch=2 delay=1.0 序列模式 => (22, 12.29090909090917)
-
-`trace_sim` re-runs the same loop with an instrumented ``Batcher`` so the defects listed in
-`DEFECTS` can be shown; each is verified by a test. The course's event-driven replacement is
-the rest of `batchlab.sim`.
+``Request``, ``Batcher``, ``run_sim`` and ``main`` are the article's code with its lost line
+breaks put back; only comments, docstrings and type hints were added, every statement (and
+``random.seed(42)``, the 0.05 s tick) is as printed (tests/test_sim_seed_demo.py checks it).
+`trace_sim` re-runs the loop with an instrumented ``Batcher`` to show the `DEFECTS`.
 """
 
 from __future__ import annotations
@@ -190,71 +179,32 @@ def trace_sim(batch_size: int, delay: float, seq_mode: bool, duration: float = 4
 
 @dataclass(frozen=True)
 class Defect:
-    """One thing the article's demo gets wrong, with the test that shows it."""
+    """One thing the article's demo gets wrong; `test` (in tests/test_sim_seed_demo.py) shows it."""
 
     key: str
     claim: str
-    test: str
+
+    @property
+    def test(self) -> str:
+        """The name of the test that demonstrates it."""
+        return f"test_defect_{self.key}"
 
 
 DEFECTS: tuple[Defect, ...] = (
-    Defect(
-        "no_join_while_active",
-        "Its 'sequence mode' never admits a request while others are active: a batch is formed "
-        "only under `if not self.active:`. Short requests leave early, but their slots stay empty "
-        "while requests wait, until the longest member is done. That is request-level batching "
-        "with early responses, not continuous batching.",
-        "test_defect_no_join_while_active",
-    ),
-    Defect(
-        "same_batches_both_modes",
-        "So the 'naive' and 'sequence' modes run the same batches: in the 40 s runs (batch=4, "
-        "delay=3.0) every batch has the same members, start ticks differ by at most 3 ticks (float "
-        "residue, see below), and both finish 28 requests. The sequence mode only returns short "
-        "members earlier; it adds no throughput.",
-        "test_defect_same_batches_both_modes",
-    ),
-    Defect(
-        "one_arrival_per_tick",
-        "At most one request arrives per tick, and every gap is rounded up to whole ticks "
-        "(next_t is set from the tick clock, and a request is submitted only at a tick with "
-        "clock >= next_t): the 1.5 s mean gap becomes about 1.5 + dt/2 s, and no rate above "
-        "1/dt = 20 requests/s can be expressed.",
-        "test_defect_one_arrival_per_tick",
-    ),
-    Defect(
-        "batch2_overloaded",
-        "Its batch=2 case is overloaded: a batch of 2 holds the server for max(L1, L2)/10 s "
-        "(3.5 s on average for lengths uniform on 5..50), so it serves about 0.57 requests/s "
-        "while about 0.66 arrive (rho ~ 1.16). The queue grows without bound and the mean "
-        "latency depends on how long you run: 12.3 s at 40 s, 27 s at 400 s, 270 s at 4000 s. "
-        "A 40 s run of an unstable queue says little.",
-        "test_defect_batch2_overloaded",
-    ),
-    Defect(
-        "unfinished_left_out",
-        "Requests still queued or running when the clock stops are silently left out of the "
-        "mean latency: in the batch=2 run 29 requests arrive and only 22 are counted. Run on "
-        "(same seed, same first 40 s), the 7 left out take 17.55 to 23.0 s each, all above the "
-        "reported mean of 12.3 s; the mean over all 29 is 13.9 s. The mean is biased low "
-        "exactly when the load is too high.",
-        "test_defect_unfinished_left_out",
-    ),
-    Defect(
-        "batching_is_free",
-        "An execution's duration does not depend on how many requests it holds: a batch of 4 "
-        "takes as long as its longest member alone. Batching costs nothing in this model, so "
-        "it cannot show the trade-off the article's own t_batch stands for.",
-        "test_defect_batching_is_free",
-    ),
-    Defect(
-        "float_tick_clock",
-        "Time is a float sum of 0.05 s ticks: a 40 s run makes 801 ticks (after 800 the clock "
-        "reads 39.99999999999986 < 40), and the naive mode's `remain -= dt` leaves residues "
-        "such as 4.7 - 94 x 0.05 = 8.5e-15 > 0 that cost an extra tick. Every time is quantised "
-        "to the tick; an event-driven simulator has neither problem.",
-        "test_defect_float_tick_clock",
-    ),
+    Defect("no_join_while_active", "'Sequence mode' forms a batch only when none is active: slots "
+           "freed early stay empty while requests wait (early responses, not continuous batching)."),
+    Defect("same_batches_both_modes", "So both modes run the same batches and finish the same "
+           "requests; the sequence mode only returns short members earlier."),
+    Defect("one_arrival_per_tick", "At most one request arrives per tick and every gap is rounded "
+           "up to whole ticks: no rate above 1/dt can be expressed."),
+    Defect("batch2_overloaded", "Its batch=2 case is overloaded (rho > 1): the mean latency grows "
+           "with the run length, so a 40 s run of it says little."),
+    Defect("unfinished_left_out", "Requests still queued or running at the end are left out of "
+           "the mean latency, which is biased low exactly when the load is too high."),
+    Defect("batching_is_free", "An execution takes as long as its longest member whatever the "
+           "batch size: batching costs nothing, so there is no trade-off to show."),
+    Defect("float_tick_clock", "Time is a float sum of 0.05 s ticks: residues cost extra ticks "
+           "and every time is quantised to the tick."),
 )
 
 

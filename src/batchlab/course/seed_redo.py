@@ -1,18 +1,9 @@
-"""The article's Python demo redone with `batchlab.sim` (chapter 08).
+"""The article's Python demo (`batchlab.course.seed_demo`) redone in `batchlab.sim` (chapter 08).
 
-The article's tick demo (`batchlab.course.seed_demo`) models requests of L tokens (uniform 5..50)
-that advance at 10 tokens/s, arriving with exponential gaps of mean 1.5 s, a batcher with
-`max_batch_size` and `max_delay`, and two modes: 「朴素」 (the batch ends with its longest member)
-and 「序列」 (each member leaves when its own tokens are done, nobody joins a running batch).
-
-The same experiment in the event-driven simulator:
-
-- ``naive``      → `simulate_static_generation` (request-level padded batches);
-- ``seq``        → the same with ``early_return=True`` (what the article's 序列模式 really is);
-- ``continuous`` → `simulate_continuous` (a finished sequence's slot is refilled at the next step).
-
-`ARTICLE_COST` reproduces the article's service model exactly (one step = 0.1 s whatever the batch
-size: batching is free); `BATCH_COST` charges for batch size so the trade-off exists.
+Its 「朴素」 mode is `simulate_static_generation` (``naive``), its 「序列」 mode the same with
+``early_return=True`` (``seq``); ``continuous`` refills a finished slot at the next step.
+`ARTICLE_COST` is the article's service model (a step takes 0.1 s whatever the batch);
+`BATCH_COST` charges for batch size.
 """
 
 from __future__ import annotations
@@ -34,8 +25,7 @@ __all__ = ["ARTICLE_COST", "BATCH_COST", "workload_from_trace", "article_workloa
 #: (a prompt of 1 token; a request of L tokens takes L steps of 0.1 s).
 ARTICLE_COST = TokenCost(prefill_per_token=0.0, decode_base=100_000.0, decode_per_seq=0.0)
 
-#: A batch that costs something: a step takes 70 ms + 10 ms per running sequence (0.08 s alone,
-#: 0.11 s for 4): batching still pays (4 sequences in 0.11 s instead of 0.32 s) but is not free.
+#: A step takes 70 ms + 10 ms per running sequence: batching pays but is not free.
 BATCH_COST = TokenCost(prefill_per_token=0.0, decode_base=70_000.0, decode_per_seq=10_000.0)
 
 SCHEDULERS = ("naive", "seq", "continuous")
@@ -59,9 +49,7 @@ def article_workload(n: int, seed: int = 0, mean_gap_s: float = 1.5) -> tuple[np
 def redo(arrivals: np.ndarray, lengths: np.ndarray, batch_size: int, delay_s: float,
          cost: TokenCost = ARTICLE_COST, schedulers: Sequence[str] = SCHEDULERS,
          warmup: float = 0.0) -> list[dict[str, Any]]:
-    """Run the article's experiment in `batchlab.sim`: one row per scheduler with n (completed),
-    mean_s, p50_s, p99_s, throughput_rps, eta, rho (offered / the static batcher's capacity,
-    estimated from the lengths), stable."""
+    """One row per scheduler: n (completed), mean_s, p50_s, p99_s, throughput_rps, eta, stable."""
     arr = np.asarray(arrivals, dtype=float)
     out = np.asarray(lengths, dtype=np.int64)
     prompt = np.ones_like(out)

@@ -1,21 +1,8 @@
-"""Tuning the dynamic batcher with the simulator: grids, heatmap data, capacity under a latency SLO.
+"""Tuning the dynamic batcher in the simulator (chapter 04): grids, heatmaps, capacity under an SLO.
 
-The loop of chapter 04 (Model Analyzer does the same offline on the real server; Triton itself
-never retunes a running model):
-
-1. `batchlab.probe.calibrate_service` measures t(B) of a model on the real server (one request
-   of B rows at a time, so every execution has exactly B rows) and returns a simulator service
-   `Table`, plus the client overhead the simulator does not model;
-2. `sweep` runs the simulator for each `batchlab.sim.BatchRule` at one arrival rate (heatmaps of
-   throughput and p99 over ``max_batch_size`` × ``max_queue_delay``);
-3. `capacity_under_slo` finds, for one config, the highest Poisson arrival rate whose latency
-   percentile stays within the SLO; `search` ranks configs by it;
-4. `BatchRule.to_pbtxt` writes the winner as a `config.pbtxt` for the real server, where the
-   chapter confirms the prediction.
-
-Every simulation uses common random numbers: one seeded unit-rate Poisson stream, scaled to each
-rate, so comparisons between rates and configs are not blurred by different random draws.
-Nothing here plots.
+`sweep` simulates each `BatchRule` at one rate, `capacity_under_slo` finds a rule's highest rate
+within a latency SLO and `search` ranks rules by it. All runs share one seeded unit-rate Poisson
+stream scaled to each rate (common random numbers). Nothing here plots.
 """
 
 from __future__ import annotations
@@ -35,11 +22,8 @@ __all__ = [
     "SLOCapacity", "capacity_under_slo", "search",
 ]
 
+#: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
 SLO_PERCENTILES = (50, 95, 99)
-"""Latency percentiles of an `evaluate` row (and the ones an SLO may name)."""
-
-
-# ----------------------------------------------------------------------------- configurations
 
 
 def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[float] = (0.0,),
@@ -58,9 +42,6 @@ def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[fl
     return out
 
 
-# ----------------------------------------------------------------------------- simulation runs
-
-
 def unit_arrivals(n_requests: int, seed: int = 0) -> np.ndarray:
     """A unit-rate Poisson stream of ``n_requests`` arrivals; divide by λ for rate λ."""
     n = count("n_requests", n_requests, lo=10)
@@ -69,25 +50,19 @@ def unit_arrivals(n_requests: int, seed: int = 0) -> np.ndarray:
 
 def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 4000, seed: int = 0,
              warmup: float = 0.1, extra_latency_ms: float = 0.0, unit: np.ndarray | None = None) -> dict[str, Any]:
-    """Simulate ``config`` at Poisson ``rate``; one flat row (config fields + summary figures).
-
-    ``extra_latency_ms`` (a constant client/transport overhead the simulator does not model) is
-    added to every latency figure.
-    """
+    """Simulate ``config`` at Poisson ``rate``: one flat row of config fields and figures, with
+    ``extra_latency_ms`` (client overhead the simulator does not model) added to each latency."""
     r = positive("rate", rate)
     u = unit_arrivals(n_requests, seed) if unit is None else unit
     s = simulate_rule(u / r, service, config, warmup).summary()
     lat = s["latency_ms"] or {}
-    row: dict[str, Any] = {"config": config, "label": config.label, **config.as_dict(), "rate_rps": r}
-    row["throughput_rps"] = s["throughput_rps"]
+    row: dict[str, Any] = {"config": config, "label": config.label, **config.as_dict(), "rate_rps": r,
+                           "throughput_rps": s["throughput_rps"]}
     for q in SLO_PERCENTILES:
         row[f"p{q}_ms"] = lat.get(f"p{q}", math.nan) + extra_latency_ms
-    row["mean_ms"] = lat.get("mean", math.nan) + extra_latency_ms
-    row["queue_ms"] = (s["queue_ms"] or {}).get("mean", math.nan)
-    row["batch_size_mean"] = s["batch_size_mean"]
-    row["utilization"] = s["utilization"]
-    row["stable"] = s["stable"]
-    return row
+    return {**row, "mean_ms": lat.get("mean", math.nan) + extra_latency_ms,
+            "queue_ms": (s["queue_ms"] or {}).get("mean", math.nan), "batch_size_mean": s["batch_size_mean"],
+            "utilization": s["utilization"], "stable": s["stable"]}
 
 
 def sweep(configs: Sequence[BatchRule], service: Any, rate: float, n_requests: int = 4000,
@@ -116,16 +91,12 @@ def as_matrix(rows: Sequence[dict[str, Any]], value: str, x: str = "max_queue_de
     return xs, ys, z
 
 
-# ----------------------------------------------------------------------------- capacity under an SLO
-
-
 @dataclass
 class SLOCapacity:
-    """The highest Poisson rate at which ``config`` meets the SLO, and how it was found.
+    """The highest Poisson rate at which ``config`` meets the SLO (0 if none scanned did).
 
-    ``rate_rps`` is 0 when no scanned rate met it. ``holds_below`` tells whether the SLO also held
-    at every lower scanned rate (with a long ``max_queue_delay`` a light load can miss an SLO that
-    a heavier one meets: batches fill sooner). ``row`` is the `evaluate` row at ``rate_rps``.
+    ``holds_below``: the SLO also held at every lower scanned rate (a long delay can miss it at
+    light load). ``row`` is the `evaluate` row at ``rate_rps``.
     """
 
     config: BatchRule
@@ -194,11 +165,9 @@ def search(configs: Sequence[BatchRule], service: Any, slo_ms: float, percentile
            tie_tolerance: float = 0.02) -> list[SLOCapacity]:
     """`capacity_under_slo` for every config, best first.
 
-    Configs whose SLO fails at some lower load rank after the others (``require_holds_below``).
-    Configs within ``tie_tolerance`` (relative) of the highest rate are a tie, a difference the
-    finite simulation cannot resolve; among them the simplest wins: the shortest
-    ``max_queue_delay``, then no preferred sizes, then fewer instances, then the smaller
-    ``max_batch_size`` (batcher.md: start from the defaults and add delay only when it pays).
+    Configs failing at a lower load rank last (``require_holds_below``). Rates within
+    ``tie_tolerance`` of the best tie; then the simplest wins: shortest delay, no preferred
+    sizes, fewer instances, smaller ``max_batch_size``.
     """
     if not configs:
         raise ValueError("configs is empty")

@@ -1,20 +1,9 @@
-"""batchlab.lm: a numpy toy decoder-only LM with a KV cache, and what serves it.
+"""batchlab.lm: a numpy toy decoder-only LM with a KV cache, batch invariant (a sequence gets
+bit-identical logits alone or in any batch), and the continuous-batching scheduler that serves it.
 
-A 4-layer, d_model 256, 4-head transformer over the characters of the source article, with
-deterministic integer weights from a seed and a bigram prior counted from the article. It is
-batch invariant: a sequence gets bit-identical logits alone or inside any batch.
-
-    from batchlab.lm import ToyLM, encode, decode, generate
-    lm = ToyLM.default()
-    decode(generate(lm, encode("动态批处理"), max_tokens=20))
-
-Modules: `vocab` (tokenizer, prior), `config`, `model` (ToyLM), `kvcache` (KVCache and
-`kv_report`; the bytes-per-token formula is `batchlab.theory.kv`), `sampling`, `generation`
-(Sequence, step, static batches),
-`scheduler` (continuous batching + admission policy), `perf` (t(B) and its fit), `blas`,
-`inputs` (request inputs for each course model, right shapes and dtypes), `triton_io` and
-`triton_models` (the Python-backend models of the course model repository) and `fake_pb`
-(a stand-in for triton_python_backend_utils, to run those models in-process).
+Modules: `vocab` (the article, tokenizer, prior), `config`, `model` (ToyLM), `kvcache`,
+`sampling`, `generation` (Sequence, step, static batches), `scheduler` (continuous batching,
+admission policy), `perf` (t(B) and its fit), `blas`. The Triton models are `batchlab.models`.
 """
 
 from batchlab.lm.config import LMConfig

@@ -1,8 +1,5 @@
-"""Threads of the OpenBLAS bundled with numpy, settable after numpy is imported.
-
-Triton's Python-backend stub imports numpy before the model file runs, so the
-`OPENBLAS_NUM_THREADS` environment variable comes too late there; the course models call
-`set_num_threads(1)` instead (two cores shared by server, models and clients).
+"""Threads of numpy's bundled OpenBLAS, settable after numpy is imported (as in Triton's
+Python-backend stub, where `OPENBLAS_NUM_THREADS` comes too late).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from batchlab._validate import count
 from batchlab.lm.vocab import VOCAB_SIZE
@@ -15,12 +15,8 @@ EXACT_FLOAT32_INT = 2**24
 class LMConfig:
     """Shape and seed of a `ToyLM`.
 
-    Weights are integers in [-weight_levels, weight_levels] stored as float32, activations are
-    rounded per token to integers in [-act_levels, act_levels] before every matmul, and one
-    scale per matrix and per token brings the result back. Every partial sum is then an integer
-    below 2**24, exact in float32 whatever order BLAS sums in, so a token's result does not
-    depend on which other tokens share the matmul (batch invariance, tested). Attention works
-    the same way on int8-valued keys, values and probabilities (see `batchlab.lm.model`).
+    Integer weights in ±weight_levels, activations rounded per token to ±act_levels: every
+    partial sum is an integer below 2**24, exact in float32 (batch invariance; see `model`).
     """
 
     vocab_size: int = VOCAB_SIZE
@@ -67,7 +63,3 @@ class LMConfig:
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.d_model // self.n_heads
-
-    def as_dict(self) -> dict:
-        """Plain dict of the fields (JSON-friendly)."""
-        return asdict(self)

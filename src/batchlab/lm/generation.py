@@ -1,7 +1,7 @@
-"""Generation on top of `ToyLM`: one sequence's state, a batched step, solo and static batches.
+"""Generation on `ToyLM`: one sequence's state, a batched `step`, solo and static batches.
 
-Every course model generates through `step()`, so a prompt yields the same tokens alone, in a
-static batch, in Triton's sequence batcher or in the continuous-batching scheduler.
+Every course model generates through `step()`, so a prompt yields the same tokens however it is
+batched.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ from batchlab.lm.vocab import EOS_ID, PAD_ID
 
 
 def check_prompt(prompt, vocab_size: int, max_len: int) -> np.ndarray:
-    """Validate a prompt of token ids; return it as a 1-D int32 array.
-
-    ValueError names the problem: not 1-D, empty, not integers, an id outside the vocabulary,
-    a ``<pad>`` id, or longer than `max_len`.
-    """
+    """A prompt of token ids as 1-D int32; ValueError if not 1-D, empty, not integers, outside
+    the vocabulary, holding ``<pad>`` or longer than `max_len`."""
     arr = np.asarray(prompt)
     if arr.ndim != 1:
         raise ValueError(f"prompt must be a 1-D array of token ids, got shape {arr.shape}")
@@ -42,13 +39,11 @@ def check_prompt(prompt, vocab_size: int, max_len: int) -> np.ndarray:
 
 
 class Sequence:
-    """One generation in progress: prompt, KV cache, generated tokens, sampling state.
+    """One generation in progress: prompt, KV cache (allocated at its first step, freed by
+    `release()` / `cancel()`), generated tokens and sampling state.
 
-    The KV cache is allocated at the first step (a queued sequence holds none) and freed by
-    `release()` / `cancel()`.
-
-    `max_tokens` counts generated tokens (the first comes from the prefill). Generation stops
-    at ``<eos>`` (unless `ignore_eos`) or after `max_tokens`; `finish_reason` then says which.
+    It stops at ``<eos>`` (unless `ignore_eos`) or after `max_tokens` generated tokens (the first
+    comes from the prefill); `finish_reason` says which.
     """
 
     __slots__ = ("seq_id", "prompt", "max_tokens", "temperature", "seed", "ignore_eos",
@@ -129,10 +124,7 @@ class Sequence:
 
 
 def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
-    """One model execution over live sequences: prefill the new ones, decode the others.
-
-    Returns the token each sequence picked. Finished sequences are not allowed.
-    """
+    """One model execution: prefill the new sequences, decode the others; the tokens they picked."""
     for s in seqs:
         if s.done:
             raise ValueError(f"sequence {s.seq_id!r} is finished and cannot step")
@@ -153,30 +145,17 @@ def generate(lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0, seed:
 
 @dataclass(frozen=True)
 class StaticBatchResult:
-    """What a static (request-level) batch did.
-
-    `steps` model executions ran; row i produced `len(tokens[i])` tokens and idled (padded)
-    for `padded_steps[i]` = steps − len(tokens[i]). Padding efficiency η = useful / (B·steps).
-    """
+    """What a static batch did: each row's tokens and the `steps` executions it took."""
 
     tokens: list[list[int]]
     steps: int
-    padded_steps: list[int]
-
-    @property
-    def efficiency(self) -> float:
-        """η = Σ useful token steps / (batch size · steps)."""
-        if not self.tokens or self.steps == 0:
-            return 1.0
-        return sum(len(t) for t in self.tokens) / (len(self.tokens) * self.steps)
 
 
 def generate_static_batch(lm: ToyLM, seqs: Seq[Sequence]) -> StaticBatchResult:
     """Decode a whole batch until its longest member finishes (request-level batching).
 
-    Finished rows keep occupying their place in every step — their token is computed and
-    thrown away, and their cache is rolled back — which is the padding cost the article's η
-    measures.
+    Finished rows keep their place in every step (token computed and discarded, cache rolled
+    back): the padding cost the article's η measures.
     """
     seqs = list(seqs)
     steps = 0
@@ -197,5 +176,4 @@ def generate_static_batch(lm: ToyLM, seqs: Seq[Sequence]) -> StaticBatchResult:
         steps += 1
     for s in seqs:
         s.release()
-    return StaticBatchResult([list(s.tokens) for s in seqs], steps,
-                             [steps - len(s.tokens) for s in seqs])
+    return StaticBatchResult([list(s.tokens) for s in seqs], steps)

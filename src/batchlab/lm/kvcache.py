@@ -1,7 +1,4 @@
-"""Per-sequence KV cache of the toy LM, and its bytes per token next to the reference models.
-
-The formula and the reference shapes live in `batchlab.theory.kv`.
-"""
+"""Per-sequence KV cache of the toy LM (the bytes-per-token formula is `batchlab.theory.kv`)."""
 
 from __future__ import annotations
 
@@ -16,10 +13,8 @@ BLOCK_TOKENS = 16
 
 
 def kv_report(config: Any) -> list[dict]:
-    """Bytes per token of `config` (a `LMConfig`, float32 KV) next to Llama-2-7B and Llama-3-8B.
-
-    Each row: name, n_layers, n_kv_heads, head_dim, bytes_per_element, bytes_per_token.
-    """
+    """Bytes per token of an `LMConfig` (float32 KV) next to Llama-2-7B and Llama-3-8B: rows of
+    name, n_layers, n_kv_heads, head_dim, bytes_per_element, bytes_per_token."""
     ours = ModelShape("batchlab toy LM", config.n_layers, config.n_heads, config.n_kv_heads,
                       config.head_dim, 4)
     rows = [("batchlab toy LM (float32)", ours)] + [(s.label, s) for s in MODEL_SHAPES.values()]
@@ -32,10 +27,9 @@ def kv_report(config: Any) -> list[dict]:
 
 
 class KVCache:
-    """Keys and values of one sequence: float32 arrays (layers, kv_heads, capacity, head_dim).
+    """Keys and values of one sequence, float32 (layers, kv_heads, capacity, head_dim).
 
-    `length` tokens are valid; capacity grows in blocks of `BLOCK_TOKENS` (doubling), so
-    `allocated_bytes` ≥ `used_bytes`: the gap is the fragmentation paged caches remove.
+    Capacity grows in blocks of `BLOCK_TOKENS` (doubling): allocated ≥ used bytes.
     """
 
     __slots__ = ("k", "v", "length", "max_len", "_shape")

@@ -1,16 +1,10 @@
 """A small decoder-only transformer in numpy float32 with a per-sequence KV cache.
 
-The weights are random (seeded) integers; the logits add a bigram prior counted from the source
-article, so generations look like the article's characters. What the course needs from it:
-
-* a batched step is cheaper per token than single steps (weights are read once per step),
-* a KV cache that grows by a fixed number of bytes per token,
-* batch invariance: a sequence yields the same logits, bit for bit, alone or inside any batch,
-  with any number of BLAS threads: every matmul — the weights, Q·Kᵀ and P·V — multiplies
-  integer-valued float32 operands whose partial sums stay below 2**24, so each sum is exact
-  whatever order or split BLAS chooses; the other operations are element-wise or per row.
-  The KV cache holds keys and values as integers in [-127, 127] with a fixed scale (int8
-  values stored in float32), attention probabilities are rounded to multiples of 2**-16.
+Seeded integer-valued weights; the logits add a bigram prior counted from the article. A batched
+step reads the weights once, the cache grows by fixed bytes per token, and the model is batch
+invariant: every matmul (weights, Q·Kᵀ, P·V) multiplies integer-valued float32 operands whose
+partial sums stay below 2**24, so each sum is exact whatever order or split BLAS chooses. Keys
+and values are int8-valued with a fixed scale; attention probabilities are multiples of 2**-16.
 """
 
 from __future__ import annotations
@@ -50,10 +44,6 @@ class _QLinear:
         self.scale = np.float32(1.0 / (math.sqrt(fan_in) * spread))
         self.act_levels = np.float32(act_levels)
         self.always_gemm = always_gemm
-
-    @property
-    def nbytes(self) -> int:
-        return self.w.nbytes
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         # Per-row (per-token) symmetric quantisation: |xq| <= act_levels, integers.
@@ -132,11 +122,8 @@ def _rounded_probs(s: np.ndarray) -> np.ndarray:
 
 
 def _probs_times_values(s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """softmax(s) @ v with the probabilities rounded to multiples of 2**-16: an exact sum.
-
-    `s` holds scores (masked with -inf), `v` integer values; every partial sum is an integer
-    below 2**24, so the result does not depend on how BLAS orders or splits the sum.
-    """
+    """softmax(s) @ v, probabilities rounded to multiples of 2**-16: integer sums below 2**24, exact
+    whatever BLAS's order (`s` scores masked with -inf, `v` integer values)."""
     out = np.matmul(_rounded_probs(s), v)
     out *= KV_SCALE / PROB_LEVELS
     return out
@@ -157,11 +144,8 @@ class _Layer:
 
 
 class ToyLM:
-    """The course LM. `ToyLM.default()` returns the shared instance every model server uses.
-
-    Token ids are those of `batchlab.lm.vocab`. All methods are thread-safe for distinct
-    caches; one cache must not be used by two calls at once.
-    """
+    """The course LM; `ToyLM.default()` is the instance shared in a process. Thread-safe for
+    distinct caches."""
 
     _default: "ToyLM | None" = None
     _default_lock = threading.Lock()
@@ -198,7 +182,6 @@ class ToyLM:
         self._ctx_w = np.float32(cfg.context_weight)
         self._prior_w = np.float32(cfg.prior_weight)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def default(cls) -> "ToyLM":
         """The shared default-config LM of this process (built once, ~0.1 s)."""
@@ -212,20 +195,18 @@ class ToyLM:
         """Bytes of the matmul weights read by every decode step."""
         mats = [self.head] + [m for layer in self.layers
                               for m in (layer.qkv, layer.proj, layer.up, layer.down)]
-        return sum(m.nbytes for m in mats)
+        return sum(m.w.nbytes for m in mats)
 
     def new_cache(self, capacity: int = 16) -> KVCache:
         """An empty KV cache for one sequence."""
         cfg = self.config
         return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.max_seq_len, capacity)
 
-    # ------------------------------------------------------------------ forward
     def forward(self, caches: Sequence[KVCache], chunks: Sequence[np.ndarray]) -> np.ndarray:
-        """Append `chunks[i]` (token ids) to sequence i and return next-token logits (B, V).
+        """Append `chunks[i]` to sequence i's cache; next-token logits (B, V).
 
-        A ragged, mixed batch: a chunk of a whole prompt is a prefill, a chunk of one token is a
-        decode step; each sequence attends only to its own cache. On a ValueError (bad ids,
-        too long) no cache is changed.
+        A chunk of a whole prompt is a prefill, one token a decode step; each sequence attends to
+        its own cache only. On a ValueError no cache is changed.
         """
         if len(caches) != len(chunks):
             raise ValueError(f"{len(caches)} caches but {len(chunks)} token chunks")
@@ -318,7 +299,6 @@ class ToyLM:
         logits += self._prior_w * self.prior[last_tokens]
         return logits
 
-    # ------------------------------------------------------------------ conveniences
     def prefill(self, prompt: Sequence[int] | np.ndarray,
                 cache: KVCache | None = None) -> tuple[np.ndarray, KVCache]:
         """Run a prompt through a (new) cache; return next-token logits (V,) and the cache."""
@@ -336,12 +316,10 @@ class ToyLM:
         return self.forward(caches, [tokens[i:i + 1] for i in range(len(caches))])
 
     def decode_shared(self, prefix: KVCache, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-        """One decode step for B rows that share one cached prefix: row i appends tokens[i].
+        """One decode step for B rows sharing one cached prefix: row i appends tokens[i]; logits (B, V).
 
-        Logits (B, V), bit-identical to `decode_step` on B copies of `prefix`, but the prefix is
-        stored once and read once per layer for the whole batch (one matmul for Q·Kᵀ and one
-        for P·V), and it is not changed: the shared-prefix KV cache of prefix caching, and the
-        purest weight-bound step, whose per-row cost is only the rows' own matmul work.
+        Bit-identical to `decode_step` on B copies of `prefix`, but the prefix is stored and read
+        once per layer for the whole batch, and not changed (a prefix-cached KV).
         """
         tokens = np.asarray(tokens)
         cfg = self.config
@@ -381,11 +359,8 @@ class ToyLM:
         return self._logits(x, toks)
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
-        """Pooled, L2-normalised final hidden states of fixed-length rows (R, L) -> (R, d).
-
-        Rows are prompts padded at the end with ``<pad>`` (id 0); padding is masked out of the
-        mean (attention is causal, so it never reaches real tokens). No KV cache is kept.
-        """
+        """Pooled, L2-normalised final hidden states of rows (R, L) padded at the end with ``<pad>``
+        (masked out of the mean); (R, d). No KV cache is kept."""
         tokens = np.asarray(tokens)
         cfg = self.config
         if tokens.ndim != 2 or tokens.shape[1] == 0:

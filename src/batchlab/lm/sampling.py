@@ -14,11 +14,8 @@ def greedy(logits: np.ndarray) -> int:
 
 
 def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """Draw a token from softmax(logits / temperature) with one uniform from `rng`.
-
-    `temperature` 0 means greedy (no draw). The draw uses float64 and only this sequence's
-    generator, so the token does not depend on the other sequences in the batch.
-    """
+    """A token from softmax(logits / temperature) with one uniform from this sequence's `rng`
+    (float64; greedy at temperature 0), so it does not depend on the rest of the batch."""
     temperature = float(temperature)
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")

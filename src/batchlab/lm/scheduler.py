@@ -1,9 +1,8 @@
 """Iteration-level (continuous) batching: the scheduler loop the `lm_stream` model runs.
 
-Every `ContinuousBatcher.step()` is one model execution: it admits waiting sequences (the
-admission policy decides which), prefills them and decodes every active sequence in the same
-forward pass, and retires the ones that finished. The admission policy is a small replaceable
-object: labs swap `FCFSAdmission` for their own.
+Each `ContinuousBatcher.step()` is one model execution: admit waiting sequences (a replaceable
+admission policy decides), prefill them and decode the active ones in one forward pass, retire
+the finished.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ class SeqInfo:
 
     @property
     def kv_tokens(self) -> int:
-        """KV tokens it holds now: prompt + generated − 1 (the newest token is not yet fed
-        back); 0 before its prefill."""
+        """KV tokens held now: prompt + generated − 1 (0 before the prefill)."""
         return self.prompt_tokens + self.generated - 1 if self.generated else 0
 
 
@@ -61,11 +59,10 @@ MAX_WAITING = 256
 
 @dataclass
 class FCFSAdmission:
-    """First come, first served, under a cap on active sequences and a KV-token budget.
+    """First come, first served under a cap on active sequences and a KV-token budget.
 
-    A sequence reserves prompt + max_tokens KV tokens for its whole life (no eviction, the
-    "guaranteed no evict" policy of TensorRT-LLM); the head of the queue waits until both
-    limits allow it, and nobody overtakes it (no head-of-line skipping).
+    Each sequence reserves prompt + max_tokens tokens for its life (no eviction); the head of the
+    queue waits until both limits allow it and nobody overtakes it.
     """
 
     max_active: int = MAX_ACTIVE
@@ -99,12 +96,8 @@ class FCFSAdmission:
 
 @dataclass
 class StepReport:
-    """What one scheduler step did.
-
-    `emitted` holds (sequence, token) for every sequence that ran (the batch); `finished` the
-    sequences that ended in this step; `batch_size` = len(emitted); `kv_tokens` the KV tokens
-    held by the active sequences after the step.
-    """
+    """What one step did: `emitted` (sequence, token) per sequence in the batch, `admitted`,
+    `finished`, waiting count and KV tokens held after it, and its duration."""
 
     emitted: list[tuple[Sequence, int]] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
@@ -126,10 +119,9 @@ def info_of(seq: Sequence, now: float | None = None, since: float | None = None)
 
 
 class ContinuousBatcher:
-    """Waiting queue + running batch + policy; `step()` runs one iteration.
+    """Waiting queue, running batch and admission policy; `step()` runs one iteration.
 
-    `submit` and `cancel` may be called from other threads than `step`. With `max_waiting`,
-    `submit` refuses a sequence when that many already wait (a bounded queue).
+    `submit` and `cancel` may be called from other threads; with `max_waiting` the queue is bounded.
     """
 
     def __init__(self, lm: ToyLM, policy: AdmissionPolicy | None = None,
@@ -155,8 +147,7 @@ class ContinuousBatcher:
         return bool(self._waiting) or bool(self.active)
 
     def submit(self, seq: Sequence) -> None:
-        """Queue a new sequence; ValueError if the policy could never admit it or the queue
-        is full."""
+        """Queue a sequence; ValueError if the policy could never admit it or the queue is full."""
         if seq.done:
             raise ValueError("cannot submit a finished sequence")
         self.policy.check(info_of(seq))
@@ -167,11 +158,7 @@ class ContinuousBatcher:
             self._waiting.append((seq, time.monotonic()))
 
     def cancel(self, seq: Sequence, reason: str = "cancelled") -> None:
-        """Drop a waiting or running sequence and free its KV cache.
-
-        Called while a step runs on another thread, the sequence leaves the batch when that
-        step ends (its token is then discarded).
-        """
+        """Drop a waiting or running sequence and free its cache (during a step, when it ends)."""
         with self._lock:
             self._waiting = deque((s, t) for s, t in self._waiting if s is not seq)
             if seq in self.active:

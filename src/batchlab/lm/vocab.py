@@ -1,17 +1,19 @@
 """Character vocabulary of the toy LM and the bigram prior counted from the article.
 
 Token ids: 0 ``<pad>``, 1 ``<bos>``, 2 ``<eos>``, 3 ``<unk>``, then every distinct character of
-the source article (`batchlab.lm.corpus.ARTICLE`) in code-point order.
+the source article (`ARTICLE`, read from article.txt) in code-point order.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-from batchlab.lm.corpus import ARTICLE
+#: The source article (「一口锅」: Triton 动态批处理与序列批处理), the toy LM's corpus.
+ARTICLE: str = Path(__file__).with_name("article.txt").read_text(encoding="utf-8")
 
 PAD_ID: int = 0
 BOS_ID: int = 1
@@ -26,10 +28,7 @@ _CHAR_TO_ID: dict[str, int] = {c: i + len(SPECIALS) for i, c in enumerate(CHARS)
 
 
 def encode(text: str, bos: bool = True) -> np.ndarray:
-    """Token ids (int32) of `text`; characters outside the article map to ``<unk>``.
-
-    With `bos` the ids start with ``<bos>``, as every prompt the course models expect does.
-    """
+    """Token ids (int32) of `text`, after ``<bos>`` if `bos`; unknown characters map to ``<unk>``."""
     if not isinstance(text, str):
         raise ValueError(f"encode() takes a str, got {type(text).__name__}")
     ids = [_CHAR_TO_ID.get(c, UNK_ID) for c in text]
@@ -39,10 +38,8 @@ def encode(text: str, bos: bool = True) -> np.ndarray:
 
 
 def decode(ids: Iterable[int], specials: bool = False) -> str:
-    """Text of token ids; special tokens are dropped (or shown as ``<eos>`` etc. with `specials`).
-
-    ``<unk>`` shows as U+FFFD. Ids outside the vocabulary raise ValueError.
-    """
+    """Text of token ids: specials dropped (shown with `specials`), ``<unk>`` as U+FFFD;
+    ValueError for ids outside the vocabulary."""
     out = []
     for i in ids:
         i = int(i)
@@ -59,10 +56,7 @@ def decode(ids: Iterable[int], specials: bool = False) -> str:
 
 @lru_cache(maxsize=1)
 def corpus_ids() -> np.ndarray:
-    """The article as one id stream: each non-empty line is ``<bos>`` line ``<eos>``.
-
-    Runs of whitespace (the article's code indentation) collapse to one space.
-    """
+    """The article as ids: each non-empty line (whitespace runs collapsed) as ``<bos>`` line ``<eos>``."""
     ids: list[int] = []
     for line in ARTICLE.splitlines():
         line = " ".join(line.split())
@@ -74,19 +68,15 @@ def corpus_ids() -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def bigram_log_prior(smoothing: float = 0.1) -> np.ndarray:
-    """log P(next | current) counted from the article, add-`smoothing`, float32 (V, V).
+    """log P(next | current) from the article, add-`smoothing`, float32 (V, V), read-only.
 
-    Columns ``<pad>`` and ``<bos>`` are -inf: those tokens are never generated. Rows of tokens
-    that never precede anything (``<eos>``, ``<pad>``) are uniform. Read-only and shared.
+    ``<pad>`` and ``<bos>`` are never generated (-inf columns).
     """
     ids = corpus_ids()
     counts = np.zeros((VOCAB_SIZE, VOCAB_SIZE), dtype=np.float64)
     pairs = ids[:-1], ids[1:]
     keep = pairs[0] != EOS_ID
     np.add.at(counts, (pairs[0][keep], pairs[1][keep]), 1.0)
-    # Nothing may follow with <pad> or <bos>; they are never generated.
-    counts[:, PAD_ID] = 0.0
-    counts[:, BOS_ID] = 0.0
     counts += smoothing
     counts[:, PAD_ID] = 0.0
     counts[:, BOS_ID] = 0.0

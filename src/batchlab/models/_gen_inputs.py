@@ -23,11 +23,8 @@ def generation_limits(params: dict, max_seq_len: int) -> tuple[int, int]:
 
 def read_sequences(lm: ToyLM, request: Any, batched: bool, max_prompt: int, max_tokens_limit: int,
                    seq_id: Any = None) -> list[Sequence]:
-    """The `Sequence`s of one request (one per batch row; one when `batched` is False).
-
-    InputError names the first problem: missing input, wrong dtype or rank, an id outside the
-    vocabulary, a prompt or MAX_TOKENS over the limits, a bad TEMPERATURE or SEED.
-    """
+    """The `Sequence`s of one request (one per batch row, one unbatched); InputError names the
+    first problem (missing input, dtype, rank, vocabulary, limits, TEMPERATURE or SEED)."""
     prompt = require(request, "PROMPT")
     expect_dtype(prompt, "PROMPT", "iu")
     if batched:

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from batchlab.lm import blas
 from batchlab.lm.config import LMConfig
 from batchlab.lm.model import ToyLM
-from batchlab.models.triton_io import int_param, model_config_from_args, parameters
+from batchlab.models.triton_io import int_param, parameters
 
 
 class LMModelBase:
     """Base of the Python-backend model classes (not a model itself)."""
 
     def initialize(self, args: dict) -> None:
-        """Read `model_config`, apply `blas_threads` (default 1), build/reuse the shared LM.
-
-        Parameters `d_model` and `d_ff` (optional, both or neither) build a wider LM of the same
-        architecture instead of the shared default one (the `decode` models use it to make the
-        weights too big for the CPU caches, as an LLM's are for a GPU's on-chip memory).
-        """
+        """Read the config, set `blas_threads` (default 1) and build or reuse the LM; parameters
+        `d_model` and `d_ff` (both or neither) build a wider one (the `decode` models)."""
         self.model_name: str = args.get("model_name", "?")
-        self.model_config: dict[str, Any] = model_config_from_args(args)
+        self.model_config: dict[str, Any] = json.loads(args["model_config"])
         self.params = parameters(self.model_config)
         blas.set_num_threads(int_param(self.params, "blas_threads", 1, 1, 64))
         widths = [int_param(self.params, k, 0, 1, 4096) for k in ("d_model", "d_ff")]

@@ -1,15 +1,10 @@
-"""`decode`: a stateless decode-regime model, one toy-LM decode step per row over a fixed KV context.
+"""`decode`: one stateless toy-LM decode step per row over a fixed KV context (the weight-bound regime).
 
-Input TOKEN INT32 [1] (one token id per row), outputs NEXT_TOKEN INT32 [1] (greedy next token
-after the fixed context followed by that token) and BATCH_SIZE INT32 [1] (rows in the execution).
-Every row attends to the same fixed context of `context_tokens` tokens (parameter, default 32),
-prefilled once at load time into one shared KV cache that a step reads but never changes
-(`ToyLM.decode_shared`), so a request's answer depends on its token only (stateless: the dynamic
-batcher may group any rows). One step reads all the weights once whatever the batch, like an
-LLM's decode: t(B) = a + b·B with a large a and a small b, the regime where dynamic batching pays
-most. With parameters `d_model`/`d_ff` the LM is wider than the course default (the shipped
-config uses 512/2048: 52 MB of weights, more than the CPU caches hold, so every step streams them
-from memory, as an LLM's decode streams its weights from HBM).
+Input TOKEN INT32 [1]; outputs NEXT_TOKEN INT32 [1] (greedy, after the context and the token) and
+BATCH_SIZE INT32 [1]. The context of `context_tokens` (default 32) is prefilled once at load into
+one shared cache (`ToyLM.decode_shared`), so an answer depends on its token only. A step reads
+all weights once whatever the batch: t(B) = a + b·B with a large a. Parameters `d_model`/`d_ff`
+widen the LM so its weights outgrow the CPU caches, as an LLM's outgrow a GPU's on-chip memory.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """`generate`: request-level generation batched by the dynamic batcher (static batching).
 
-Each execution takes the batch the dynamic batcher formed and decodes all of it until its
-longest member is done; finished rows keep their place (padding). Inputs: PROMPT INT32 [-1]
-(ragged), MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1], IGNORE_EOS BOOL [1].
-Outputs: TOKENS INT32 [-1] (generated ids; multi-row requests pad with <pad> 0), NUM_TOKENS,
-BATCH_STEPS (steps the execution ran), PADDED_STEPS (= BATCH_STEPS − NUM_TOKENS) and BATCH_SIZE
-(rows in the execution), each INT32 [1]. η of the execution = Σ NUM_TOKENS / (B · BATCH_STEPS).
+Each execution decodes its whole batch until the longest member is done (finished rows pad).
+Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
+IGNORE_EOS BOOL [1]. Outputs (INT32): TOKENS [-1] (padded with <pad> in multi-row requests),
+NUM_TOKENS, BATCH_STEPS, PADDED_STEPS (= BATCH_STEPS − NUM_TOKENS), BATCH_SIZE, each [1].
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """`lm_iterative`: continuous batching by Triton's own scheduler (`iterative_sequence: true`).
 
-Decoupled. A client opens a sequence (gRPC stream, `sequence_start=True`, no `sequence_end`)
-with one request; every execution of the model advances each sequence in the batch by one token
-(prefilling new ones in the same pass), streams that token, and hands the request back to the
-sequence batcher with `set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)` until
-<eos> or MAX_TOKENS; the last token goes out with the FINAL flag and the request is released,
-which frees the sequence's slot. Each execution therefore batches whichever sequences are live.
-
-State (the `Sequence` with its KV cache) is keyed by correlation id. A request that the client
-cancels is dropped by Triton's scheduler and never executed again, so the model also reaps
-state that no execution touched for `max_sequence_idle_microseconds` (plus a margin).
+Decoupled. A client opens a sequence with one request (`sequence_start=True`, no end); each
+execution advances every sequence in the batch by one token (prefilling new ones), streams it and
+hands the request back with RELEASE_RESCHEDULE until <eos> or MAX_TOKENS, when the last token
+goes out FINAL and the slot is freed. State is keyed by correlation id; a cancelled request is
+never executed again, so state idle past `max_sequence_idle_microseconds` (+ margin) is reaped.
 
 Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
-IGNORE_EOS BOOL [1]; controls START INT32, READY INT32, CORRID UINT64. Outputs per streamed
-response (INT32 [1] each): TOKEN, INDEX (0-based position in the generation), BATCH_SIZE
-(sequences in the execution that produced it).
+IGNORE_EOS BOOL [1]; controls START, READY, CORRID. Outputs per response (INT32 [1]): TOKEN,
+INDEX (position in the generation), BATCH_SIZE (sequences in the execution).
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """`lm_step` / `lm_step_oldest`: a stateful decode step behind Triton's sequence batcher.
 
-One request is one step of one sequence (correlation id). The START request carries the prompt
-in TOKENS and is prefilled; later requests may omit TOKENS (the model feeds back the token it
-returned last) or carry exactly one token to feed instead. Every response returns the next
-token. The KV caches live here, keyed by correlation id (the Python backend has no implicit
-state): END frees one; a background reaper frees caches idle for longer than the config's
-`max_sequence_idle_microseconds` plus a margin, because Triton sends no END for a sequence it
-drops after that idle time (server issues #4178, #3652).
+One request is one step of one sequence. The START request carries the prompt in TOKENS; later
+ones carry one token or none (the last returned token is fed back). KV caches live here, keyed
+by correlation id: END frees one, and a reaper frees caches idle longer than
+`max_sequence_idle_microseconds` plus a margin (Triton sends no END for a sequence it drops).
 
 Inputs: TOKENS INT32 [-1] (optional), TEMPERATURE FP32 [1] and SEED INT64 [1] (optional, read at
-START), control inputs START/END/READY INT32 and CORRID UINT64. Outputs (INT32 [1] each): TOKEN,
-LENGTH (tokens in this sequence's cache), BATCH_SIZE (live sequences in this execution),
-LIVE_SEQUENCES and KV_TOKENS (caches held by this instance after the step, and their tokens).
+START), controls START/END/READY INT32 and CORRID UINT64. Outputs (INT32 [1]): TOKEN, LENGTH
+(tokens in this cache), BATCH_SIZE (live sequences in the execution), LIVE_SEQUENCES and
+KV_TOKENS (caches held by this instance after the step, and their tokens).
 """
 
 from __future__ import annotations
@@ -67,7 +64,6 @@ class TritonPythonModel(LMModelBase):
         self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
         self.reaper.start()
 
-    # ---------------------------------------------------------------- idle reclamation
     def _reap_loop(self) -> None:
         period = min(0.25, self.reap_after / 4)
         while not self.stop.wait(period):
@@ -82,7 +78,6 @@ class TritonPythonModel(LMModelBase):
             self.reaped += len(dead)
         return len(dead)
 
-    # ---------------------------------------------------------------- one execution
     def _prepare(self, request) -> tuple[int, _SeqState, np.ndarray, bool]:
         """(corrid, state, chunk, end) of a real request; InputError if it cannot step."""
         corr = correlation_id(request)

@@ -1,20 +1,15 @@
 """`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way.
 
-Decoupled, `max_batch_size: 0`: Triton hands each request straight to `execute`, which only
-queues it. A scheduler thread runs `batchlab.lm.scheduler.ContinuousBatcher`: before every step
-the admission policy (`FCFSAdmission`: at most `max_active` sequences and a `kv_token_budget`
-of reserved KV tokens, both config parameters) admits waiting sequences (at most
-`max_waiting` may wait; more are refused); one forward pass then
-prefills the admitted ones and decodes all active ones; each sequence's token is streamed at
-once, with the FINAL flag at <eos> or MAX_TOKENS. A sequence whose client cancelled is dropped
-and its KV cache freed: every `cancel_check_ms` (20) the scheduler asks Triton whether each
-running request and `CANCEL_CHECK_WAITING` of the waiting ones (in turn) were cancelled, so a
-check costs the same however long the queue is.
+Decoupled, `max_batch_size: 0`: `execute` only queues each request. A scheduler thread runs
+`batchlab.lm.scheduler.ContinuousBatcher` with `FCFSAdmission` (parameters `max_active`,
+`kv_token_budget`; at most `max_waiting` may wait): each step prefills the admitted sequences,
+decodes the active ones and streams every token at once, FINAL at <eos> or MAX_TOKENS. Every
+`cancel_check_ms` the running requests and `CANCEL_CHECK_WAITING` waiting ones (in turn) are
+asked whether their client cancelled; a cancelled sequence is dropped and its KV cache freed.
 
 Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
-IGNORE_EOS BOOL [1]. Outputs per streamed response (INT32 [1] each): TOKEN, INDEX (0-based
-position in the generation), ACTIVE (sequences in the step that produced it), WAITING (queued
-after that step's admissions), KV_TOKENS (KV tokens held by active sequences after the step).
+IGNORE_EOS BOOL [1]. Outputs per response (INT32 [1]): TOKEN, INDEX (position in the generation),
+ACTIVE (sequences in the step), WAITING (queued after its admissions), KV_TOKENS (held after it).
 """
 
 from __future__ import annotations
@@ -32,13 +27,9 @@ from batchlab.models._gen_inputs import generation_limits, read_sequences
 from batchlab.models.base import LMModelBase
 
 
+#: Waiting requests asked about cancellation per check, taking turns: each `is_cancelled` is a
+#: round trip to the Triton process, so asking all of them would slow every step as the queue grows.
 CANCEL_CHECK_WAITING = 8
-"""Waiting requests asked about cancellation per check, taking turns (the running ones are asked
-every check). Each `is_cancelled` is a round trip to the Triton process; asking every waiting one
-every 20 ms made each step slower the longer the queue was. Measured with 100 requests kept
-waiting (closed loop at concurrency 108): 8-sequence decode steps 8.9-9.7 ms against 5.9-6.1 ms
-with none waiting, tokens/s 755-804 against 1123-1164; asking 8 in turn, 6.0-6.4 ms and
-1095-1159 tokens/s. Near capacity the old polling let a queue grow because it was long."""
 
 
 class TritonPythonModel(LMModelBase):
@@ -61,7 +52,6 @@ class TritonPythonModel(LMModelBase):
         self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
         self.loop.start()
 
-    # ---------------------------------------------------------------- Triton side
     def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
@@ -92,7 +82,6 @@ class TritonPythonModel(LMModelBase):
             if entry is not None:
                 self._safe_final(entry[1], error("model is unloading"))
 
-    # ---------------------------------------------------------------- scheduler thread
     @staticmethod
     def _safe_final(sender, response=None) -> None:
         try:

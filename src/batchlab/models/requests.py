@@ -1,13 +1,7 @@
-"""Request inputs for the course models as {name: numpy array}, with the right shapes.
+"""Request inputs for the course models as {name: numpy array}, with the right shapes and dtypes.
 
-Batched models (`embed*`, `generate`, `lm_step*`, `lm_iterative`) take a leading batch dimension
-of 1 per request; `lm_stream` (max_batch_size 0) takes none. A prompt may be text (encoded
-with a leading <bos>) or token ids. Feed the arrays to tritonclient's `InferInput`s (datatype
-name: `batchlab.load.transport.triton_dtype`), e.g.::
-
-    for name, arr in generate_inputs("一口锅", 16).items():
-        x = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
-        x.set_data_from_numpy(arr)
+Batched models take a leading batch dimension of 1 per request; `lm_stream` (max_batch_size 0)
+takes none. A prompt is text (encoded with a leading <bos>) or token ids.
 """
 
 from __future__ import annotations
@@ -17,7 +11,8 @@ from typing import Sequence as Seq
 import numpy as np
 
 from batchlab._validate import count
-from batchlab.lm.vocab import PAD_ID, VOCAB_SIZE, encode
+from batchlab.lm.vocab import VOCAB_SIZE, encode
+
 
 def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
     """Token ids (int32) of a prompt given as text or ids."""
@@ -30,26 +25,10 @@ def prompt_ids(prompt: str | Seq[int] | np.ndarray) -> np.ndarray:
     return ids.astype(np.int32)
 
 
-def embed_inputs(prompt: str | Seq[int] | np.ndarray, length: int = 16) -> dict[str, np.ndarray]:
-    """{"TOKENS": int32 [1, length]}: the prompt padded at the end with <pad>.
-
-    ValueError if the prompt is longer than `length`.
-    """
-    ids = prompt_ids(prompt)
-    if not 1 <= ids.size <= length:
-        raise ValueError(f"an embed prompt holds 1..{length} tokens, got {ids.size}")
-    row = np.full((1, length), PAD_ID, dtype=np.int32)
-    row[0, :ids.size] = ids
-    return {"TOKENS": row}
-
-
 def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int = 4,
                         high: int = VOCAB_SIZE) -> dict[str, np.ndarray]:
-    """{"TOKENS": int32 [rows, length]}: token ids drawn uniformly from ``[low, high)`` by
-    ``numpy.random.default_rng(seed)``, one request of ``rows`` rows for the `embed` models.
-
-    The default range is every character of the vocabulary (no <pad>, <bos>, <eos>, <unk>).
-    """
+    """{"TOKENS": int32 [rows, length]}: ids uniform on [low, high) from `default_rng(seed)`, for the
+    `embed` models (by default every character, no special token)."""
     count("rows", rows)
     count("length", length)
     if not 0 <= low < high <= VOCAB_SIZE:
@@ -59,8 +38,7 @@ def random_embed_inputs(rows: int = 1, length: int = 16, seed: int = 0, low: int
 
 
 def random_decode_inputs(rows: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
-    """{"TOKEN": int32 [rows, 1]}: one token id per row (every character of the vocabulary equally
-    likely, ``numpy.random.default_rng(seed)``), one request of ``rows`` rows for the `decode` models."""
+    """{"TOKEN": int32 [rows, 1]}: one uniform character id per row, for the `decode` models."""
     count("rows", rows)
     tokens = np.random.default_rng(seed).integers(4, VOCAB_SIZE, size=(int(rows), 1))
     return {"TOKEN": tokens.astype(np.int32)}
@@ -72,10 +50,8 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
                     ) -> dict[str, np.ndarray]:
     """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`).
 
-    Optional inputs are included only when given (send the same set in every request: the
-    dynamic batcher may not batch requests whose optional inputs differ). ``rows`` > 1 gives one
-    batched request of that many copies of the prompt (one execution of batch size ``rows``).
-    ValueError for an empty prompt, ``max_tokens`` < 1 or ``rows`` < 1 (or > 1 unbatched).
+    Optional inputs only when given (the dynamic batcher batches only requests with the same set);
+    ``rows`` > 1 repeats the prompt in one batched request.
     """
     ids = prompt_ids(prompt)
     if ids.size == 0:
@@ -95,21 +71,4 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
         out["SEED"] = col(int(seed), np.int64)
     if ignore_eos is not None:
         out["IGNORE_EOS"] = col(bool(ignore_eos), np.bool_)
-    return out
-
-
-def step_inputs(tokens: str | Seq[int] | np.ndarray | None = None,
-                temperature: float | None = None, seed: int | None = None
-                ) -> dict[str, np.ndarray]:
-    """Inputs of one `lm_step` request: the prompt at START, then nothing or one token.
-
-    Pass `sequence_id`, `sequence_start` and `sequence_end` to `client.infer` yourself.
-    """
-    out: dict[str, np.ndarray] = {}
-    if tokens is not None:
-        out["TOKENS"] = prompt_ids(tokens)[None]
-    if temperature is not None:
-        out["TEMPERATURE"] = np.array([[float(temperature)]], np.float32)
-    if seed is not None:
-        out["SEED"] = np.array([[int(seed)]], np.int64)
     return out

@@ -1,13 +1,11 @@
-"""Helpers shared by the course's Python-backend models: inputs, validation, responses.
+"""Helpers shared by the course's Python-backend models: config, inputs, validation, responses.
 
-Validation is pure numpy (`InputError` names the problem) so it is testable without a server;
-the functions that build Triton objects import `triton_python_backend_utils` lazily, which only
-exists inside Triton's Python-backend stub (tests may install a stand-in under that name).
+Validation is pure numpy (`InputError` names the problem); Triton objects come from
+`triton_python_backend_utils` via `pb()` (a test may install a stand-in under that name).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable
 
@@ -28,13 +26,6 @@ def pb() -> Any:
     return mod
 
 
-# --------------------------------------------------------------------------- model config
-
-def model_config_from_args(args: dict) -> dict:
-    """The model config dict from `initialize(args)`."""
-    return json.loads(args["model_config"])
-
-
 def parameters(config: dict) -> dict[str, str]:
     """The config's `parameters { key: ... value { string_value: ... } }` as a plain dict."""
     out: dict[str, str] = {}
@@ -43,16 +34,22 @@ def parameters(config: dict) -> dict[str, str]:
     return out
 
 
+def _param(params: dict[str, str], key: str, cast: Any, what: str) -> Any:
+    raw = params.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return cast(raw)
+    except ValueError:
+        raise ValueError(f"config parameter {key}={raw!r} is not {what}") from None
+
+
 def int_param(params: dict[str, str], key: str, default: int, lo: int = 1,
               hi: int | None = None) -> int:
     """An integer config parameter within [lo, hi]; ValueError (model fails to load) if not."""
-    raw = params.get(key)
-    if raw is None or raw == "":
+    value = _param(params, key, int, "an integer")
+    if value is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"config parameter {key}={raw!r} is not an integer") from None
     if value < lo or (hi is not None and value > hi):
         raise ValueError(f"config parameter {key}={value} is outside [{lo}, {hi}]")
     return value
@@ -60,13 +57,9 @@ def int_param(params: dict[str, str], key: str, default: int, lo: int = 1,
 
 def float_param(params: dict[str, str], key: str, default: float, lo: float = 0.0) -> float:
     """A float config parameter >= lo; ValueError if not."""
-    raw = params.get(key)
-    if raw is None or raw == "":
+    value = _param(params, key, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"config parameter {key}={raw!r} is not a number") from None
     if not np.isfinite(value) or value < lo:
         raise ValueError(f"config parameter {key}={value} must be a finite number >= {lo}")
     return value
@@ -78,8 +71,6 @@ def sequence_idle_seconds(config: dict, default: float = 1.0) -> float:
     us = int(sb.get("max_sequence_idle_microseconds") or 0)
     return us / 1e6 if us > 0 else default
 
-
-# --------------------------------------------------------------------------- reading inputs
 
 def get(request: Any, name: str) -> np.ndarray | None:
     """Input `name` of a request as numpy, or None when the client did not send it."""
@@ -166,16 +157,11 @@ def is_null_request(request: Any) -> bool:
     return correlation_id(request) == 0
 
 
-# --------------------------------------------------------------------------- responses
-
-def tensor(name: str, array: np.ndarray) -> Any:
-    """A `pb_utils.Tensor`."""
-    return pb().Tensor(name, np.ascontiguousarray(array))
-
-
 def ok(outputs: dict[str, np.ndarray]) -> Any:
     """A response carrying `outputs`."""
-    return pb().InferenceResponse(output_tensors=[tensor(k, v) for k, v in outputs.items()])
+    utils = pb()
+    return utils.InferenceResponse(
+        output_tensors=[utils.Tensor(k, np.ascontiguousarray(v)) for k, v in outputs.items()])
 
 
 def error(message: str) -> Any:
@@ -202,19 +188,13 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def batch_size_column(rows: int, value: int) -> np.ndarray:
-    """An int32 [rows, 1] column filled with `value`."""
-    return np.full((rows, 1), value, dtype=np.int32)
-
-
 
 def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
                      compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
-    """Responses of a stateless row model: every request's `name` rows, checked, computed in one call.
+    """Responses of a stateless row model: each request's `name` rows checked, all computed in one call.
 
-    Each bad request gets its own error response; the good ones' rows are concatenated, passed to
-    ``compute`` (rows, length) -> (rows, ...) once, and split back as `output` plus BATCH_SIZE
-    (rows in this execution). An exception in ``compute`` fails the batch's requests, not the stub.
+    A bad request gets its own error response; ``compute`` (rows, length) -> (rows, ...) runs once on
+    the good rows, split back as `output` plus BATCH_SIZE. An exception in it fails the batch only.
     """
     responses: list = [None] * len(requests)
     batch: list[tuple[int, np.ndarray]] = []
@@ -231,7 +211,7 @@ def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
         start = 0
         for i, tokens in batch:
             n = tokens.shape[0]
-            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": batch_size_column(n, rows)})
+            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": np.full((n, 1), rows, np.int32)})
             start += n
     except Exception as exc:  # never let one bad batch kill the stub
         for i, _ in batch:

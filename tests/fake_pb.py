@@ -1,10 +1,10 @@
 """A stand-in for `triton_python_backend_utils`, to run the course's model classes in-process.
 
 Only what the course models use: Tensor, InferenceResponse, TritonError, the request and
-response-sender objects, and the flag constants. Tests and notebooks use it to call
+response-sender objects, and the flag constants. The tests use it to call
 `TritonPythonModel.execute` directly (no server), e.g.::
 
-    from batchlab.models import fake_pb
+    import fake_pb
     with fake_pb.installed():
         from batchlab.models.lm_step import TritonPythonModel
         model = TritonPythonModel()
