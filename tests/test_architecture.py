@@ -340,7 +340,9 @@ def _json_cleaner(tree: ast.AST) -> list[int]:
         calls = _calls(fn)
         recursive = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.name
                         for n in ast.walk(fn))
-        if recursive and any(c.endswith(("isfinite", "isnan")) for c in calls):
+        to_none = any(isinstance(n, (ast.Return, ast.IfExp)) and any(
+            isinstance(v, ast.Constant) and v.value is None for v in ast.iter_child_nodes(n)) for n in ast.walk(fn))
+        if recursive and to_none and any(c.endswith(("isfinite", "isnan")) for c in calls):
             out.append(fn.lineno)
     return out
 
