@@ -47,7 +47,7 @@ def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_xlim(-0.6, len(rows) - 0.4)                 # the outer total markers stay whole
     ax.set_ylabel(zh("每请求平均耗时 (ms)", "mean time per request (ms)"))
-    legend(ax, fontsize=8, prefer="upper left")
+    legend(ax, fontsize=8)
 
 
 def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
@@ -79,4 +79,4 @@ def step_cost(ax, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
     ax2.set_ylabel(zh("每条序列每个 token (ms)", "per sequence per token (ms)"), color="C3")
     ax2.set_ylim(0, None)
     ax2.grid(False)
-    legend(ax, fontsize=8, prefer="upper center", axes=[ax2])
+    legend(ax, fontsize=8, axes=[ax2], outside="below", ncol=2)

@@ -79,6 +79,6 @@ def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, art
     ax.set_ylabel(zh("GPU 利用率 (%)", "GPU utilisation (%)"))
     ax.set_xlim(b.min(), b.max())
     ax.set_ylim(0, 105)
-    legend(ax, fontsize=8, prefer="lower right")
+    legend(ax, fontsize=8)
     fig.tight_layout()
     return fig

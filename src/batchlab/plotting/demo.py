@@ -60,7 +60,7 @@ def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], cap
         ax.set_ylabel(zh("请求数", "requests"))
         if t_max:
             ax.set_xlim(0, t_max)
-    legend(axes[0, 0], fontsize=8, ncol=3, prefer=("upper left", "upper right", "outside right"))
+    legend(axes[0, 0], fontsize=8, outside="right")
     axes[-1, 0].set_xlabel(zh("时间 (s)", "time (s)"))
     fig.tight_layout()
     return fig

@@ -97,7 +97,7 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
     xs, ys = [r["seq_len"] for r in rows], [r["max_sequences"] for r in rows]
     ax.set_xlim(min(xs) / 1.4, max(xs) * 2.0)              # the counts written right of each point stay inside
     ax.set_ylim(max(min(ys), 1) / 2, max(ys) * 3)
-    legend(ax, prefer="upper right")
+    legend(ax)
     fig.tight_layout()
     return fig
 

@@ -29,7 +29,7 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]):
     tw.plot(b, [r["t_full_ms"] for r in sub], "-s", color="C3", label=zh("满批一次执行 t(B)", "full execution t(B)"))
     tw.set_ylabel(zh("满批执行时间 (ms)", "full-batch time (ms)"), color="C3")
     tw.grid(False)
-    legend(ax, fontsize=8, prefer="center right", axes=[tw])
+    legend(ax, fontsize=8, axes=[tw], outside="below", ncol=3)
     fig.tight_layout()
     return fig
 
@@ -98,7 +98,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
     axes[0].set_title(zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set_ylabel(zh("每请求占用实例时间 (ms)", "busy ms per request"))
     axes[1].set_title(zh("小延迟的真实代价：更多执行", "the real cost: more executions"))
-    legend(axes[1], fontsize=8)
+    legend(axes[1], fontsize=8, outside="right")
     fig.tight_layout()
     return fig
 
@@ -124,7 +124,7 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
     axes[1].set_xlabel(zh("并发序列数", "concurrent sequences"))
     axes[1].set_ylabel("GiB")
     axes[1].set_title(zh("真实模型（公式）", "real models (formula)"))
-    legend(axes[1], fontsize=8)
+    legend(axes[1], fontsize=8, outside="right")
     fig.tight_layout()
     return fig
 
@@ -147,7 +147,7 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         if bad.any():
             axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3)
     axes[1].set_ylabel(zh("实例数", "instances"))
-    legend(axes[1], fontsize=8)
+    legend(axes[1], fontsize=8, outside="right")
     axes[2].axhline(slo_ms, ls="--", color="k", label="SLO")
     axes[2].set_yscale("log")
     axes[2].set_ylabel("p99 (ms)")

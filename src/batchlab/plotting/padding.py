@@ -31,7 +31,7 @@ def plot_padded_batch(lengths: Sequence[int], ax: Any = None, title: str | None 
     ax.invert_yaxis()
     ax.set_xlabel(zh("解码步（token）", "decode steps (tokens)"))
     ax.set_title(title or zh(f"一锅 {L.size} 份：η = {eta:.3f}", f"one batch of {L.size}: η = {eta:.3f}"))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    legend(ax, fontsize=8, outside="right")
     ax.grid(axis="y", visible=False)
     return ax
 
@@ -57,7 +57,7 @@ def plot_eta_curve(batch_sizes: Sequence[int], exact: Sequence[float], mc_mean: 
     ax.set_xlabel(zh("批大小 B", "batch size B"))
     ax.set_ylabel(zh("有效率 η", "efficiency η"))
     ax.set_ylim(0, 1.05)
-    legend(ax, fontsize=8, prefer="lower left")
+    legend(ax, fontsize=8)
     return ax
 
 
@@ -115,5 +115,5 @@ def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str,
     ax.set_yscale("log")
     ax.set_xlabel(zh("每条序列的 token 数（提示 + 输出）", "tokens per sequence"))
     ax.set_ylabel(zh("可并发的序列数", "concurrent sequences"))
-    legend(ax, fontsize=8, prefer="upper right")
+    legend(ax, fontsize=8)
     return ax

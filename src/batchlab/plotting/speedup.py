@@ -75,4 +75,4 @@ def plot_hotpot_example(ax, t_single: float = 10.0, b_batch: int = 3, t_batch: f
     ax.set_xlabel(zh("一锅几份 B", "dishes per pot B"))
     ax.set_ylabel(zh("分钟 / 份", "minutes per dish"))
     ax.set_xticks(xs)
-    legend(ax, fontsize=8, prefer="upper right")
+    legend(ax, fontsize=8)

@@ -44,7 +44,7 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
         # the first window opens with the first request
         ax.axvline(a[order[0]] + delay_s * scale, color="#e67e22", linestyle="--", linewidth=1,
                    label=zh(f"最老请求的窗口到期（{delay_s * 1e3:.0f} ms）", f"oldest request's window ({delay_s * 1e3:.0f} ms)"))
-        legend(ax, fontsize=8, prefer=("upper right", "outside below"))
+        legend(ax, fontsize=8, outside="below")
     ax.set_yticks(range(a.size))
     ax.set_yticklabels([f"#{int(i)}" for i in order], fontsize=7)
     ax.invert_yaxis()

@@ -86,7 +86,7 @@ def plot_slo_capacity(labels: Sequence[str], rates: Sequence[float], best: int =
     if measured:
         for i, v in measured.items():
             ax.plot([v], [i], "kD", ms=6, label=zh("实测", "measured") if i == min(measured) else None)
-        legend(ax, fontsize=8, prefer="lower right")
+        legend(ax, fontsize=8)
     ax.set_yticks(y, list(labels), fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, max([*rates, *(measured or {}).values(), 1.0]) * 1.12)   # the value labels stay inside

@@ -108,7 +108,7 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="0.35", linewidth=1.8), Line2D([], [], color="0.35", linewidth=1.0, linestyle="--")]
     labels += [zh("实线：满锅率", "solid: fill"), zh("虚线：忙碌率", "dashed: busy")]
-    legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, prefer="outside below")
+    legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, outside="below")
 
 
 def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
@@ -178,4 +178,4 @@ def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, b
     ax.set_ylim(0, 105)
     if title:
         ax.set_title(title, fontsize=10)
-    legend(ax, fontsize=7, prefer=("lower right", "center right"))
+    legend(ax, fontsize=7, outside="below", ncol=2)
