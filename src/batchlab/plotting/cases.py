@@ -1,13 +1,12 @@
-"""Figures for chapter 07 (AI 应用场景). They draw what they are given; they never simulate."""
+"""Figures of chapter 07 (AI 应用场景); they draw what they are given."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
 __all__ = ["plot_ecommerce", "plot_fairness", "plot_utilisation_readings"]
@@ -16,10 +15,9 @@ __all__ = ["plot_ecommerce", "plot_fairness", "plot_utilisation_readings"]
 def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], labels: dict[str, str] | None = None):
     """Two panels over the case-1 scenarios: P95 latency (s) and GPU utilisation (kernel share),
     with the article's before/after figures as dashed lines."""
-    setup()
     names = [(labels or {}).get(r["scenario"], r["scenario"]) for r in rows]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    fig, axes = figure(1, 2, figsize=(9.0, 3.6))
     axes[0].bar(x, [r["p95_s"] for r in rows], color="C0")
     for v, name in ((article["p95_before_s"], zh("文章：改造前", "article: before")),
                     (article["p95_after_s"], zh("文章：改造后", "article: after"))):
@@ -36,18 +34,16 @@ def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], la
     axes[1].set_ylabel(zh("GPU 利用率 (%)", "GPU utilisation (%)"))
     for ax in axes:
         ax.set_xticks(x, names, rotation=12, fontsize=8)
-    fig.tight_layout()
     return fig
 
 
 def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None):
     """p99 latency per tenant and scheduler (log scale), grouped bars."""
-    setup()
     scheds = list(dict.fromkeys(r["scheduler"] for r in rows))
     tenants = list(dict.fromkeys(r["tenant"] for r in rows))
     x = np.arange(len(scheds))
     w = 0.8 / len(tenants)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = figure(figsize=(6.4, 3.6))
     for j, t in enumerate(tenants):
         vals = [next(r["p99_s"] for r in rows if r["scheduler"] == s and r["tenant"] == t) for s in scheds]
         bars = ax.bar(x + (j - (len(tenants) - 1) / 2) * w, vals, w, label=t)
@@ -57,10 +53,9 @@ def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None 
     top = max(r["p99_s"] for r in rows)
     ax.set_ylim(top=top * 2.5)                            # the value labels stay inside
     ax.set_xticks(x, [(labels or {}).get(s, s) for s in scheds])
-    ax.set_ylabel(zh("p99 延迟 (s)", "p99 latency (s)"))
-    ax.set_title(zh("短单与长单同锅：各租户的 p99", "short and long tenants: p99 each"))
+    ax.set(ylabel=zh("p99 延迟 (s)", "p99 latency (s)"),
+           title=zh("短单与长单同锅：各租户的 p99", "short and long tenants: p99 each"))
     legend(ax)
-    fig.tight_layout()
     return fig
 
 
@@ -68,17 +63,14 @@ def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, art
     """GPU utilisation against mean batch size under two readings: kernel share B/(r+B)
     (host overhead r = a/b) and compute utilisation B/ridge (roofline), with the article's
     22 % and 67 % marked."""
-    setup()
     b = np.asarray(batch, dtype=float)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = figure(figsize=(6.4, 3.6))
     ax.plot(b, 100 * b / (ratio + b), label=zh(f"读法 A：内核时间占比 B/(r+B)，r={ratio:.2f}", f"A: kernel share, r={ratio:.2f}"))
     ax.plot(b, 100 * np.minimum(1, b / ridge), label=zh(f"读法 B：算力利用率 B/{ridge:.0f}", f"B: compute B/{ridge:.0f}"))
     for v in (article["util_before"], article["util_after"]):
         ax.axhline(100 * v, ls="--", color="k", lw=0.8)
-    ax.set_xlabel(zh("平均批大小 B", "mean batch size B"))
-    ax.set_ylabel(zh("GPU 利用率 (%)", "GPU utilisation (%)"))
+    ax.set(xlabel=zh("平均批大小 B", "mean batch size B"), ylabel=zh("GPU 利用率 (%)", "GPU utilisation (%)"))
     ax.set_xlim(b.min(), b.max())
     ax.set_ylim(0, 105)
     legend(ax, fontsize=8)
-    fig.tight_layout()
     return fig

@@ -18,11 +18,13 @@ FIGURE_CHECK_MIME = "application/vnd.batchlab.figure-check+json"
 
 #: loc, anchor (axes fraction) and shift (points, past the tick and axis labels) of each outside place
 _OUTSIDE = {"right": ("upper left", (1.0, 1.0), (6.0, 0.0)), "below": ("upper center", (0.5, 0.0), (0.0, -36.0))}
+_TWIN_LABELS_PT = 56.0  # the right-hand labels of a twin axis, skipped by an outside-right legend
 
 
 def legend(ax: Axes, *args: Any, axes: Sequence[Axes] = (), outside: str | None = None, **kwargs: Any) -> Legend:
     """``ax.legend(*args, **kwargs)`` at ``loc="best"`` unless `loc` is given, with the handles of
-    `axes` (twin axes) appended; `outside` = ``"right"`` or ``"below"`` puts it beside the axes."""
+    `axes` (twin axes) appended; `outside` = ``"right"`` (past the twin's labels) or ``"below"``
+    puts it beside the axes."""
     if axes:
         pairs = [args[:2] if args else ax.get_legend_handles_labels()] + [a.get_legend_handles_labels() for a in axes]
         args = ([h for p in pairs for h in p[0]], [lab for p in pairs for lab in p[1]])
@@ -30,6 +32,7 @@ def legend(ax: Axes, *args: Any, axes: Sequence[Axes] = (), outside: str | None 
         if outside not in _OUTSIDE:
             raise ValueError(f"outside must be one of {', '.join(_OUTSIDE)}, not {outside!r}")
         loc, anchor, (dx, dy) = _OUTSIDE[outside]
+        dx += _TWIN_LABELS_PT if axes and outside == "right" else 0.0
         shift = ScaledTranslation(dx / 72, dy / 72, ax.get_figure(root=True).dpi_scale_trans)
         kwargs.update(loc=loc, bbox_to_anchor=anchor, bbox_transform=ax.transAxes + shift, borderaxespad=0)
     kwargs.setdefault("loc", "best")
@@ -55,9 +58,12 @@ def figure_problems(fig: Figure) -> list[str]:
         canvas.draw()
         return np.asarray(canvas.buffer_rgba())[..., :3].astype(np.int16)
 
+    engine = fig.get_layout_engine()
     try:
-        canvas.draw()   # places the legends
+        canvas.draw()   # places the legends; the layout stays as it is while parts are hidden
         boxes = [leg.get_window_extent() for leg, _ in legends]
+        if engine is not None:
+            fig.set_layout_engine("none")
         drawn = render([g for g, _ in legends], *([*ax.get_xgridlines(), *ax.get_ygridlines(), *ax.spines.values()]
                                                    for ax in fig.axes))
         bare = render([a for a in fig.get_children() if a is not fig.patch and not isinstance(a, Axes)],
@@ -65,6 +71,8 @@ def figure_problems(fig: Figure) -> list[str]:
     finally:
         for art in hidden:
             art.set_visible(True)
+        if engine is not None:
+            fig.set_layout_engine(engine)
         if canvas is not old:
             fig.set_canvas(old)
     out, h = [], drawn.shape[0]

@@ -1,9 +1,6 @@
-"""Request timelines: when each request arrived, waited, ran, and in which batch (chapters 00, 02).
-
-One row per request: a thin line from arrival to start (waiting in the queue), a thick bar from
-start to finish coloured by its batch; shaded columns mark the executions, and an optional tick
-marks where the oldest request's ``max_queue_delay`` would expire. Only draws.
-"""
+"""Request timelines (chapters 00, 02): one row per request, a thin line from arrival to start
+(waiting), a thick bar from start to finish coloured by its batch; shaded columns mark the
+executions, a dashed line where the first request's ``max_queue_delay`` expires."""
 
 from __future__ import annotations
 
@@ -24,9 +21,7 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
     scale = {"ms": 1e3, "s": 1.0}.get(unit)
     if scale is None:
         raise ValueError(f"unit must be 'ms' or 's', not {unit!r}")
-    a = np.asarray(arrival, float) * scale
-    s = np.asarray(start, float) * scale
-    f = np.asarray(finish, float) * scale
+    a, s, f = (np.asarray(v, float) * scale for v in (arrival, start, finish))
     bid = np.asarray(batch_id, int)
     if not (a.size == s.size == f.size == bid.size):
         raise ValueError("arrival, start, finish and batch_id must have the same length")
@@ -40,16 +35,13 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
         ax.plot([a[i]], [row], "|", color="0.3", markersize=8)
         if np.isfinite(s[i]) and np.isfinite(f[i]):
             ax.plot([s[i], f[i]], [row, row], color=cmap(bid[i] % 10), linewidth=6, solid_capstyle="butt")
-    if delay_s > 0:
-        # the first window opens with the first request
+    if delay_s > 0:   # the first window opens with the first request
         ax.axvline(a[order[0]] + delay_s * scale, color="#e67e22", linestyle="--", linewidth=1,
                    label=zh(f"最老请求的窗口到期（{delay_s * 1e3:.0f} ms）", f"oldest request's window ({delay_s * 1e3:.0f} ms)"))
         legend(ax, fontsize=8, outside="below")
-    ax.set_yticks(range(a.size))
-    ax.set_yticklabels([f"#{int(i)}" for i in order], fontsize=7)
+    ax.set_yticks(range(a.size), [f"#{int(i)}" for i in order], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(zh(f"时间 ({unit})", f"time ({unit})"))
-    ax.set_ylabel(zh("请求（按到达顺序）", "request (arrival order)"))
+    ax.set(xlabel=zh(f"时间 ({unit})", f"time ({unit})"), ylabel=zh("请求（按到达顺序）", "request (arrival order)"))
     if title:
         ax.set_title(title, fontsize=10)
 

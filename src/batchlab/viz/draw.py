@@ -1,10 +1,5 @@
-"""Matplotlib drawings of animation frames: one lane per row (queue · time window · pot).
-
-`draw_lane` draws one `Frame` on one axis; `draw_frame` the whole picture at one instant
-(the lanes plus utilisation over time) into a figure; `film_strip` several instants side by
-side (what a headless run shows instead of the animation); `render_png` the bytes the widget
-displays. They only draw: frames come from `batchlab.viz.frames`.
-"""
+"""Matplotlib drawings of animation frames (`batchlab.viz.frames`): one lane per row (queue ·
+time window · pot), utilisation over time, still frames side by side for headless runs."""
 
 from __future__ import annotations
 
@@ -21,14 +16,9 @@ from batchlab.plotting import setup, zh
 from batchlab.plotting.layout import legend
 from batchlab.viz.frames import Frame, Lane, frame_at, utilization_series
 
-QUEUE_SHOWN = 10
-"""At most this many waiting requests are drawn; the rest are counted."""
+QUEUE_SHOWN = 10  # waiting requests drawn; the rest are counted
 
 _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
-
-
-def _req_color(i: int) -> tuple[float, float, float, float]:
-    return matplotlib.colormaps["tab20"](int(i) % 20)
 
 
 def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
@@ -43,9 +33,8 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
     # queue: oldest next to the pot
     cmap = matplotlib.colormaps["YlOrRd"]
     scale = lane.delay_s if lane.delay_s > 0 else 1.0
-    for k, (rid, age) in enumerate(zip(frame.queue_ids[:QUEUE_SHOWN], frame.queue_age[:QUEUE_SHOWN])):
-        x = -1.05 - k
-        ax.add_patch(Rectangle((x, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
+    for k, age in enumerate(frame.queue_age[:QUEUE_SHOWN]):
+        ax.add_patch(Rectangle((-1.05 - k, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
                                edgecolor="0.3", linewidth=0.6))
     if frame.queue_len > QUEUE_SHOWN:
         ax.text(-QUEUE_SHOWN - 1.45, 0.5, f"+{frame.queue_len - QUEUE_SHOWN}", fontsize=8, va="center")
@@ -70,10 +59,9 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
             ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="0.82", edgecolor="0.6",
                                    hatch="///", linewidth=0.4))
         else:
-            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66 * max(p, 0.02), facecolor=_req_color(rid),
-                                   edgecolor="none"))
-            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=_req_color(rid),
-                                   linewidth=0.8))
+            c = matplotlib.colormaps["tab20"](int(rid) % 20)
+            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66 * max(p, 0.02), facecolor=c, edgecolor="none"))
+            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=c, linewidth=0.8))
     ax.text(m / 2, 1.0, zh(f"锅里 {frame.batch_size}/{m}", f"pot {frame.batch_size}/{m}"), fontsize=8,
             ha="center", color="0.25")
     if stats:
@@ -84,15 +72,11 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
 
 def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None = None,
                      window_s: float | None = None) -> None:
-    """Fill (solid) and busy (dashed) of each lane in windows of ``window_s`` over [0, horizon].
-
-    The lines reach 100 %, so the legend sits under the axes (always there, so an animation's
-    frames do not jump)."""
+    """Fill (solid) and busy (dashed) of each lane in windows of `window_s` over [0, horizon]; the
+    lines reach 100 %, so the legend sits under the axes."""
     ax.clear()
     w = window_s if window_s else max(horizon / 20.0, 1e-3)
-    edges = np.arange(0.0, horizon + w / 2, w)
-    if edges.size < 2:
-        edges = np.array([0.0, horizon])
+    edges = np.arange(0.0, horizon + w / 2, w) if horizon > w / 2 else np.array([0.0, horizon])
     mid = (edges[:-1] + edges[1:]) / 2
     for i, lane in enumerate(lanes):
         busy, fill = utilization_series(lane, edges)
@@ -131,20 +115,18 @@ def new_figure(n_lanes: int = 3):
 
 
 def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> bytes:
-    """PNG bytes of `draw_frame` (for the widget); reuses ``fig`` when given."""
-    own = fig is None
-    if own:
-        fig = new_figure(len(lanes))
-    draw_frame(fig, lanes, t, horizon)
+    """PNG bytes of `draw_frame` (for the widget), drawn into `fig` or a new figure closed after."""
+    target = fig if fig is not None else new_figure(len(lanes))
+    draw_frame(target, lanes, t, horizon)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    if own:
-        plt.close(fig)
+    target.savefig(buf, format="png", bbox_inches="tight")
+    if fig is None:
+        plt.close(target)
     return buf.getvalue()
 
 
 def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
-    """Still frames: one column per instant in ``times``, one row per lane. Returns the figure."""
+    """Still frames: one column per instant in `times`, one row per lane."""
     setup()
     times = list(times)
     if not times:
@@ -160,8 +142,8 @@ def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
 
 
 def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
-    """Fill (solid) of each lane against the arrival rate, from `utilization_sweep` /
-    `stateless_sweep` rows; the busy fraction of lane ``busy_lane`` dashed; 10 % and 80 % guides."""
+    """Fill (solid) of each lane against the arrival rate (`utilization_sweep` / `stateless_sweep`
+    rows), the busy share of lane `busy_lane` dashed, guides at 10 % and 80 %."""
     lanes = sorted({r["lane"] for r in rows})
     for k in lanes:
         rs = [r for r in rows if r["lane"] == k]
