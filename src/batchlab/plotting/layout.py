@@ -18,13 +18,11 @@ FIGURE_CHECK_MIME = "application/vnd.batchlab.figure-check+json"
 
 #: loc, anchor (axes fraction) and shift (points, past the tick and axis labels) of each outside place
 _OUTSIDE = {"right": ("upper left", (1.0, 1.0), (6.0, 0.0)), "below": ("upper center", (0.5, 0.0), (0.0, -36.0))}
-_TWIN_LABELS_PT = 56.0  # the right-hand labels of a twin axis, skipped by an outside-right legend
 
 
 def legend(ax: Axes, *args: Any, axes: Sequence[Axes] = (), outside: str | None = None, **kwargs: Any) -> Legend:
-    """``ax.legend(*args, **kwargs)`` at ``loc="best"`` unless `loc` is given, with the handles of
-    `axes` (twin axes) appended; `outside` = ``"right"`` (past the twin's labels) or ``"below"``
-    puts it beside the axes."""
+    """``ax.legend(*args, **kwargs)`` at ``loc="best"`` unless `loc` is given, with the handles of `axes`
+    (twin axes) appended; `outside` = ``"right"`` (past a twin's labels) or ``"below"`` beside the axes."""
     if axes:
         pairs = [args[:2] if args else ax.get_legend_handles_labels()] + [a.get_legend_handles_labels() for a in axes]
         args = ([h for p in pairs for h in p[0]], [lab for p in pairs for lab in p[1]])
@@ -32,7 +30,7 @@ def legend(ax: Axes, *args: Any, axes: Sequence[Axes] = (), outside: str | None 
         if outside not in _OUTSIDE:
             raise ValueError(f"outside must be one of {', '.join(_OUTSIDE)}, not {outside!r}")
         loc, anchor, (dx, dy) = _OUTSIDE[outside]
-        dx += _TWIN_LABELS_PT if axes and outside == "right" else 0.0
+        dx += 56.0 if axes and outside == "right" else 0.0   # the labels of the twin axis on the right
         shift = ScaledTranslation(dx / 72, dy / 72, ax.get_figure(root=True).dpi_scale_trans)
         kwargs.update(loc=loc, bbox_to_anchor=anchor, bbox_transform=ax.transAxes + shift, borderaxespad=0)
     kwargs.setdefault("loc", "best")
@@ -50,11 +48,10 @@ def figure_problems(fig: Figure) -> list[str]:
     old = fig.canvas
     canvas, hidden = (old if hasattr(old, "buffer_rgba") else FigureCanvasAgg(fig)), []
 
-    def render(*hide: Iterable[Any]) -> np.ndarray:
-        for art in (a for arts in hide for a in arts):
-            if art.get_visible():
-                art.set_visible(False)
-                hidden.append(art)
+    def render(hide: Iterable[Any]) -> np.ndarray:
+        for art in [a for a in hide if a.get_visible()]:
+            art.set_visible(False)
+            hidden.append(art)
         canvas.draw()
         return np.asarray(canvas.buffer_rgba())[..., :3].astype(np.int16)
 
@@ -62,12 +59,11 @@ def figure_problems(fig: Figure) -> list[str]:
     try:
         canvas.draw()   # places the legends; the layout stays as it is while parts are hidden
         boxes = [leg.get_window_extent() for leg, _ in legends]
-        if engine is not None:
-            fig.set_layout_engine("none")
-        drawn = render([g for g, _ in legends], *([*ax.get_xgridlines(), *ax.get_ygridlines(), *ax.spines.values()]
-                                                   for ax in fig.axes))
-        bare = render([a for a in fig.get_children() if a is not fig.patch and not isinstance(a, Axes)],
-                      *([a for a in ax.get_children() if a is not ax.patch] for ax in fig.axes))
+        fig.set_layout_engine("none")
+        drawn = render([g for g, _ in legends] + [a for ax in fig.axes for a in
+                                                  (*ax.get_xgridlines(), *ax.get_ygridlines(), *ax.spines.values())])
+        bare = render([a for a in fig.get_children() if a is not fig.patch and not isinstance(a, Axes)]
+                      + [a for ax in fig.axes for a in ax.get_children() if a is not ax.patch])
     finally:
         for art in hidden:
             art.set_visible(True)
@@ -86,9 +82,7 @@ def figure_problems(fig: Figure) -> list[str]:
     return out
 
 
-class _FigureCheck(JSONFormatter):
-    """Formats figures only (by isinstance: the inline backend resets the Figure entries)."""
-
+class _FigureCheck(JSONFormatter):   # figures only, found by isinstance: the inline backend resets type entries
     format_type = FIGURE_CHECK_MIME
 
     def __call__(self, obj: Any) -> Any:

@@ -23,32 +23,25 @@ _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
 
 def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
     """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right)."""
-    m = lane.slots
+    m, q = lane.slots, QUEUE_SHOWN
     ax.clear()
-    ax.set_xlim(-QUEUE_SHOWN - 1.6, m + (5.2 if stats else 0.6))
-    ax.set_ylim(-0.22, 1.25)                  # room for the window label under its bar
+    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.25))   # room for the window label
     ax.set_axis_off()
     if title:
-        ax.text(-QUEUE_SHOWN - 1.5, 1.12, lane.name, fontsize=10, va="center")
-    # queue: oldest next to the pot
-    cmap = matplotlib.colormaps["YlOrRd"]
-    scale = lane.delay_s if lane.delay_s > 0 else 1.0
-    for k, age in enumerate(frame.queue_age[:QUEUE_SHOWN]):
+        ax.text(-q - 1.5, 1.12, lane.name, fontsize=10, va="center")
+    cmap, scale = matplotlib.colormaps["YlOrRd"], lane.delay_s if lane.delay_s > 0 else 1.0
+    for k, age in enumerate(frame.queue_age[:q]):   # the queue, oldest next to the pot, redder with age
         ax.add_patch(Rectangle((-1.05 - k, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
                                edgecolor="0.3", linewidth=0.6))
-    if frame.queue_len > QUEUE_SHOWN:
-        ax.text(-QUEUE_SHOWN - 1.45, 0.5, f"+{frame.queue_len - QUEUE_SHOWN}", fontsize=8, va="center")
-    ax.text(-QUEUE_SHOWN / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"),
-            fontsize=8, ha="center", color="0.25")
-    # time window of the oldest waiting request
-    if lane.delay_s > 0:
-        ax.add_patch(Rectangle((-QUEUE_SHOWN - 0.2, 0.08), QUEUE_SHOWN - 0.1, 0.1, facecolor="none",
-                               edgecolor="0.5", linewidth=0.6))
+    if frame.queue_len > q:
+        ax.text(-q - 1.45, 0.5, f"+{frame.queue_len - q}", fontsize=8, va="center")
+    ax.text(-q / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"), fontsize=8, ha="center",
+            color="0.25")
+    if lane.delay_s > 0:   # the oldest waiting request's time window
         w = frame.window or 0.0
-        ax.add_patch(Rectangle((-0.3 - w * (QUEUE_SHOWN - 0.1), 0.08), w * (QUEUE_SHOWN - 0.1), 0.1,
-                               facecolor="#e67e22", edgecolor="none"))
-        ax.text(-QUEUE_SHOWN - 0.2, -0.02, zh(f"时间窗口 {lane.delay_s * 1e3:.0f} ms",
-                                              f"window {lane.delay_s * 1e3:.0f} ms"),
+        ax.add_patch(Rectangle((-q - 0.2, 0.08), q - 0.1, 0.1, facecolor="none", edgecolor="0.5", linewidth=0.6))
+        ax.add_patch(Rectangle((-0.3 - w * (q - 0.1), 0.08), w * (q - 0.1), 0.1, facecolor="#e67e22", edgecolor="none"))
+        ax.text(-q - 0.2, -0.02, zh(f"时间窗口 {lane.delay_s * 1e3:.0f} ms", f"window {lane.delay_s * 1e3:.0f} ms"),
                 fontsize=7, va="top", color="0.35")
     # the pot: m slots
     ax.add_patch(Rectangle((0, 0.2), m, 0.7, facecolor="#fbf3e4", edgecolor="0.2", linewidth=1.2))
@@ -85,10 +78,7 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
         ax.plot(mid, busy * 100, color=c, linewidth=1.0, linestyle="--", alpha=0.7)
     if t is not None:
         ax.axvline(t, color="0.3", linewidth=0.8)
-    ax.set_xlim(0, horizon)
-    ax.set_ylim(0, 105)
-    ax.set_xlabel(zh("时间 (s)", "time (s)"))
-    ax.set_ylabel(zh("利用率 (%)", "utilisation (%)"))
+    ax.set(xlim=(0, horizon), ylim=(0, 105), xlabel=zh("时间 (s)", "time (s)"), ylabel=zh("利用率 (%)", "utilisation (%)"))
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="0.35", linewidth=1.8), Line2D([], [], color="0.35", linewidth=1.0, linestyle="--")]
     labels += [zh("实线：满锅率", "solid: fill"), zh("虚线：忙碌率", "dashed: busy")]
@@ -98,13 +88,10 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
 def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
     """The whole picture at time ``t``: one row per lane, then utilisation over time."""
     fig.clear()
-    n = len(lanes)
-    gs = fig.add_gridspec(n + 1, 1, height_ratios=[1.0] * n + [1.3], hspace=0.25)
+    gs = fig.add_gridspec(len(lanes) + 1, 1, height_ratios=[1.0] * len(lanes) + [1.3], hspace=0.25)
     for i, lane in enumerate(lanes):
-        ax = fig.add_subplot(gs[i])
-        draw_lane(ax, lane, frame_at(lane, t))
-    ax = fig.add_subplot(gs[n])
-    draw_utilization(ax, lanes, horizon, t)
+        draw_lane(fig.add_subplot(gs[i]), lane, frame_at(lane, t))
+    draw_utilization(fig.add_subplot(gs[len(lanes)]), lanes, horizon, t)
     fig.suptitle(f"t = {t:.2f} s", fontsize=11, x=0.5, y=0.995)
 
 
@@ -155,9 +142,8 @@ def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, b
                     label=zh(f"{rs[0]['name']} 忙碌率（nvidia-smi 口径）", f"lane {k} busy"))
     for y in (10, 80):
         ax.axhline(y, color="0.5", linewidth=0.8, linestyle=":")
-    ax.set_xlabel(zh("到达率 λ (请求/s)", "arrival rate λ (req/s)"))
-    ax.set_ylabel(zh("利用率 (%)", "utilisation (%)"))
-    ax.set_ylim(0, 105)
+    ax.set(xlabel=zh("到达率 λ (请求/s)", "arrival rate λ (req/s)"), ylabel=zh("利用率 (%)", "utilisation (%)"),
+           ylim=(0, 105))
     if title:
         ax.set_title(title, fontsize=10)
     legend(ax, fontsize=7, outside="below", ncol=2)
