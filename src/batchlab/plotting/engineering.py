@@ -39,12 +39,11 @@ def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", 
     fig, axes = figure(1, len(pick), figsize=(4.2 * len(pick), 3.6), sharey=True, squeeze=False)
     for ax, run in zip(axes[0], pick):
         rec = run.result.records
+        dropped = rec["rejected"] | rec["timed_out"]
         for lev, color, name in ((1, "C0", zh("高优先级", "priority 1")), (2, "C3", zh("低优先级", "priority 2"))):
-            m = run.priority == lev
-            ok = m & ~(rec["rejected"] | rec["timed_out"])
+            ok, bad = (run.priority == lev) & ~dropped, (run.priority == lev) & dropped
             ax.scatter(rec["arrival"][ok], (rec["start"][ok] - rec["arrival"][ok]) * 1e3, s=2, color=color,
                        alpha=0.5, label=name)
-            bad = m & (rec["rejected"] | rec["timed_out"])
             if bad.any():
                 ax.scatter(rec["arrival"][bad], (rec["finish"][bad] - rec["arrival"][bad]) * 1e3, s=6,
                            marker="x", color="k", alpha=0.4, label=zh("被拒绝", "rejected"))
@@ -62,10 +61,9 @@ def plot_delay_bound(rows: Sequence[dict[str, Any]]):
     for key, name, style in (("queue_p50_ms", "p50", "-o"), ("queue_p99_ms", "p99", "-s"), ("queue_max_ms", "max", ":^")):
         ax.plot(load, [r[key] for r in rows], style, label=name)
     ax.axhline(rows[0]["delay_ms"], color="k", ls="--", label=zh("max_queue_delay", "max_queue_delay"))
-    ax.set_yscale("log")
-    ax.set(xlabel=zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"),
-           ylabel=zh("排队时间 (ms)", "queue time (ms)"))
-    ax.set_title(zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
+    ax.set(yscale="log", xlabel=zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"),
+           ylabel=zh("排队时间 (ms)", "queue time (ms)"),
+           title=zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
     legend(ax)
     return fig
 
@@ -80,12 +78,10 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
             ax.annotate(str(r["max_sequences"]), (r["seq_len"], r["max_sequences"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set(xlabel=zh("每条序列 token 数", "tokens per sequence"), ylabel=zh("最多并发序列", "max concurrent sequences"))
-    ax.set_title(f"{rows[0]['gpu']}: " + zh("KV Cache 决定并发上限", "KV cache sets the concurrency"))
     xs, ys = [r["seq_len"] for r in rows], [r["max_sequences"] for r in rows]
-    ax.set_xlim(min(xs) / 1.4, max(xs) * 2.0)              # the counts written right of each point stay inside
-    ax.set_ylim(max(min(ys), 1) / 2, max(ys) * 3)
+    ax.set(yscale="log", xlabel=zh("每条序列 token 数", "tokens per sequence"), ylabel=zh("最多并发序列", "max concurrent sequences"),
+           title=f"{rows[0]['gpu']}: " + zh("KV Cache 决定并发上限", "KV cache sets the concurrency"),
+           xlim=(min(xs) / 1.4, max(xs) * 2.0), ylim=(max(min(ys), 1) / 2, max(ys) * 3))   # the counts stay inside
     legend(ax)
     return fig
 

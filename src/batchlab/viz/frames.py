@@ -46,12 +46,10 @@ class Lane:
         count("slots", self.slots)
         if not self.delay_s >= 0:
             raise ValueError(f"delay_s must be >= 0, not {self.delay_s!r}")
-        for first, names in (("arrival", ("start", "finish", "batch_id", "output_tokens")),
-                             ("b_start", ("b_end", "b_size", "b_useful"))):
-            for name in names:
-                if getattr(self, name).size != getattr(self, first).size:
-                    raise ValueError(f"lane column {name} has {getattr(self, name).size} rows, "
-                                     f"{first} has {getattr(self, first).size}")
+        for first, name in [("arrival", n) for n in ("start", "finish", "batch_id", "output_tokens")] + \
+                           [("b_start", n) for n in ("b_end", "b_size", "b_useful")]:
+            if (got := getattr(self, name).size) != (want := getattr(self, first).size):
+                raise ValueError(f"lane column {name} has {got} rows, {first} has {want}")
 
     @property
     def end(self) -> float:
@@ -128,16 +126,14 @@ def utilization_series(lane: Lane, edges: Sequence[float] | np.ndarray) -> tuple
     e = np.asarray(edges, dtype=float)
     if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
         raise ValueError("edges must be an increasing 1-D array of at least two times")
-    busy, fill = np.array([utilization(lane, float(a), float(b)) for a, b in zip(e[:-1], e[1:])]).T
-    return busy, fill
+    return tuple(np.array([utilization(lane, float(a), float(b)) for a, b in zip(e[:-1], e[1:])]).T)
 
 
 def frame_at(lane: Lane, t: float) -> Frame:
     """What `lane` looks like at time `t` (seconds)."""
     t = non_negative("frame time", t)
     arr, st, fin = lane.arrival, lane.start, lane.finish
-    started = np.isfinite(st) & (st <= t)
-    dropped = ~np.isfinite(st) & np.isfinite(fin) & (fin <= t)
+    started, dropped = np.isfinite(st) & (st <= t), ~np.isfinite(st) & np.isfinite(fin) & (fin <= t)
     q = np.flatnonzero((arr <= t) & ~started & ~dropped)
     q = q[np.argsort(arr[q], kind="stable")]
     age = t - arr[q]
@@ -173,9 +169,8 @@ def default_horizon(lanes: Sequence[Lane], cap_factor: float = 1.5) -> float:
     overloaded lane's queue would stretch the animation without end)."""
     if not lanes:
         raise ValueError("need at least one lane")
-    last_arrival = max(float(lane.arrival.max()) if lane.arrival.size else 0.0 for lane in lanes)
-    end = max(lane.end for lane in lanes)
-    return float(max(min(end, cap_factor * last_arrival if last_arrival > 0 else end), 1e-6))
+    last, end = max(float(lane.arrival.max()) if lane.arrival.size else 0.0 for lane in lanes), max(ln.end for ln in lanes)
+    return float(max(min(end, cap_factor * last if last > 0 else end), 1e-6))
 
 
 def lane_summary(lane: Lane, t0: float | None = None, t1: float | None = None) -> dict[str, float]:

@@ -69,14 +69,12 @@ class BatchingAnimation:
         self.params = replace(self.params, rate=float(self.rate.value), max_batch_size=int(self.batch.value),
                               max_queue_delay_ms=float(self.delay.value))
         self._simulate()
-        if self.slider.value != 0:
-            self.slider.value = 0  # triggers show_frame(0)
-        else:
+        if self.slider.value == 0:
             self.show_frame(0)
+        self.slider.value = 0  # from another frame, the observer draws frame 0
 
     @property
-    def index(self) -> int:
-        """The frame shown now (0-based)."""
+    def index(self) -> int:   # the frame shown now, from 0
         return int(self.slider.value)
 
     def step(self, n: int = 1) -> int:
