@@ -1,8 +1,6 @@
 """Chapter 01, the anatomy of one request's latency: stacked T_queue / T_prefill / T_decode /
 T_overhead bars, the token staircase of a streamed generation, what one decode step costs."""
 
-from __future__ import annotations
-
 from typing import Mapping, Sequence
 
 import numpy as np

@@ -1,16 +1,11 @@
 """Figures of chapter 07 (AI 应用场景); they draw what they are given."""
 
-from __future__ import annotations
-
 from typing import Any, Sequence
 
 import numpy as np
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
-
-__all__ = ["plot_ecommerce", "plot_fairness", "plot_utilisation_readings"]
-
 
 def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], labels: dict[str, str] | None = None):
     """Two panels over the case-1 scenarios: P95 latency (s) and GPU utilisation (kernel share),

@@ -1,17 +1,12 @@
 """Figures of chapter 08 (Python 演示): the article's tick demo (a `seed_demo.Trace`) next to a
 `batchlab.sim` result."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import numpy as np
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
-
-__all__ = ["trace_occupancy", "sim_occupancy", "plot_slots"]
-
 
 def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time, running, waiting) at every tick of a `seed_demo.Trace`: a request runs from the tick

@@ -1,16 +1,11 @@
 """Figures of chapter 06 (工程实战); they draw what they are given."""
 
-from __future__ import annotations
-
 from typing import Any, Sequence
 
 import numpy as np
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
-
-__all__ = ["plot_metrics_timeline", "plot_starvation", "plot_delay_bound", "plot_kv_plan", "plot_cost"]
-
 
 def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None):
     """Three stacked panels from `batchlab.load.timeline_rows`: requests/s, queue time per

@@ -1,8 +1,6 @@
 """Figures of chapter 05: percentiles against load, latency against length, Amdahl's ceiling,
 batch time. Each draws on `ax` (a new figure when None) and returns it."""
 
-from __future__ import annotations
-
 from typing import Any, Mapping, Sequence
 
 import numpy as np

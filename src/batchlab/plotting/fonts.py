@@ -1,8 +1,6 @@
 """A CJK font for matplotlib (Noto Sans CJK SC from the `mplfonts` wheel, else a system font), so
 Chinese figure text never renders as empty boxes; `zh()` falls back to English without one."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any
 

@@ -1,8 +1,6 @@
 """Legends placed by matplotlib (`legend`), and a check that no legend covers anything drawn
 (`figure_problems`), stored next to every figure a notebook displays (`install_figure_check`)."""
 
-from __future__ import annotations
-
 from typing import Any, Iterable, Sequence
 
 import numpy as np

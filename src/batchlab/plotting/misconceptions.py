@@ -1,16 +1,11 @@
 """Figures of chapter 09 (常见误区), drawn from the rows of `batchlab.course.misconceptions`."""
 
-from __future__ import annotations
-
 from typing import Any, Sequence
 
 import numpy as np
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
-
-__all__ = ["plot_batch_size", "plot_llm_batch", "plot_combination", "plot_delay_sweep", "plot_kv_growth", "plot_day"]
-
 
 def plot_batch_size(rows: Sequence[dict[str, Any]]):
     """Capacity B/t(B) against max_batch_size with the Amdahl ceiling 1/b, and the time of a

@@ -1,8 +1,6 @@
 """Figures of chapter 03: padding efficiency η, padded versus continuous batches, KV cache sizes.
 Each draws on `ax` (a new figure when None) and returns it."""
 
-from __future__ import annotations
-
 from typing import Any, Mapping, Sequence
 
 import numpy as np

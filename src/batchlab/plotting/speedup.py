@@ -1,8 +1,6 @@
 """Chapter 02: batch time t(B), its affine fit, and the speedup S(B) = B·t(1)/t(B) (the formulas
 come from `batchlab.theory.formulas`)."""
 
-from __future__ import annotations
-
 from typing import Sequence
 
 import numpy as np

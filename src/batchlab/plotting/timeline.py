@@ -1,8 +1,5 @@
-"""Request timelines (chapters 00, 02): one row per request, a thin line from arrival to start
-(waiting), a thick bar from start to finish coloured by its batch; shaded columns mark the
-executions, a dashed line where the first request's ``max_queue_delay`` expires."""
-
-from __future__ import annotations
+"""Request timelines (chapters 00, 02): per request a line from arrival to start and a bar, in its
+batch's colour, from start to finish; shaded executions; where the first window expires."""
 
 from typing import Any, Sequence
 

@@ -1,8 +1,6 @@
 """Figures of chapter 04: waits against load, heatmaps over batcher settings, capacity under an
 SLO. Each draws on `ax` (a new figure when None) and returns it."""
 
-from __future__ import annotations
-
 from typing import Any, Mapping, Sequence
 
 import matplotlib

@@ -1,8 +1,6 @@
 """Matplotlib drawings of animation frames (`batchlab.viz.frames`): one lane per row (queue ·
 time window · pot), utilisation over time, still frames side by side for headless runs."""
 
-from __future__ import annotations
-
 import io
 from typing import Sequence
 

@@ -1,13 +1,7 @@
-"""Animation frames from simulator records: pure functions of arrays, no drawing.
-
-A `Lane` is one scheduler's run (the `SimResult` columns the animation needs); a `Frame` is that
-lane at one instant: the queue, the pot (锅, the batch running; a finished request still sitting
-in a request-level batch is padding), the time window, requests done, utilisation so far.
-Utilisation comes two ways: **busy** (忙碌率, the share of time an execution runs, nvidia-smi's
-GPU-Util) and **fill** (满锅率, Σ duration · useful slots / (slots · time); padding counts empty).
-"""
-
-from __future__ import annotations
+"""Animation frames from simulator records, pure functions of arrays: a `Lane` is one scheduler's
+run, a `Frame` that lane at one instant (queue, pot, time window, done, utilisation so far).
+Utilisation is **busy** (忙碌率, the share of time an execution runs, nvidia-smi's GPU-Util) or
+**fill** (满锅率, Σ duration · useful slots / (slots · time); padding counts as empty)."""
 
 from dataclasses import dataclass
 from typing import Any, Sequence

@@ -3,8 +3,6 @@
 dynamic batcher forming request-level batches (拼锅: a batch decodes until its longest member is
 done), and continuous batching (同锅同煮, ``max_active`` = the same pot size)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
 from typing import Sequence
 

@@ -1,10 +1,6 @@
-"""The chapter-00 animation as an ipywidgets view: play, step, speed and parameter sliders.
-
-Each frame is a PNG from `batchlab.viz.draw`; a parameter change re-runs the three simulations and
-starts again at frame 1. The CSS classes (``batchlab-play`` …) are what the browser tests find.
-Nothing here blocks: the view only reacts to its controls."""
-
-from __future__ import annotations
+"""The chapter-00 animation as an ipywidgets view (play, step, speed and parameter sliders; CSS
+classes ``batchlab-…`` for the browser tests). Frames are PNGs from `batchlab.viz.draw`; a new
+parameter re-runs the simulations from frame 1. Nothing blocks: the view only reacts to controls."""
 
 import base64
 from dataclasses import replace
