@@ -4,6 +4,7 @@ T_overhead bars, the token staircase of a streamed generation, what one decode s
 from typing import Mapping, Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
@@ -16,7 +17,7 @@ PART_STYLE = {
 }
 
 
-def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float]],
+def stacked_latency(ax: Axes, labels: Sequence[str], rows: Sequence[Mapping[str, float]],
                     parts: Sequence[str] = ("queue", "prefill", "decode", "overhead"),
                     totals: Sequence[float] | None = None, hatches: Sequence[str | None] | None = None) -> None:
     """One stacked bar per row (ms); ``totals`` (e.g. the client's measured T_total) as markers."""
@@ -41,7 +42,7 @@ def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float
     legend(ax, fontsize=8, markerscale=0.4)
 
 
-def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
+def token_staircase(ax: Axes, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
     """Token index against its arrival time at the client: one step per token (decode is serial)."""
     t = np.asarray(token_times_ms, float)
     if t.ndim != 1 or t.size == 0:
@@ -54,7 +55,7 @@ def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = Non
            ylabel=zh("已收到的 token 数", "tokens received"), xlim=(0, None), ylim=(0, None))
 
 
-def step_cost(ax, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
+def step_cost(ax: Axes, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
     """One decode step of B sequences (bars) and its cost per sequence t_step/B (line, right axis)."""
     x, s = np.asarray(sizes, float), np.asarray(step_ms, float)
     pos = np.arange(x.size)

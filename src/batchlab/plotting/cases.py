@@ -3,11 +3,12 @@
 from typing import Any, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
-def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], labels: dict[str, str] | None = None):
+def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], labels: dict[str, str] | None = None) -> Figure:
     """Two panels over the case-1 scenarios: P95 latency (s) and GPU utilisation (kernel share),
     with the article's before/after figures as dashed lines."""
     names = [(labels or {}).get(r["scenario"], r["scenario"]) for r in rows]
@@ -29,7 +30,7 @@ def plot_ecommerce(rows: Sequence[dict[str, Any]], article: dict[str, float], la
     return fig
 
 
-def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None):
+def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
     """p99 latency per tenant and scheduler (log scale), grouped bars."""
     scheds = list(dict.fromkeys(r["scheduler"] for r in rows))
     tenants = list(dict.fromkeys(r["tenant"] for r in rows))
@@ -48,7 +49,7 @@ def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None 
     return fig
 
 
-def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, article: dict[str, float]):
+def plot_utilisation_readings(batch: np.ndarray, ratio: float, ridge: float, article: dict[str, float]) -> Figure:
     """GPU utilisation against mean batch size under two readings: kernel share B/(r+B)
     (host overhead r = a/b) and compute utilisation B/ridge (roofline), with the article's
     22 % and 67 % marked."""

@@ -4,6 +4,7 @@
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
@@ -27,8 +28,7 @@ def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarra
 
 
 def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, running, waiting) of a `SimResult` at `times`: requests started and not finished,
-    and requests arrived and not started."""
+    """(time, running, waiting) of a `SimResult` at `times` (started and not finished; waiting)."""
     r = res.records
     t = np.asarray(times, dtype=float)
     st, fi = r["start"], r["finish"]
@@ -36,7 +36,8 @@ def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return t, running, res.queue_length_at(t)
 
 
-def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int, t_max: float | None = None):
+def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int,
+               t_max: float | None = None) -> Figure:
     """One panel per (title, time, running, waiting): running requests (filled) against the
     batch capacity, and requests waiting in the queue (line)."""
     fig, axes = figure(len(panels), 1, figsize=(7.6, 2.3 * len(panels)), sharex=True, squeeze=False)

@@ -3,11 +3,12 @@
 from typing import Any, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
-def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None):
+def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None) -> Figure:
     """Three stacked panels from `batchlab.load.timeline_rows`: requests/s, queue time per
     request (ms), mean batch size, with pending requests on a twin axis of the last panel."""
     t = np.asarray([r["t"] for r in rows])
@@ -27,7 +28,7 @@ def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = 
 
 
 def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", "priority_timeout"),
-                    labels: dict[str, str] | None = None):
+                    labels: dict[str, str] | None = None) -> Figure:
     """Queue wait of each request against its arrival time, one panel per policy, coloured by
     priority; rejected/timed-out requests marked with x at the moment they were dropped."""
     pick = [r for r in runs if r.policy in policies]
@@ -49,7 +50,7 @@ def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", 
     return fig
 
 
-def plot_delay_bound(rows: Sequence[dict[str, Any]]):
+def plot_delay_bound(rows: Sequence[dict[str, Any]]) -> Figure:
     """Queue time p50/p99/max against load, with the configured max_queue_delay as a line."""
     load = [r["load"] for r in rows]
     fig, ax = figure(figsize=(6.5, 3.6))
@@ -63,7 +64,7 @@ def plot_delay_bound(rows: Sequence[dict[str, Any]]):
     return fig
 
 
-def plot_kv_plan(rows: Sequence[dict[str, Any]]):
+def plot_kv_plan(rows: Sequence[dict[str, Any]]) -> Figure:
     """Max concurrent sequences against sequence length, one line per model (log-log)."""
     fig, ax = figure(figsize=(6.2, 3.6))
     for model in dict.fromkeys(r["model"] for r in rows):
@@ -81,7 +82,7 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
     return fig
 
 
-def plot_cost(items: Sequence[Any], unit: str = "$"):
+def plot_cost(items: Sequence[Any], unit: str = "$") -> Figure:
     """Cost per 1000 requests, busy-time (the article's formula) and wall-time views, per run
     (`batchlab.course.capacity.CostBreakdown` objects)."""
     x = np.arange(len(items))

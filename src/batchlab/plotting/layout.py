@@ -38,7 +38,8 @@ def legend(ax: Axes, *args: Any, axes: Sequence[Axes] = (), outside: str | None 
 def figure_problems(fig: Figure) -> list[str]:
     """One line per legend of `fig` that covers drawn pixels (lines, markers, bars, spans, texts,
     other panels; grid lines and spines do not count); empty when none does."""
-    named = [(ax.get_legend(), f"axes {i}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")) for i, ax in enumerate(fig.axes)]
+    named = [(ax.get_legend(), f"axes {i}" + (f" ({ax.get_title()!r})" if ax.get_title() else ""))
+             for i, ax in enumerate(fig.axes)]
     legends = [(g, where) for g, where in named + [(g, "figure") for g in fig.legends] if g is not None and g.get_visible()]
     if not legends:
         return []

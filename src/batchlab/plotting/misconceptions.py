@@ -3,11 +3,12 @@
 from typing import Any, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
-def plot_batch_size(rows: Sequence[dict[str, Any]]):
+def plot_batch_size(rows: Sequence[dict[str, Any]]) -> Figure:
     """Capacity B/t(B) against max_batch_size with the Amdahl ceiling 1/b, and the time of a
     full execution t(B) on a twin axis (rows from `misconceptions.batch_size_sweep`, delay 0)."""
     sub = [r for r in rows if r["delay_us"] == rows[0]["delay_us"]]
@@ -26,7 +27,7 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]):
     return fig
 
 
-def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None):
+def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None) -> Figure:
     """Continuous batching: tokens/s and time between tokens against the cap on running
     sequences; KV needed against the budget (rows from `misconceptions.llm_batch_sweep`)."""
     m = [r["max_active"] for r in rows]
@@ -53,7 +54,7 @@ def plot_llm_batch(rows: Sequence[dict[str, Any]], budget_gib: float | None):
     return fig
 
 
-def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None):
+def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> Figure:
     """p99 latency at the same load, and capacity (tokens/s), per scheduler."""
     names = [(labels or {}).get(r["scheduler"], r["scheduler"]) for r in rows]
     x = np.arange(len(rows))
@@ -67,7 +68,7 @@ def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | No
     return fig
 
 
-def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
+def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
     """Throughput and GPU time per request against max_queue_delay, one line per load."""
     loads = list(dict.fromkeys(r["load"] for r in rows))
     fig, axes = figure(1, 2, figsize=(9.4, 3.6))
@@ -87,7 +88,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]):
     return fig
 
 
-def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any]], budget_gib: float | None = None):
+def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any]], budget_gib: float | None = None) -> Figure:
     """Left: the toy LM's measured KV bytes against concurrency with the formula line. Right: the
     same concurrencies for real models (GiB), with a KV budget."""
     fig, axes = figure(1, 2, figsize=(9.2, 3.6))
@@ -107,7 +108,7 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
     return fig
 
 
-def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labels: dict[str, str] | None = None):
+def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labels: dict[str, str] | None = None) -> Figure:
     """Top: the day's request rate. Middle: instances per policy. Bottom: p99 per hour (log),
     unstable hours drawn at the top edge."""
     h = np.arange(len(rates))

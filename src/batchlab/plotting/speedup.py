@@ -4,13 +4,14 @@ come from `batchlab.theory.formulas`)."""
 from typing import Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
 from batchlab.theory.formulas import affine_batch_time, affine_speedup
 
 
-def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: float, b: float,
+def plot_batch_times(ax: Axes, sizes: Sequence[int], times_ms: Sequence[float], a: float, b: float,
                      lo: Sequence[float] | None = None, hi: Sequence[float] | None = None,
                      label: str | None = None, color: str = "C0") -> None:
     """Measured t(B) (points, optional lo–hi range) and the fitted line t(B) = a + b·B (ms)."""
@@ -29,7 +30,7 @@ def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: flo
     legend(ax, fontsize=8)
 
 
-def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
+def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
                  simulated: Sequence[float] | None = None, max_b: float | None = None) -> None:
     """Derived S(B) = B(a + b)/(a + bB) with its ceiling (a + b)/b, the ideal S = B, and points."""
     x = np.asarray(sizes, float)
@@ -53,7 +54,7 @@ def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequenc
     legend(ax, fontsize=8)
 
 
-def plot_hotpot_example(ax, t_single: float = 10.0, b_batch: int = 3, t_batch: float = 18.0,
+def plot_hotpot_example(ax: Axes, t_single: float = 10.0, b_batch: int = 3, t_batch: float = 18.0,
                         max_b: int = 12) -> None:
     """The article's kitchen: t(1) = 10 min, t(3) = 18 min, the line through them and S(B)."""
     b = (t_batch - t_single) / (b_batch - 1)

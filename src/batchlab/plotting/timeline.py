@@ -5,12 +5,13 @@ from typing import Any, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.axes import Axes
 
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
 
 
-def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
+def plot_timeline(ax: Axes, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
                   batch_id: Sequence[int], b_start: Sequence[float] | None = None,
                   b_end: Sequence[float] | None = None, delay_s: float = 0.0, unit: str = "ms",
                   title: str | None = None) -> None:
@@ -43,7 +44,7 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
         ax.set_title(title, fontsize=10)
 
 
-def plot_sim_timeline(ax, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
+def plot_sim_timeline(ax: Axes, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
     """`plot_timeline` for a `batchlab.sim.SimResult` (its records and executions)."""
     r, b = result.records, result.batches
     if delay_s is None:

@@ -7,6 +7,8 @@ from typing import Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
@@ -19,7 +21,7 @@ QUEUE_SHOWN = 10  # waiting requests drawn; the rest are counted
 _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
 
 
-def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
+def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
     """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right)."""
     m, q = lane.slots, QUEUE_SHOWN
     ax.clear()
@@ -61,7 +63,7 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
         ax.text(m + 0.4, 0.55, txt, fontsize=8, va="center", linespacing=1.5)
 
 
-def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None = None,
+def draw_utilization(ax: Axes, lanes: Sequence[Lane], horizon: float, t: float | None = None,
                      window_s: float | None = None) -> None:
     """Fill (solid) and busy (dashed) of each lane in windows of `window_s` over [0, horizon]; the
     lines reach 100 %, so the legend sits under the axes."""
@@ -83,7 +85,7 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
     legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, outside="below")
 
 
-def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
+def draw_frame(fig: Figure, lanes: Sequence[Lane], t: float, horizon: float) -> None:
     """The whole picture at time ``t``: one row per lane, then utilisation over time."""
     fig.clear()
     gs = fig.add_gridspec(len(lanes) + 1, 1, height_ratios=[1.0] * len(lanes) + [1.3], hspace=0.25)
@@ -93,13 +95,13 @@ def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
     fig.suptitle(f"t = {t:.2f} s", fontsize=11, x=0.5, y=0.995)
 
 
-def new_figure(n_lanes: int = 3):
+def new_figure(n_lanes: int = 3) -> Figure:
     """A figure sized for `draw_frame`."""
     setup()
     return plt.figure(figsize=(9.5, 1.35 * n_lanes + 2.2), dpi=90)
 
 
-def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> bytes:
+def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig: Figure | None = None) -> bytes:
     """PNG bytes of `draw_frame` (for the widget), drawn into `fig` or a new figure closed after."""
     target = fig if fig is not None else new_figure(len(lanes))
     draw_frame(target, lanes, t, horizon)
@@ -110,7 +112,7 @@ def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> byt
     return buf.getvalue()
 
 
-def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
+def film_strip(lanes: Sequence[Lane], times: Sequence[float]) -> Figure:
     """Still frames: one column per instant in `times`, one row per lane."""
     setup()
     times = list(times)
@@ -126,7 +128,7 @@ def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
     return fig
 
 
-def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
+def plot_utilization_sweep(ax: Axes, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
     """Fill (solid) of each lane against the arrival rate (`utilization_sweep` / `stateless_sweep`
     rows), the busy share of lane `busy_lane` dashed, guides at 10 % and 80 %."""
     lanes = sorted({r["lane"] for r in rows})

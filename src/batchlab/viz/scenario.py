@@ -50,15 +50,11 @@ def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
                          L.uniform(*params.prompt_range), L.uniform(*params.output_range), seed=params.seed + 1)
     m = int(params.max_batch_size)
     common = (req.arrival, req.prompt_tokens, req.output_tokens, cost)
-    nob = simulate_static_generation(*common, max_batch_size=1)
-    dyn = simulate_static_generation(*common, max_batch_size=m,
-                                     max_queue_delay_us=params.max_queue_delay_ms * 1000.0)
-    con = simulate_continuous(*common, max_active=m)
-    return [
-        lane_from_result(nob, names[0], slots=m, delay_s=0.0),
-        lane_from_result(dyn, names[1], slots=m, delay_s=params.max_queue_delay_ms / 1000.0),
-        lane_from_result(con, names[2], slots=m, delay_s=0.0),
-    ]
+    runs = (simulate_static_generation(*common, max_batch_size=1),
+            simulate_static_generation(*common, max_batch_size=m, max_queue_delay_us=params.max_queue_delay_ms * 1000.0),
+            simulate_continuous(*common, max_active=m))
+    delays = (0.0, params.max_queue_delay_ms / 1000.0, 0.0)
+    return [lane_from_result(r, name, slots=m, delay_s=d) for r, name, d in zip(runs, names, delays)]
 
 
 def utilization_sweep(rates: Sequence[float], params: DemoParams = DemoParams(n_requests=400, seed=3),
@@ -70,9 +66,8 @@ def utilization_sweep(rates: Sequence[float], params: DemoParams = DemoParams(n_
         lanes = run_demo(replace(params, rate=float(rate)), cost)
         a = lanes[0].arrival
         t0, t1 = float(a[int(warmup * (a.size - 1))]), float(a.max())
-        for k, lane in enumerate(lanes):
-            s = lane_summary(lane, t0, t1)
-            rows.append({"rate": float(rate), "lane": k, "name": lane.name, **s})
+        rows += [{"rate": float(rate), "lane": k, "name": lane.name, **lane_summary(lane, t0, t1)}
+                 for k, lane in enumerate(lanes)]
     return rows
 
 

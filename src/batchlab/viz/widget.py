@@ -9,6 +9,7 @@ from typing import Any
 import ipywidgets as W
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab._validate import count
 from batchlab.viz.draw import new_figure, render_png
@@ -21,10 +22,9 @@ class BatchingAnimation:
 
     def __init__(self, params: DemoParams = DemoParams(), n_frames: int = 60, interval_ms: int = 600) -> None:
         count("n_frames", n_frames, lo=2)
-        self.params = params
-        self.n_frames = n_frames
-        self._fig = None
-        self._cache: dict[int, str] = {}
+        self.params, self.n_frames = params, n_frames
+        self._fig: Figure | None = None
+        self._cache: dict[int, str] = {}   # base64 PNG of each frame drawn
         self.play = W.Play(value=0, min=0, max=n_frames - 1, step=1, interval=interval_ms,
                            description="播放", repeat=True)
         self.slider = W.IntSlider(value=0, min=0, max=n_frames - 1, description="帧",
@@ -39,8 +39,7 @@ class BatchingAnimation:
                                  continuous_update=False)
         self.delay = W.IntSlider(value=int(params.max_queue_delay_ms), min=0, max=1000, step=50,
                                  description="窗口 ms", continuous_update=False)
-        self.label = W.HTML(value="")
-        self.picture = W.HTML(value="")
+        self.label, self.picture = W.HTML(value=""), W.HTML(value="")
         for widget, cls in zip((self.play, self.step_button, self.picture, self.label, self.slider, self.speed,
                                 self.rate, self.batch, self.delay),
                                ("play", "step", "frame", "frame-label", "frame-slider", "speed", "rate", "batch", "delay")):
