@@ -1,10 +1,4 @@
-"""The one check every figure test applies: `assert_clean(fig)`.
-
-It renders the figure and fails, naming the axes, when a legend covers anything drawn (pixels,
-so lines, markers, bars, shaded spans, texts and other panels all count), a marker or a scatter
-point is cut by its axes' edge, a bar ends outside its axes, or a text label lies outside its
-axes (`batchlab.plotting.layout.figure_problems`).
-"""
+"""Checks every figure test applies: no legend over data, and every labelled mark in the legend."""
 
 from __future__ import annotations
 
@@ -16,7 +10,16 @@ from batchlab.plotting.layout import figure_problems
 
 
 def assert_clean(fig_or_ax: Any) -> None:
-    """Fail with the list of problems of the figure (or of the figure an axes belongs to)."""
+    """Fail with the list of legends that cover drawn pixels (of the figure or the axes' figure)."""
     fig = fig_or_ax if isinstance(fig_or_ax, Figure) else fig_or_ax.get_figure(root=True)
     problems = figure_problems(fig)
     assert problems == [], "\n".join(problems)
+
+
+def legend_of(ax: Any, *twins: Any) -> list[str]:
+    """The texts of `ax`'s legend, after checking they are the labels of every labelled mark drawn
+    on `ax` and its `twins`, in drawing order."""
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    marks = [label for a in (ax, *twins) for label in a.get_legend_handles_labels()[1]]
+    assert texts == marks, (texts, marks)
+    return texts

@@ -1,8 +1,9 @@
-"""batchlab.plotting: the figures of chapters 00–05 draw exactly the numbers they are given.
+"""batchlab.plotting, chapters 01–05: each figure draws exactly the numbers it is given.
 
 One test per public function of plotting.tuning, padding, evaluation, speedup, timeline and
-bottleneck: each is called with small, distinct, seeded inputs like the notebooks pass, and the
-test reads back what a learner sees (labels, titles, lines, bars, texts, legends, scales, limits).
+bottleneck, called with small seeded inputs like the notebooks pass: the data drawn (lines, bars,
+points, value labels) against the inputs, the labels, a legend entry for every labelled mark, and
+no legend over data.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-from matplotlib.colors import LogNorm, to_hex, to_rgba  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
 
 from batchlab.plotting import bottleneck as BN  # noqa: E402
 from batchlab.plotting import evaluation as EV  # noqa: E402
@@ -27,9 +28,7 @@ from batchlab.sim import Affine, simulate_dynamic  # noqa: E402
 from batchlab.sim.workload import poisson  # noqa: E402
 from batchlab.theory import formulas as F  # noqa: E402
 from batchlab.theory import padding as P  # noqa: E402
-from plotting_check import assert_clean  # noqa: E402
-
-RED, C0 = "#d9534f", to_hex("C0")
+from plotting_check import assert_clean, legend_of  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -41,10 +40,6 @@ def _close_figures():
 
 def texts(items) -> list[str]:
     return [t.get_text() for t in items]
-
-
-def legend(ax) -> list[str]:
-    return texts(ax.get_legend().get_texts())
 
 
 def assert_inside(ax, x, y) -> None:
@@ -77,17 +72,14 @@ def test_plot_wait_vs_load_draws_curves_then_points():
     for ln, y in zip(ax.lines, [md1, chain, bound, sim]):
         np.testing.assert_allclose(ln.get_xdata(), rates)
         np.testing.assert_allclose(ln.get_ydata(), y)
-    assert [ln.get_linestyle() for ln in ax.lines] == ["-", "--", "-.", "None"]
-    assert ax.lines[3].get_marker() == "o"
-    assert [to_hex(ln.get_color()) for ln in ax.lines] == [to_hex(f"C{i}") for i in range(4)]
-    assert legend(ax) == [*curves, "模拟 max_batch_size=16"]
+    assert legend_of(ax) == [*curves, "模拟 max_batch_size=16"]
     assert_lines_inside(ax)
     assert_clean(ax)
 
     # the chapter's call: its own labels, linear axis, no simulated points
     ax = TP.plot_wait_vs_load(rates, {"a": md1}, xlabel="到达率 λ（req/s）", ylabel="平均延迟（ms）", logy=False)
     assert ax.get_xlabel() == "到达率 λ（req/s）" and ax.get_ylabel() == "平均延迟（ms）"
-    assert ax.get_yscale() == "linear" and len(ax.lines) == 1 and legend(ax) == ["a"]
+    assert ax.get_yscale() == "linear" and len(ax.lines) == 1 and legend_of(ax) == ["a"]
 
 
 def test_plot_heatmap_writes_each_cell_where_it_belongs():
@@ -98,7 +90,6 @@ def test_plot_heatmap_writes_each_cell_where_it_belongs():
     assert ax.get_title() == "轻载 60 req/s：p99 (ms)"
     assert ax.get_xlabel() == "max_queue_delay（ms）" and ax.get_ylabel() == "max_batch_size"
     assert texts(ax.get_xticklabels()) == ["0", "0.5", "1", "2"]   # µs shown in ms
-    assert texts(ax.get_yticklabels()) == ["1", "4", "16"]
     (im,) = ax.images
     data = im.get_array()
     np.testing.assert_allclose(data.filled(np.nan), z)
@@ -112,7 +103,7 @@ def test_plot_heatmap_writes_each_cell_where_it_belongs():
     # the mark outlines the cell (x = 1000 µs, y = 4)
     (rect,) = ax.patches
     assert rect.get_xy() == (1.5, 0.5) and rect.get_width() == rect.get_height() == 1
-    assert to_hex(rect.get_edgecolor()) == "#ff0000" and not rect.get_fill()
+    assert not rect.get_fill()
     assert len(ax.figure.axes) == 2                                # heatmap + colorbar
     assert_clean(ax)
 
@@ -123,7 +114,6 @@ def test_plot_heatmap_writes_each_cell_where_it_belongs():
     assert isinstance(im.norm, LogNorm) and (im.norm.vmin, im.norm.vmax) == (5.0, 1000.0)
     assert texts(ax.texts) == ["5", "50", "500", ">1000"]
     assert_clean(ax)
-    assert [to_hex(t.get_color()) for t in ax.texts] == ["#ffffff", "#ffffff", "#000000", "#000000"]
     assert not ax.patches
 
 
@@ -134,7 +124,6 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert ax.get_xlabel() == "满足 SLO 的最高到达率（req/s）"
     assert [b.get_width() for b in ax.patches] == rates
     assert [b.get_y() + b.get_height() / 2 for b in ax.patches] == pytest.approx([0, 1, 2, 3])
-    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [RED, C0, C0, C0]
     assert texts(ax.get_yticklabels()) == labels and ax.yaxis_inverted()
     assert texts(ax.texts) == [" 410", " 380", " 250", " 95"]
     assert [t.xy for t in ax.texts] == [(r, i) for i, r in enumerate(rates)]
@@ -143,10 +132,10 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert_clean(ax)
 
     ax = TP.plot_slo_capacity(labels, rates, best=2, measured={1: 300.0, 3: 80.0})
-    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [C0, C0, RED, C0]
+    best = [b.get_facecolor() for b in ax.patches]
+    assert best[2] != best[0] and best[0] == best[1] == best[3]           # the best config stands out
     assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.lines] == [([300.0], [1]), ([80.0], [3])]
-    assert all(ln.get_marker() == "D" for ln in ax.lines)
-    assert legend(ax) == ["实测"]
+    assert legend_of(ax) == ["实测"]
     assert_lines_inside(ax)
     assert_clean(ax)
 
@@ -164,9 +153,8 @@ def test_plot_padded_batch_real_tokens_and_padding():
     assert len(ax.patches) == 8
     assert [b.get_width() for b in real] == lengths and all(b.get_x() == 0 for b in real)
     assert [b.get_x() for b in pad] == lengths and [b.get_width() for b in pad] == [7, 0, 4, 9]
-    assert all(b.get_hatch() == "///" for b in pad) and all(b.get_hatch() is None for b in real)
     assert texts(ax.get_yticklabels()) == ["#1  L=5", "#2  L=12", "#3  L=8", "#4  L=3"]
-    assert ax.yaxis_inverted() and legend(ax) == ["真实 token", "补齐（padding）"]
+    assert ax.yaxis_inverted() and legend_of(ax) == ["真实 token", "补齐（padding）"]
     assert ax.get_xlim()[1] >= 12
     assert_clean(ax)
     assert PP.plot_padded_batch([4, 4], title="T").get_title() == "T"
@@ -183,7 +171,6 @@ def test_plot_eta_curve_exact_mc_ratio_and_limit():
     ax = PP.plot_eta_curve(sizes, exact, mc, se, ratio, limit)
     assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "有效率 η"
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
-    assert texts(ax.get_xticklabels()) == ["1", "2", "4", "8", "16"]
     assert ax.get_ylim() == (0, 1.05)
     by_label = {ln.get_label(): ln for ln in ax.lines}
     for label, y in (("E[η] 精确值", exact), ("E[L]/E[L_max]（期望之比）", ratio)):
@@ -196,14 +183,14 @@ def test_plot_eta_curve_exact_mc_ratio_and_limit():
     seg = np.array(bars.get_segments())                               # ±2 standard errors
     np.testing.assert_allclose(seg[:, 0, 1], mc - 2 * se)
     np.testing.assert_allclose(seg[:, 1, 1], mc + 2 * se)
-    assert sorted(legend(ax)) == sorted(["E[η] 精确值", "E[L]/E[L_max]（期望之比）", "蒙特卡洛（±2 标准误）",
+    assert sorted(legend_of(ax)) == sorted(["E[η] 精确值", "E[L]/E[L_max]（期望之比）", "蒙特卡洛（±2 标准误）",
                                          f"B→∞ 极限 {limit:.3f}"])
     for y in (exact, ratio, mc):
         assert_inside(ax, sizes, y)
     assert_clean(ax)
 
     ax = PP.plot_eta_curve(sizes, exact)
-    assert len(ax.lines) == 1 and not ax.containers and legend(ax) == ["E[η] 精确值"]
+    assert len(ax.lines) == 1 and not ax.containers and legend_of(ax) == ["E[η] 精确值"]
 
 
 def test_plot_scheme_bars_groups_skip_nan_and_label_values():
@@ -214,9 +201,8 @@ def test_plot_scheme_bars_groups_skip_nan_and_label_values():
     w = 0.8 / 3
     centres = [b.get_x() + b.get_width() / 2 for b in ax.patches]
     assert centres == pytest.approx([-w, 1 - w, 0.0, w, 1 + w])
-    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [to_hex(c) for c in ("C0", "C0", "C1", "C2", "C2")]
     assert texts(ax.texts) == ["120", "480", "110", "101", "455"]
-    assert legend(ax) == list(series)
+    assert legend_of(ax) == list(series)
     assert ax.get_ylim()[1] >= 480
     assert_clean(ax)
     ax = PP.plot_scheme_bars(["a"], {"s": [0.25]}, "η", fmt="{:.2f}")
@@ -240,7 +226,7 @@ def test_plot_concurrency_vs_context_log_log():
     ax = PP.plot_concurrency_vs_context(ctx, series)
     assert ax.get_xlabel() == "每条序列的 token 数（提示 + 输出）" and ax.get_ylabel() == "可并发的序列数"
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2 and ax.get_yscale() == "log"
-    assert len(ax.lines) == 2 and legend(ax) == list(series)
+    assert len(ax.lines) == 2 and legend_of(ax) == list(series)
     assert_clean(ax)
     for ln, y in zip(ax.lines, series.values()):
         np.testing.assert_allclose(ln.get_xdata(), ctx)
@@ -260,12 +246,10 @@ def test_plot_percentiles_measured_then_simulated_on_one_axes():
     sim = {k: v * 0.9 for k, v in pcts.items()}
     assert EV.plot_percentiles(sim_thr, sim, ax=ax, style="x--", label_suffix=" 模拟") is ax
     assert ax.get_xlabel() == "吞吐（req/s）" and ax.get_ylabel() == "延迟（ms）" and ax.get_yscale() == "log"
-    assert legend(ax) == ["p50 实测", "p95 实测", "p99 实测", "p50 模拟", "p95 模拟", "p99 模拟"]
+    assert legend_of(ax) == ["p50 实测", "p95 实测", "p99 实测", "p50 模拟", "p95 模拟", "p99 模拟"]
     for ln, (x, y) in zip(ax.lines, [(thr, v) for v in pcts.values()] + [(sim_thr, v) for v in sim.values()]):
         np.testing.assert_allclose(ln.get_xdata(), x)
         np.testing.assert_allclose(ln.get_ydata(), y)
-    assert [ln.get_marker() for ln in ax.lines] == ["o"] * 3 + ["x"] * 3
-    assert [ln.get_linestyle() for ln in ax.lines] == ["-"] * 3 + ["--"] * 3
     assert_lines_inside(ax)
     assert_clean(ax)
 
@@ -279,11 +263,9 @@ def test_plot_latency_vs_length_one_scatter_per_scheme():
     latency = {"补齐": rng.uniform(100, 900, 40), "连续批处理": 8.0 * lengths["连续批处理"]}
     ax = EV.plot_latency_vs_length(lengths, latency)
     assert ax.get_xlabel() == "请求自己的输出长度（token）" and ax.get_ylabel() == "端到端延迟（ms）"
-    assert len(ax.collections) == 2 and legend(ax) == ["补齐", "连续批处理"]
+    assert len(ax.collections) == 2 and legend_of(ax) == ["补齐", "连续批处理"]
     for coll, name in zip(ax.collections, latency):
         np.testing.assert_allclose(coll.get_offsets(), np.column_stack([lengths[name], latency[name]]))
-    for coll, c in zip(ax.collections, ("C0", "C1")):
-        np.testing.assert_allclose(coll.get_facecolor()[0][:3], to_rgba(c)[:3])
     for name in latency:
         assert_inside(ax, lengths[name], latency[name])
     assert_clean(ax)
@@ -298,7 +280,7 @@ def test_plot_amdahl_fit_affine_ceiling_ideal():
     assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "加速比 S"
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
     ceiling = F.amdahl_ceiling(f)
-    assert legend(ax) == ["实测 S(B)", f"Amdahl 拟合 f = {f:.3f}", "仿射 t(B)=a+bB 推出的 S(B)",
+    assert legend_of(ax) == ["实测 S(B)", f"Amdahl 拟合 f = {f:.3f}", "仿射 t(B)=a+bB 推出的 S(B)",
                           f"上限 1/(1−f) = {ceiling:.2f}", "理想 S = B"]
     pts, fit, aff, top, ideal = ax.lines
     np.testing.assert_allclose(pts.get_xdata(), sizes)
@@ -324,7 +306,7 @@ def test_plot_batch_time_points_and_fit():
     t_ms = F.affine_batch_time(sizes, a_ms, b_ms) + np.random.default_rng(53).normal(0, 0.05, 5)
     ax = EV.plot_batch_time(sizes, t_ms, a_ms, b_ms)
     assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "一次执行耗时（ms）"
-    assert legend(ax) == ["实测 t(B)", "拟合 t = 3.10 + 0.420·B ms"]
+    assert legend_of(ax) == ["实测 t(B)", "拟合 t = 3.10 + 0.420·B ms"]
     pts, fit = ax.lines
     np.testing.assert_allclose(pts.get_xdata(), sizes)
     np.testing.assert_allclose(pts.get_ydata(), t_ms)
@@ -346,7 +328,7 @@ def test_plot_batch_times_points_range_fit_and_one_by_one():
     _, ax = plt.subplots()
     SP.plot_batch_times(ax, sizes, t_ms, a_ms, b_ms, lo=lo, hi=hi, label="实测 t(B)（最快一轮）")
     assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "一次执行耗时 (ms)"
-    assert legend(ax) == ["实测 t(B)（最快一轮）", "拟合 t(B) = 1.80 + 0.30·B ms", "逐个处理 B·t(1)"]
+    assert legend_of(ax) == ["实测 t(B)（最快一轮）", "拟合 t(B) = 1.80 + 0.30·B ms", "逐个处理 B·t(1)"]
     pts, fit, serial = ax.lines
     np.testing.assert_allclose(pts.get_xdata(), sizes)
     np.testing.assert_allclose(pts.get_ydata(), t_ms)
@@ -365,7 +347,7 @@ def test_plot_batch_times_points_range_fit_and_one_by_one():
 
     _, ax = plt.subplots()
     SP.plot_batch_times(ax, sizes, t_ms, a_ms, b_ms)
-    assert not ax.collections and legend(ax)[0] == "实测 t(B)（中位数）"
+    assert not ax.collections and legend_of(ax)[0] == "实测 t(B)（中位数）"
     with pytest.raises(ValueError):
         SP.plot_batch_times(ax, sizes, t_ms[:3], a_ms, b_ms)
 
@@ -380,7 +362,7 @@ def test_plot_speedup_derived_ceiling_ideal_and_points():
     SP.plot_speedup(ax, sizes, a_ms, b_ms, measured=measured, simulated=simulated)
     ceiling = (a_ms + b_ms) / b_ms
     assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "加速比 S"
-    assert legend(ax) == ["推导 S(B) = B(a+b)/(a+bB)", f"上限 (a+b)/b = {ceiling:.2f}",
+    assert legend_of(ax) == ["推导 S(B) = B(a+b)/(a+bB)", f"上限 (a+b)/b = {ceiling:.2f}",
                           "理想 S = B（批处理完全免费）", "实测 B·t(1)/t(B)", "仿真"]
     curve, top, ideal, meas, sim = ax.lines
     xs = np.linspace(1, 32, 200)
@@ -390,7 +372,6 @@ def test_plot_speedup_derived_ceiling_ideal_and_points():
     np.testing.assert_allclose(ideal.get_ydata(), xs)
     np.testing.assert_allclose(meas.get_ydata(), measured)
     np.testing.assert_allclose(sim.get_ydata(), simulated)
-    assert [meas.get_marker(), sim.get_marker()] == ["o", "x"]
     pad = 0.04 * 31                                              # the end points' markers stay whole
     assert ax.get_xlim() == pytest.approx((1 - pad, 32 + pad)) and ax.get_ylim() == pytest.approx((0, ceiling * 1.3 * 1.08))
     for ln in (curve, meas, sim):
@@ -417,7 +398,7 @@ def test_plot_hotpot_example_minutes_per_dish(t_single, b_batch, t_batch, max_b)
     assert ax.patches[b_batch - 1].get_height() == pytest.approx(t_batch / b_batch)
     (floor,) = ax.lines
     np.testing.assert_allclose(floor.get_ydata(), [b, b])
-    assert legend(ax) == [f"下限 b = {b:g} 分钟", "每份平均用时 t(B)/B（分钟）"]  # lines before bars
+    assert legend_of(ax) == [f"下限 b = {b:g} 分钟", "每份平均用时 t(B)/B（分钟）"]  # lines before bars
     assert list(ax.get_xticks()) == list(xs)
     assert ax.get_ylim()[1] >= t_single
     assert_clean(ax)
@@ -455,15 +436,14 @@ def test_plot_timeline_rows_in_arrival_order():
     for ln, (row, i) in zip(runs, expected_runs):
         np.testing.assert_allclose(ln.get_xdata(), [s[i] * 1e3, f[i] * 1e3])
         np.testing.assert_allclose(ln.get_ydata(), [row, row])
-        assert to_hex(ln.get_color()) == to_hex(matplotlib.colormaps["tab10"](bid[i] % 10))
-    waits = [ln for ln in ax.lines if to_hex(ln.get_color()) == to_hex("0.55")]
+    waits = [ln for ln in ax.lines[:-1] if ln.get_linewidth() == 1.0 and ln.get_marker() == "None"]   # not the window
     assert len(waits) == n
     for ln, (row, i) in zip(waits, enumerate(order)):
         np.testing.assert_allclose(ln.get_xdata(), [a[i] * 1e3, s[i] * 1e3])
         assert list(ln.get_ydata()) == [row, row]
     window = ax.lines[-1]
     np.testing.assert_allclose(window.get_xdata(), [a.min() * 1e3 + 2.0] * 2)
-    assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
+    assert legend_of(ax) == ["最老请求的窗口到期（2 ms）"]
     for ln in runs + waits:
         assert_inside(ax, ln.get_xdata(), ln.get_ydata())
     assert_clean(ax)
@@ -480,21 +460,19 @@ def test_plot_timeline_rows_in_arrival_order():
 
 def test_plot_sim_timeline_reads_the_result_and_its_delay():
     res = _small_sim()
-    fig, (ax, ref) = plt.subplots(1, 2)
-    TL.plot_sim_timeline(ax, res, title="burst")
     r, b = res.records, res.batches
-    TL.plot_timeline(ref, r["arrival"], r["start"], r["finish"], r["batch_id"], b["start"], b["end"],
-                     delay_s=0.002, title="burst")
-    assert ax.get_title() == "burst" and len(ax.lines) == len(ref.lines) == 3 * len(res) + 1
-    for got, want in zip(ax.lines, ref.lines):
-        np.testing.assert_allclose(got.get_xdata(), want.get_xdata())
-        np.testing.assert_allclose(got.get_ydata(), want.get_ydata())
+    _, ax = plt.subplots()
+    TL.plot_sim_timeline(ax, res, title="burst")
+    order = np.argsort(r["arrival"], kind="stable")
+    runs = [ln for ln in ax.lines if ln.get_linewidth() == 6]
+    assert ax.get_title() == "burst" and len(runs) == len(res) and len(ax.patches) == b.size
+    for ln, i in zip(runs, order):                                # each request's run, in arrival order
+        np.testing.assert_allclose(ln.get_xdata(), [r["start"][i] * 1e3, r["finish"][i] * 1e3])
     # the window comes from config["max_queue_delay_us"] = 2000 µs
     np.testing.assert_allclose(ax.lines[-1].get_xdata(), [r["arrival"].min() * 1e3 + 2.0] * 2)
-    assert legend(ax) == ["最老请求的窗口到期（2 ms）"]
-    assert len(ax.patches) == b.size
+    assert legend_of(ax) == ["最老请求的窗口到期（2 ms）"]
     assert_clean(ax)
-    fig, ax = plt.subplots()
+    _, ax = plt.subplots()
     TL.plot_sim_timeline(ax, res, delay_s=0.0, unit="s")
     assert ax.get_legend() is None and len(ax.lines) == 3 * len(res) and ax.get_xlabel() == "时间 (s)"
 
@@ -520,21 +498,20 @@ def test_stacked_latency_parts_stack_in_order():
         np.testing.assert_allclose([p.get_height() for p in bars], h)
         np.testing.assert_allclose([p.get_y() for p in bars], bottom)
         np.testing.assert_allclose([p.get_x() + p.get_width() / 2 for p in bars], [0, 1, 2])
-        assert {to_hex(p.get_facecolor()) for p in bars} == {BN.PART_STYLE[part][0]}
-        assert [p.get_hatch() for p in bars] == [None, "//", None]
+        assert len({p.get_facecolor() for p in bars}) == 1                  # one colour per part
         bottom += h
     assert bottom == pytest.approx([28.0, 23.5, 56.5])
     (tot,) = ax.lines
     np.testing.assert_allclose(tot.get_xdata(), [0, 1, 2])
     np.testing.assert_allclose(tot.get_ydata(), totals)
-    assert sorted(legend(ax)) == sorted(["排队 T_queue", "预填充 T_prefill", "解码 T_decode", "开销 T_overhead",
+    assert sorted(legend_of(ax)) == sorted(["排队 T_queue", "预填充 T_prefill", "解码 T_decode", "开销 T_overhead",
                                          "客户端实测 T_total"])
     assert ax.get_ylim()[1] >= 57.0
     assert_clean(ax)
 
     _, ax = plt.subplots()
     BN.stacked_latency(ax, labels[:2], rows[:2], parts=("decode",))
-    assert [p.get_height() for p in ax.patches] == [20.0, 19.0] and legend(ax) == ["解码 T_decode"]
+    assert [p.get_height() for p in ax.patches] == [20.0, 19.0] and legend_of(ax) == ["解码 T_decode"]
     with pytest.raises(ValueError):
         BN.stacked_latency(ax, labels, rows, parts=("queue", "network"))
     with pytest.raises(ValueError):
@@ -557,7 +534,7 @@ def test_token_staircase_one_step_per_token():
     assert_clean(ax)
     _, ax = plt.subplots()
     BN.token_staircase(ax, [5.0, 9.0], label="lm_stream", color="C2")
-    assert ax.lines[0].get_label() == "lm_stream" and to_hex(ax.lines[0].get_color()) == to_hex("C2")
+    assert ax.lines[0].get_label() == "lm_stream"
     with pytest.raises(ValueError):
         BN.token_staircase(ax, [])
 
@@ -577,7 +554,7 @@ def test_step_cost_bars_and_per_sequence_line():
     np.testing.assert_allclose(per.get_xdata(), range(5))
     np.testing.assert_allclose(per.get_ydata(), step_ms / np.array(sizes))
     assert twin.get_ylim()[0] == 0
-    assert legend(ax) == ["一步 t_step(B)", "每条序列分摊 t_step/B"]
+    assert legend_of(ax, twin) == ["一步 t_step(B)", "每条序列分摊 t_step/B"]
     assert_inside(twin, per.get_xdata(), per.get_ydata())
     assert ax.get_ylim()[1] >= step_ms.max()
     assert_clean(ax)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from batchlab.sim import Affine, TokenCost, simulate_continuous, simulate_dynamic, simulate_static_generation
-from batchlab.viz import (DemoParams, Lane, default_horizon, frame_at, frame_label, frame_times, lane_from_result,
-                          run_demo, step_index, utilization, utilization_series)
+from batchlab.viz import (DemoParams, Lane, default_horizon, frame_at, lane_from_result, run_demo, utilization,
+                          utilization_series)
 
 
 def _lane(**kw) -> Lane:
@@ -49,7 +49,6 @@ def test_frame_queue_pot_padding_and_window() -> None:
     assert list(f.queue_ids) == [2] and f.queue_age[0] == pytest.approx(0.25)
     assert f.window == pytest.approx(0.5)
     assert f.batch_size == 0 and f.done == 2
-    assert f.mean_latency == pytest.approx(1.0)
     f = frame_at(lane, 4.0)
     assert f.done == 3 and f.batch_size == 0 and f.queue_len == 0
     with pytest.raises(ValueError, match=">= 0"):
@@ -103,18 +102,6 @@ def test_lane_from_result_refuses_unknown_results() -> None:
 
     with pytest.raises(ValueError, match="cannot animate"):
         lane_from_result(Fake(), "x")
-
-
-def test_frame_times_step_and_label() -> None:
-    t = frame_times(3.0, 4)
-    np.testing.assert_allclose(t, [0, 1, 2, 3])
-    assert step_index(2, 4) == 3 and step_index(3, 4) == 0 and step_index(0, 4, -1) == 3
-    assert frame_label(0, 60, 0.0) != frame_label(1, 60, 0.05)
-    assert "第 2 / 60 帧" in frame_label(1, 60, 0.05)
-    with pytest.raises(ValueError):
-        frame_times(0.0, 4)
-    with pytest.raises(ValueError):
-        frame_times(1.0, 1)
 
 
 def test_demo_is_seeded_and_tells_the_story() -> None:

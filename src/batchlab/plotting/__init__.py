@@ -1,7 +1,9 @@
 """Plot helpers for the notebooks (matplotlib). They draw; they never simulate or measure.
 
-`setup()` configures a CJK font so Chinese labels render on any machine; `zh(cn, en)` picks the
-Chinese label when a CJK font is available and the English one otherwise.
+`fonts` (a CJK font so Chinese labels render: `setup`, `zh`), `layout` (legends and the check
+that none covers data); one module of figures per chapter: `bottleneck` (01), `speedup` and
+`timeline` (02), `padding` (03), `tuning` (04), `evaluation` (05), `engineering` (06), `cases`
+(07), `demo` (08), `misconceptions` (09).
 """
 
 from batchlab.plotting.fonts import cjk_available, setup, zh

@@ -1,14 +1,10 @@
-"""The anatomy of one request's latency (chapter 01): stacked T_queue / T_prefill / T_decode /
-T_overhead bars, the token staircase of a streamed generation, and what one decode step costs.
-
-Only draws: the numbers come from `batchlab.probe.latency` (measured) and `batchlab.sim` (simulated).
-"""
-
-from __future__ import annotations
+"""Chapter 01, the anatomy of one request's latency: stacked T_queue / T_prefill / T_decode /
+T_overhead bars, the token staircase of a streamed generation, what one decode step costs."""
 
 from typing import Mapping, Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
@@ -21,7 +17,7 @@ PART_STYLE = {
 }
 
 
-def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float]],
+def stacked_latency(ax: Axes, labels: Sequence[str], rows: Sequence[Mapping[str, float]],
                     parts: Sequence[str] = ("queue", "prefill", "decode", "overhead"),
                     totals: Sequence[float] | None = None, hatches: Sequence[str | None] | None = None) -> None:
     """One stacked bar per row (ms); ``totals`` (e.g. the client's measured T_total) as markers."""
@@ -35,22 +31,18 @@ def stacked_latency(ax, labels: Sequence[str], rows: Sequence[Mapping[str, float
         color, (cn, en) = PART_STYLE[p]
         h = np.array([max(float(r.get(p, 0.0) or 0.0), 0.0) for r in rows])
         bars = ax.bar(x, h, bottom=bottom, color=color, label=zh(cn, en), width=0.65, edgecolor="white")
-        if hatches is not None:
-            for bar, hatch in zip(bars, hatches):
-                if hatch:
-                    bar.set_hatch(hatch)
+        for bar, hatch in zip(bars, hatches or ()):
+            bar.set_hatch(hatch)
         bottom += h
     if totals is not None:
         ax.plot(x, totals, "k_", markersize=28, markeredgewidth=2,
                 label=zh("客户端实测 T_total", "client-measured T_total"))
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, fontsize=8)
-    ax.set_xlim(-0.6, len(rows) - 0.4)                 # the outer total markers stay whole
-    ax.set_ylabel(zh("每请求平均耗时 (ms)", "mean time per request (ms)"))
-    legend(ax, fontsize=8, prefer="upper left")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set(xlim=(-0.6, len(rows) - 0.4), ylabel=zh("每请求平均耗时 (ms)", "mean time per request (ms)"))
+    legend(ax, fontsize=8, markerscale=0.4)
 
 
-def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
+def token_staircase(ax: Axes, token_times_ms: Sequence[float], label: str | None = None, color: str = "C0") -> None:
     """Token index against its arrival time at the client: one step per token (decode is serial)."""
     t = np.asarray(token_times_ms, float)
     if t.ndim != 1 or t.size == 0:
@@ -59,24 +51,20 @@ def token_staircase(ax, token_times_ms: Sequence[float], label: str | None = Non
     ax.step(np.concatenate([[0.0], t]), np.concatenate([[0], k]), where="post", color=color,
             label=label or zh("收到的 token 数", "tokens received"))
     ax.plot(t, k, ".", color=color, markersize=4)
-    ax.set_xlabel(zh("自发出请求起的时间 (ms)", "time since the request was sent (ms)"))
-    ax.set_ylabel(zh("已收到的 token 数", "tokens received"))
-    ax.set_xlim(0, None)
-    ax.set_ylim(0, None)
+    ax.set(xlabel=zh("自发出请求起的时间 (ms)", "time since the request was sent (ms)"),
+           ylabel=zh("已收到的 token 数", "tokens received"), xlim=(0, None), ylim=(0, None))
 
 
-def step_cost(ax, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
+def step_cost(ax: Axes, sizes: Sequence[int], step_ms: Sequence[float]) -> None:
     """One decode step of B sequences (bars) and its cost per sequence t_step/B (line, right axis)."""
-    x = np.asarray(sizes, float)
-    s = np.asarray(step_ms, float)
+    x, s = np.asarray(sizes, float), np.asarray(step_ms, float)
     pos = np.arange(x.size)
     ax.bar(pos, s, color="#5dade2", width=0.6, label=zh("一步 t_step(B)", "one step t_step(B)"))
-    ax.set_xticks(pos)
-    ax.set_xticklabels([f"B={int(b)}" for b in x])
+    ax.set_xticks(pos, [f"B={int(b)}" for b in x])
     ax.set_ylabel(zh("一次解码步耗时 (ms)", "one decode step (ms)"))
     ax2 = ax.twinx()
     ax2.plot(pos, s / x, "o-", color="C3", label=zh("每条序列分摊 t_step/B", "per sequence t_step/B"))
     ax2.set_ylabel(zh("每条序列每个 token (ms)", "per sequence per token (ms)"), color="C3")
     ax2.set_ylim(0, None)
     ax2.grid(False)
-    legend(ax, fontsize=8, prefer="upper center", axes=[ax2])
+    legend(ax, fontsize=8, axes=[ax2], outside="below", ncol=2)

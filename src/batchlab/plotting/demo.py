@@ -1,27 +1,17 @@
-"""Figures for chapter 08 (Python 演示): the article's tick demo next to `batchlab.sim`.
-
-They draw what they are given (a `seed_demo.Trace`, a `SimResult`); they never simulate.
-"""
-
-from __future__ import annotations
+"""Figures of chapter 08 (Python 演示): the article's tick demo (a `seed_demo.Trace`) next to a
+`batchlab.sim` result."""
 
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
-from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
-__all__ = ["trace_occupancy", "sim_occupancy", "plot_slots"]
-
-
 def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, running, waiting) at every tick of a `batchlab.course.seed_demo.Trace`.
-
-    A request runs from the tick that admitted it until its finish time; it waits from its
-    arrival until its admission.
-    """
+    """(time, running, waiting) at every tick of a `seed_demo.Trace`: a request runs from the tick
+    that admitted it until its finish time, and waits from its arrival until then."""
     admitted: dict[int, float] = {}
     for tick, rids, _ in trace.admissions:
         for rid in rids:
@@ -38,8 +28,7 @@ def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarra
 
 
 def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, running, waiting) of a `SimResult` at `times`: requests started and not finished,
-    and requests arrived and not started."""
+    """(time, running, waiting) of a `SimResult` at `times` (started and not finished; waiting)."""
     r = res.records
     t = np.asarray(times, dtype=float)
     st, fi = r["start"], r["finish"]
@@ -47,11 +36,11 @@ def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return t, running, res.queue_length_at(t)
 
 
-def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int, t_max: float | None = None):
+def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int,
+               t_max: float | None = None) -> Figure:
     """One panel per (title, time, running, waiting): running requests (filled) against the
     batch capacity, and requests waiting in the queue (line)."""
-    setup()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7.6, 2.3 * len(panels)), sharex=True, squeeze=False)
+    fig, axes = figure(len(panels), 1, figsize=(7.6, 2.3 * len(panels)), sharex=True, squeeze=False)
     for ax, (title, t, run, wait) in zip(axes[:, 0], panels):
         ax.fill_between(t, run, step="post", alpha=0.45, color="C0", label=zh("锅里（运行中）", "running"))
         ax.step(t, wait, where="post", color="C3", label=zh("门口排队", "waiting"))
@@ -60,7 +49,6 @@ def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], cap
         ax.set_ylabel(zh("请求数", "requests"))
         if t_max:
             ax.set_xlim(0, t_max)
-    legend(axes[0, 0], fontsize=8, ncol=3, prefer=("upper left", "upper right", "outside right"))
+    legend(axes[0, 0], fontsize=8, outside="right")
     axes[-1, 0].set_xlabel(zh("时间 (s)", "time (s)"))
-    fig.tight_layout()
     return fig

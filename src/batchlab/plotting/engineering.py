@@ -1,88 +1,72 @@
-"""Figures for chapter 06 (工程实战). They draw what they are given; they never simulate or measure."""
-
-from __future__ import annotations
+"""Figures of chapter 06 (工程实战); they draw what they are given."""
 
 from typing import Any, Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
-from batchlab.plotting.fonts import setup, zh
+from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
 
-__all__ = ["plot_metrics_timeline", "plot_starvation", "plot_delay_bound", "plot_kv_plan", "plot_cost"]
-
-
-def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None):
+def plot_metrics_timeline(rows: Sequence[dict[str, float]], title: str | None = None) -> Figure:
     """Three stacked panels from `batchlab.load.timeline_rows`: requests/s, queue time per
     request (ms), mean batch size, with pending requests on a twin axis of the last panel."""
-    setup()
     t = np.asarray([r["t"] for r in rows])
-    fig, axes = plt.subplots(3, 1, figsize=(7.5, 6.2), sharex=True)
-    axes[0].plot(t, [r["rps"] for r in rows], color="C0", marker=".")
-    axes[0].set_ylabel(zh("完成请求/s", "requests/s"))
-    axes[1].plot(t, [r["queue_ms"] for r in rows], color="C3", marker=".")
-    axes[1].set_ylabel(zh("排队 ms/请求", "queue ms/request"))
-    axes[2].plot(t, [r["mean_batch"] for r in rows], color="C2", marker=".", label=zh("平均批大小", "mean batch"))
-    axes[2].set_ylabel(zh("平均批大小", "mean batch size"))
+    fig, axes = figure(3, 1, figsize=(7.5, 6.2), sharex=True)
+    for ax, key, color, ylabel in zip(axes, ("rps", "queue_ms", "mean_batch"), ("C0", "C3", "C2"),
+                                      (zh("完成请求/s", "requests/s"), zh("排队 ms/请求", "queue ms/request"),
+                                       zh("平均批大小", "mean batch size"))):
+        ax.plot(t, [r[key] for r in rows], color=color, marker=".")
+        ax.set_ylabel(ylabel)
     tw = axes[2].twinx()
     tw.step(t, [r["pending"] for r in rows], where="post", color="C1", alpha=0.7, label=zh("待处理请求", "pending"))
     tw.set_ylabel(zh("待处理请求数", "pending requests"), color="C1")
     tw.grid(False)
     axes[2].set_xlabel(zh("时间 (s)", "time (s)"))
     fig.suptitle(title or zh("从 /metrics 抓到的拼锅现场", "live from /metrics"))
-    fig.tight_layout()
     return fig
 
 
 def plot_starvation(runs: Sequence[Any], policies: Sequence[str] = ("priority", "priority_timeout"),
-                    labels: dict[str, str] | None = None):
+                    labels: dict[str, str] | None = None) -> Figure:
     """Queue wait of each request against its arrival time, one panel per policy, coloured by
     priority; rejected/timed-out requests marked with x at the moment they were dropped."""
-    setup()
     pick = [r for r in runs if r.policy in policies]
-    fig, axes = plt.subplots(1, len(pick), figsize=(4.2 * len(pick), 3.6), sharey=True, squeeze=False)
+    fig, axes = figure(1, len(pick), figsize=(4.2 * len(pick), 3.6), sharey=True, squeeze=False)
     for ax, run in zip(axes[0], pick):
         rec = run.result.records
+        dropped = rec["rejected"] | rec["timed_out"]
         for lev, color, name in ((1, "C0", zh("高优先级", "priority 1")), (2, "C3", zh("低优先级", "priority 2"))):
-            m = run.priority == lev
-            ok = m & ~(rec["rejected"] | rec["timed_out"])
+            ok, bad = (run.priority == lev) & ~dropped, (run.priority == lev) & dropped
             ax.scatter(rec["arrival"][ok], (rec["start"][ok] - rec["arrival"][ok]) * 1e3, s=2, color=color,
                        alpha=0.5, label=name)
-            bad = m & (rec["rejected"] | rec["timed_out"])
             if bad.any():
                 ax.scatter(rec["arrival"][bad], (rec["finish"][bad] - rec["arrival"][bad]) * 1e3, s=6,
                            marker="x", color="k", alpha=0.4, label=zh("被拒绝", "rejected"))
         ax.set_yscale("symlog", linthresh=10)
-        ax.set_xlabel(zh("到达时刻 (s)", "arrival (s)"))
-        ax.set_title((labels or {}).get(run.policy, run.policy))
+        ax.set(xlabel=zh("到达时刻 (s)", "arrival (s)"), title=(labels or {}).get(run.policy, run.policy))
     axes[0][0].set_ylabel(zh("排队等待 (ms)", "queue wait (ms)"))
     legend(axes[0][-1], markerscale=4, fontsize=8)
-    fig.tight_layout()
     return fig
 
 
-def plot_delay_bound(rows: Sequence[dict[str, Any]]):
+def plot_delay_bound(rows: Sequence[dict[str, Any]]) -> Figure:
     """Queue time p50/p99/max against load, with the configured max_queue_delay as a line."""
-    setup()
     load = [r["load"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = figure(figsize=(6.5, 3.6))
     for key, name, style in (("queue_p50_ms", "p50", "-o"), ("queue_p99_ms", "p99", "-s"), ("queue_max_ms", "max", ":^")):
         ax.plot(load, [r[key] for r in rows], style, label=name)
     ax.axhline(rows[0]["delay_ms"], color="k", ls="--", label=zh("max_queue_delay", "max_queue_delay"))
-    ax.set_yscale("log")
-    ax.set_xlabel(zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"))
-    ax.set_ylabel(zh("排队时间 (ms)", "queue time (ms)"))
-    ax.set_title(zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
+    ax.set(yscale="log", xlabel=zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"),
+           ylabel=zh("排队时间 (ms)", "queue time (ms)"),
+           title=zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
     legend(ax)
-    fig.tight_layout()
     return fig
 
 
-def plot_kv_plan(rows: Sequence[dict[str, Any]]):
+def plot_kv_plan(rows: Sequence[dict[str, Any]]) -> Figure:
     """Max concurrent sequences against sequence length, one line per model (log-log)."""
-    setup()
-    fig, ax = plt.subplots(figsize=(6.2, 3.6))
+    fig, ax = figure(figsize=(6.2, 3.6))
     for model in dict.fromkeys(r["model"] for r in rows):
         sub = [r for r in rows if r["model"] == model]
         ax.plot([r["seq_len"] for r in sub], [r["max_sequences"] for r in sub], "-o", label=model)
@@ -90,28 +74,22 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]):
             ax.annotate(str(r["max_sequences"]), (r["seq_len"], r["max_sequences"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel(zh("每条序列 token 数", "tokens per sequence"))
-    ax.set_ylabel(zh("最多并发序列", "max concurrent sequences"))
-    ax.set_title(f"{rows[0]['gpu']}: " + zh("KV Cache 决定并发上限", "KV cache sets the concurrency"))
     xs, ys = [r["seq_len"] for r in rows], [r["max_sequences"] for r in rows]
-    ax.set_xlim(min(xs) / 1.4, max(xs) * 2.0)              # the counts written right of each point stay inside
-    ax.set_ylim(max(min(ys), 1) / 2, max(ys) * 3)
-    legend(ax, prefer="upper right")
-    fig.tight_layout()
+    ax.set(yscale="log", xlabel=zh("每条序列 token 数", "tokens per sequence"), ylabel=zh("最多并发序列", "max concurrent sequences"),
+           title=f"{rows[0]['gpu']}: " + zh("KV Cache 决定并发上限", "KV cache sets the concurrency"),
+           xlim=(min(xs) / 1.4, max(xs) * 2.0), ylim=(max(min(ys), 1) / 2, max(ys) * 3))   # the counts stay inside
+    legend(ax)
     return fig
 
 
-def plot_cost(items: Sequence[Any], unit: str = "$"):
+def plot_cost(items: Sequence[Any], unit: str = "$") -> Figure:
     """Cost per 1000 requests, busy-time (the article's formula) and wall-time views, per run
     (`batchlab.course.capacity.CostBreakdown` objects)."""
-    setup()
     x = np.arange(len(items))
-    fig, ax = plt.subplots(figsize=(6.2, 3.4))
+    fig, ax = figure(figsize=(6.2, 3.4))
     ax.bar(x - 0.2, [c.per_request_busy * 1e3 for c in items], 0.4, label=zh("按繁忙时间（文章公式）", "busy time (article)"))
     ax.bar(x + 0.2, [c.per_request_wall * 1e3 for c in items], 0.4, label=zh("按租用时长（实际账单）", "wall time (bill)"))
     ax.set_xticks(x, [c.label for c in items])
     ax.set_ylabel(zh(f"每千请求成本 ({unit})", f"cost per 1000 requests ({unit})"))
     legend(ax)
-    fig.tight_layout()
     return fig

@@ -1,13 +1,8 @@
-"""A CJK font for matplotlib, found on the system or shipped by the `mplfonts` wheel.
-
-Chinese figure text must never render as empty boxes. `setup()` looks for a Simplified Chinese
-font (Noto Sans CJK SC from `mplfonts`, then common system fonts), registers it and puts it first
-in `font.sans-serif`; if none exists, `zh()` returns English labels instead.
-"""
-
-from __future__ import annotations
+"""A CJK font for matplotlib (Noto Sans CJK SC from the `mplfonts` wheel, else a system font), so
+Chinese figure text never renders as empty boxes; `zh()` falls back to English without one."""
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
@@ -21,31 +16,18 @@ except ImportError:  # optional: the wheel that ships Noto Sans CJK SC
     mplfonts = None
 
 _STATE: dict[str, object] = {"done": False, "family": None}
-
-_SYSTEM_FAMILIES = (
-    "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Micro Hei",
-    "WenQuanYi Zen Hei", "Microsoft YaHei", "PingFang SC", "SimHei", "Heiti SC",
-)
-
-
-def _mplfonts_file() -> Path | None:
-    if mplfonts is None:
-        return None
-    path = Path(mplfonts.__file__).resolve().parent / "fonts" / "NotoSansCJKsc-Regular.otf"
-    return path if path.is_file() else None
+_SYSTEM_FAMILIES = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Micro Hei",
+                    "WenQuanYi Zen Hei", "Microsoft YaHei", "PingFang SC", "SimHei", "Heiti SC")
 
 
 def setup(style: bool = True) -> str | None:
-    """Configure matplotlib for Chinese text; return the CJK family used (None if none exists).
-
-    With `style`, also sets the course's figure defaults (size, dpi, grid). Idempotent. Inside
-    IPython it also attaches the figure check (`layout.install_figure_check`) to displayed figures.
-    """
+    """Put a CJK font first in ``font.sans-serif`` and return its family (None if none exists);
+    with `style`, also the course's figure defaults. Idempotent. Inside IPython it also attaches
+    the figure check (`layout.install_figure_check`) to displayed figures."""
     install_figure_check()
     if not _STATE["done"]:
-        family = None
-        shipped = _mplfonts_file()
-        if shipped is not None:
+        shipped = Path(mplfonts.__file__).parent / "fonts" / "NotoSansCJKsc-Regular.otf" if mplfonts else None
+        if shipped is not None and shipped.is_file():
             font_manager.fontManager.addfont(str(shipped))
             family = font_manager.FontProperties(fname=str(shipped)).get_name()
         else:
@@ -57,10 +39,8 @@ def setup(style: bool = True) -> str | None:
         mpl.rcParams["axes.unicode_minus"] = False
         _STATE.update(done=True, family=family)
     if style:
-        mpl.rcParams.update({
-            "figure.figsize": (7.0, 3.8), "figure.dpi": 100, "savefig.dpi": 120,
-            "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
-        })
+        mpl.rcParams.update({"figure.figsize": (7.0, 3.8), "figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True,
+                             "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False})
     return _STATE["family"]  # type: ignore[return-value]
 
 
@@ -76,9 +56,12 @@ def zh(cn: str, en: str) -> str:
     return cn if cjk_available() else en
 
 
-def new_axes(ax: object = None, figsize: tuple[float, float] = (7.0, 3.8)) -> object:
-    """`ax` itself, or the axes of a new figure (fonts set up) when `ax` is None."""
+def figure(*args: Any, **kwargs: Any) -> Any:
+    """``plt.subplots(*args, **kwargs)`` with the fonts set up and constrained layout."""
     setup()
-    if ax is None:
-        _, ax = plt.subplots(figsize=figsize)
-    return ax
+    return plt.subplots(*args, layout="constrained", **kwargs)
+
+
+def new_axes(ax: Any = None, figsize: tuple[float, float] = (7.0, 3.8)) -> Any:
+    """`ax` itself, or the axes of a new `figure` when `ax` is None."""
+    return ax if ax is not None else figure(figsize=figsize)[1]

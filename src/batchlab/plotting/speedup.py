@@ -1,25 +1,21 @@
-"""Batch time t(B), its affine fit, and the speedup S(B) = B·t(1)/t(B) (chapter 02).
-
-Only draws: the fit and the speedup formula come from `batchlab.theory.formulas`.
-"""
-
-from __future__ import annotations
+"""Chapter 02: batch time t(B), its affine fit, and the speedup S(B) = B·t(1)/t(B) (the formulas
+come from `batchlab.theory.formulas`)."""
 
 from typing import Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 
-from batchlab.theory.formulas import affine_batch_time, affine_speedup
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
+from batchlab.theory.formulas import affine_batch_time, affine_speedup
 
 
-def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: float, b: float,
+def plot_batch_times(ax: Axes, sizes: Sequence[int], times_ms: Sequence[float], a: float, b: float,
                      lo: Sequence[float] | None = None, hi: Sequence[float] | None = None,
                      label: str | None = None, color: str = "C0") -> None:
     """Measured t(B) (points, optional lo–hi range) and the fitted line t(B) = a + b·B (ms)."""
-    x = np.asarray(sizes, float)
-    y = np.asarray(times_ms, float)
+    x, y = np.asarray(sizes, float), np.asarray(times_ms, float)
     if x.shape != y.shape or x.size == 0:
         raise ValueError("sizes and times_ms must be non-empty and of equal length")
     if lo is not None and hi is not None:
@@ -28,16 +24,13 @@ def plot_batch_times(ax, sizes: Sequence[int], times_ms: Sequence[float], a: flo
     xs = np.linspace(0, x.max() * 1.05, 100)
     ax.plot(xs, affine_batch_time(xs, a, b), "--", color=color, alpha=0.8,
             label=zh(f"拟合 t(B) = {a:.2f} + {b:.2f}·B ms", f"fit t(B) = {a:.2f} + {b:.2f}·B ms"))
-    ax.plot(xs, affine_batch_time(1.0, a, b) * xs, ":", color="0.5",
-            label=zh("逐个处理 B·t(1)", "one by one B·t(1)"))
-    ax.set_xlabel(zh("批大小 B", "batch size B"))
-    ax.set_ylabel(zh("一次执行耗时 (ms)", "time of one execution (ms)"))
-    ax.set_xlim(0, x.max() * 1.05)
-    ax.set_ylim(0, None)
+    ax.plot(xs, affine_batch_time(1.0, a, b) * xs, ":", color="0.5", label=zh("逐个处理 B·t(1)", "one by one B·t(1)"))
+    ax.set(xlabel=zh("批大小 B", "batch size B"), ylabel=zh("一次执行耗时 (ms)", "time of one execution (ms)"),
+           xlim=(0, x.max() * 1.05), ylim=(0, None))
     legend(ax, fontsize=8)
 
 
-def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
+def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
                  simulated: Sequence[float] | None = None, max_b: float | None = None) -> None:
     """Derived S(B) = B(a + b)/(a + bB) with its ceiling (a + b)/b, the ideal S = B, and points."""
     x = np.asarray(sizes, float)
@@ -53,26 +46,21 @@ def plot_speedup(ax, sizes: Sequence[int], a: float, b: float, measured: Sequenc
         ax.plot(x, measured, "o", color="C0", label=zh("实测 B·t(1)/t(B)", "measured"))
     if simulated is not None:
         ax.plot(x, simulated, "x", color="C2", markersize=8, label=zh("仿真", "simulated"))
-    ax.set_xlabel(zh("批大小 B", "batch size B"))
-    ax.set_ylabel(zh("加速比 S", "speedup S"))
     pad = 0.04 * (top - 1) if top > 1 else 0.5          # room for the end points' markers
-    ax.set_xlim(1 - pad, top + pad)
     lim = ceiling * 1.3 if np.isfinite(ceiling) else top
     shown = [np.nanmax(np.asarray(v, float)) for v in (measured, simulated) if v is not None and np.any(np.isfinite(v))]
-    ax.set_ylim(0, max([min(top, max(lim, 2.0)), *shown]) * 1.08)
+    ax.set(xlabel=zh("批大小 B", "batch size B"), ylabel=zh("加速比 S", "speedup S"), xlim=(1 - pad, top + pad),
+           ylim=(0, max([min(top, max(lim, 2.0)), *shown]) * 1.08))
     legend(ax, fontsize=8)
 
 
-def plot_hotpot_example(ax, t_single: float = 10.0, b_batch: int = 3, t_batch: float = 18.0,
+def plot_hotpot_example(ax: Axes, t_single: float = 10.0, b_batch: int = 3, t_batch: float = 18.0,
                         max_b: int = 12) -> None:
     """The article's kitchen: t(1) = 10 min, t(3) = 18 min, the line through them and S(B)."""
     b = (t_batch - t_single) / (b_batch - 1)
-    a = t_single - b
     xs = np.arange(1, max_b + 1)
-    ax.bar(xs, affine_batch_time(xs, a, b) / xs, color="C0", alpha=0.7,
+    ax.bar(xs, affine_batch_time(xs, t_single - b, b) / xs, color="C0", alpha=0.7,
            label=zh("每份平均用时 t(B)/B（分钟）", "minutes per dish t(B)/B"))
     ax.axhline(b, color="C0", linestyle="--", linewidth=0.9, label=zh(f"下限 b = {b:g} 分钟", f"floor b = {b:g} min"))
-    ax.set_xlabel(zh("一锅几份 B", "dishes per pot B"))
-    ax.set_ylabel(zh("分钟 / 份", "minutes per dish"))
-    ax.set_xticks(xs)
-    legend(ax, fontsize=8, prefer="upper right")
+    ax.set(xlabel=zh("一锅几份 B", "dishes per pot B"), ylabel=zh("分钟 / 份", "minutes per dish"), xticks=xs)
+    legend(ax, fontsize=8)

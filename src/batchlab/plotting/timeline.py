@@ -1,22 +1,17 @@
-"""Request timelines: when each request arrived, waited, ran, and in which batch (chapters 00, 02).
-
-One row per request: a thin line from arrival to start (waiting in the queue), a thick bar from
-start to finish coloured by its batch; shaded columns mark the executions, and an optional tick
-marks where the oldest request's ``max_queue_delay`` would expire. Only draws.
-"""
-
-from __future__ import annotations
+"""Request timelines (chapters 00, 02): per request a line from arrival to start and a bar, in its
+batch's colour, from start to finish; shaded executions; where the first window expires."""
 
 from typing import Any, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.axes import Axes
 
 from batchlab.plotting.fonts import zh
 from batchlab.plotting.layout import legend
 
 
-def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
+def plot_timeline(ax: Axes, arrival: Sequence[float], start: Sequence[float], finish: Sequence[float],
                   batch_id: Sequence[int], b_start: Sequence[float] | None = None,
                   b_end: Sequence[float] | None = None, delay_s: float = 0.0, unit: str = "ms",
                   title: str | None = None) -> None:
@@ -24,9 +19,7 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
     scale = {"ms": 1e3, "s": 1.0}.get(unit)
     if scale is None:
         raise ValueError(f"unit must be 'ms' or 's', not {unit!r}")
-    a = np.asarray(arrival, float) * scale
-    s = np.asarray(start, float) * scale
-    f = np.asarray(finish, float) * scale
+    a, s, f = (np.asarray(v, float) * scale for v in (arrival, start, finish))
     bid = np.asarray(batch_id, int)
     if not (a.size == s.size == f.size == bid.size):
         raise ValueError("arrival, start, finish and batch_id must have the same length")
@@ -40,21 +33,18 @@ def plot_timeline(ax, arrival: Sequence[float], start: Sequence[float], finish: 
         ax.plot([a[i]], [row], "|", color="0.3", markersize=8)
         if np.isfinite(s[i]) and np.isfinite(f[i]):
             ax.plot([s[i], f[i]], [row, row], color=cmap(bid[i] % 10), linewidth=6, solid_capstyle="butt")
-    if delay_s > 0:
-        # the first window opens with the first request
+    if delay_s > 0:   # the first window opens with the first request
         ax.axvline(a[order[0]] + delay_s * scale, color="#e67e22", linestyle="--", linewidth=1,
                    label=zh(f"最老请求的窗口到期（{delay_s * 1e3:.0f} ms）", f"oldest request's window ({delay_s * 1e3:.0f} ms)"))
-        legend(ax, fontsize=8, prefer=("upper right", "outside below"))
-    ax.set_yticks(range(a.size))
-    ax.set_yticklabels([f"#{int(i)}" for i in order], fontsize=7)
+        legend(ax, fontsize=8, outside="below")
+    ax.set_yticks(range(a.size), [f"#{int(i)}" for i in order], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(zh(f"时间 ({unit})", f"time ({unit})"))
-    ax.set_ylabel(zh("请求（按到达顺序）", "request (arrival order)"))
+    ax.set(xlabel=zh(f"时间 ({unit})", f"time ({unit})"), ylabel=zh("请求（按到达顺序）", "request (arrival order)"))
     if title:
         ax.set_title(title, fontsize=10)
 
 
-def plot_sim_timeline(ax, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
+def plot_sim_timeline(ax: Axes, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
     """`plot_timeline` for a `batchlab.sim.SimResult` (its records and executions)."""
     r, b = result.records, result.batches
     if delay_s is None:

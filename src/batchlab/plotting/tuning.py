@@ -1,10 +1,5 @@
-"""Figures of chapter 04: waits against load, heatmaps over batcher settings, capacity under an SLO.
-
-Every function draws on a matplotlib ``Axes`` (a new figure when ``ax`` is None) and returns it.
-They draw numbers they are given; they never simulate or measure.
-"""
-
-from __future__ import annotations
+"""Figures of chapter 04: waits against load, heatmaps over batcher settings, capacity under an
+SLO. Each draws on `ax` (a new figure when None) and returns it."""
 
 from typing import Any, Mapping, Sequence
 
@@ -17,23 +12,18 @@ from batchlab.plotting.fonts import new_axes, zh
 from batchlab.plotting.layout import legend
 
 
-_ax = new_axes
-
-
 def plot_wait_vs_load(x: Sequence[float], curves: Mapping[str, Sequence[float]],
                       points: Mapping[str, Sequence[float]] | None = None, ax: Any = None,
                       xlabel: str | None = None, ylabel: str | None = None, logy: bool = True) -> Any:
     """Lines for derived quantities, markers for simulated / measured ones, against load."""
-    ax = _ax(ax)
+    ax = new_axes(ax)
     styles = ["-", "--", "-.", ":"]
     for i, (label, y) in enumerate(curves.items()):
         ax.plot(x, y, styles[i % 4], color=f"C{i}", label=label, lw=1.6)
     for j, (label, y) in enumerate((points or {}).items()):
         ax.plot(x, y, "o", color=f"C{j + len(curves)}", ms=5, label=label)
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel or zh("负载 ρ = λ / 容量", "load ρ = λ / capacity"))
-    ax.set_ylabel(ylabel or zh("平均排队时间（ms）", "mean wait (ms)"))
+    ax.set(yscale="log" if logy else "linear", xlabel=xlabel or zh("负载 ρ = λ / 容量", "load ρ = λ / capacity"),
+           ylabel=ylabel or zh("平均排队时间（ms）", "mean wait (ms)"))
     legend(ax, fontsize=8)
     return ax
 
@@ -43,27 +33,20 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
                  mark: tuple[Any, Any] | None = None, xlabel: str | None = None,
                  ylabel: str | None = None) -> Any:
     """A labelled heatmap of ``z[y, x]`` (NaN cells grey); ``mark`` = (x, y) outlines one cell."""
-    ax = _ax(ax, (5.6, 3.8))
+    ax = new_axes(ax, (5.6, 3.8))
     data = np.ma.masked_invalid(np.asarray(z, dtype=float))
-    norm = None
-    if log:
-        pos = data[data > 0]
-        vmin = float(pos.min()) if pos.size else 1.0
-        norm = mcolors.LogNorm(vmin=vmin, vmax=vmax or float(data.max()))
-    cm = matplotlib.colormaps[cmap].with_extremes(bad="#dddddd")
-    im = ax.imshow(data, origin="lower", aspect="auto", cmap=cm, norm=norm,
-                   vmax=None if log else vmax)
-    for i in range(data.shape[0]):
-        for j in range(data.shape[1]):
-            v = z[i, j]
-            if np.isfinite(v):
-                txt = fmt.format(v) if (vmax is None or v <= vmax) else f">{fmt.format(vmax)}"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=7, color="white" if (
-                    im.norm(min(v, vmax or v)) < 0.5) else "black")
+    pos = data[data > 0]
+    norm = mcolors.LogNorm(vmin=float(pos.min()) if pos.size else 1.0, vmax=vmax or float(data.max())) if log else None
+    im = ax.imshow(data, origin="lower", aspect="auto", cmap=matplotlib.colormaps[cmap].with_extremes(bad="#dddddd"),
+                   norm=norm, vmax=None if log else vmax)
+    for (i, j), v in np.ndenumerate(np.asarray(z, dtype=float)):
+        if np.isfinite(v):
+            txt = fmt.format(v) if (vmax is None or v <= vmax) else f">{fmt.format(vmax)}"
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7,
+                    color="white" if im.norm(min(v, vmax or v)) < 0.5 else "black")
     ax.set_xticks(range(len(xs)), [f"{x / 1000:g}" if isinstance(x, float) else str(x) for x in xs])
     ax.set_yticks(range(len(ys)), [str(y) for y in ys])
-    ax.set_xlabel(xlabel or zh("max_queue_delay（ms）", "max_queue_delay (ms)"))
-    ax.set_ylabel(ylabel or "max_batch_size")
+    ax.set(xlabel=xlabel or zh("max_queue_delay（ms）", "max_queue_delay (ms)"), ylabel=ylabel or "max_batch_size")
     ax.set_title(title, fontsize=10)
     ax.grid(False)
     if mark is not None:
@@ -75,21 +58,21 @@ def plot_heatmap(xs: Sequence[Any], ys: Sequence[Any], z: np.ndarray, title: str
 
 def plot_slo_capacity(labels: Sequence[str], rates: Sequence[float], best: int = 0, ax: Any = None,
                       measured: Mapping[int, float] | None = None) -> Any:
-    """Horizontal bars: the highest rate meeting the SLO per config (best in red); optional
-    measured throughputs drawn as black diamonds at their bar."""
-    ax = _ax(ax, (7.0, 0.2 * len(labels) + 1.2))
+    """Horizontal bars: the highest rate meeting the SLO per config (`best` in red), with measured
+    throughputs as diamonds at their bar."""
+    ax = new_axes(ax, (7.0, 0.2 * len(labels) + 1.2))
     y = np.arange(len(labels))
     colors = ["#d9534f" if i == best else "C0" for i in range(len(labels))]
     ax.barh(y, rates, color=colors)
     for i, r in enumerate(rates):
         ax.annotate(f" {r:.0f}", (r, i), va="center", fontsize=7)
+    for i, v in (measured or {}).items():
+        ax.plot([v], [i], "kD", ms=6, label=zh("实测", "measured") if i == min(measured) else None)
     if measured:
-        for i, v in measured.items():
-            ax.plot([v], [i], "kD", ms=6, label=zh("实测", "measured") if i == min(measured) else None)
-        legend(ax, fontsize=8, prefer="lower right")
+        legend(ax, fontsize=8)
     ax.set_yticks(y, list(labels), fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, max([*rates, *(measured or {}).values(), 1.0]) * 1.12)   # the value labels stay inside
-    ax.set_xlabel(zh("满足 SLO 的最高到达率（req/s）", "highest rate within the SLO (req/s)"))
+    ax.set(xlim=(0, max([*rates, *(measured or {}).values(), 1.0]) * 1.12),   # the value labels stay inside
+           xlabel=zh("满足 SLO 的最高到达率（req/s）", "highest rate within the SLO (req/s)"))
     ax.grid(axis="y", visible=False)
     return ax

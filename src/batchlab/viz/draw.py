@@ -1,12 +1,5 @@
-"""Matplotlib drawings of animation frames: one lane per row (queue · time window · pot).
-
-`draw_lane` draws one `Frame` on one axis; `draw_frame` the whole picture at one instant
-(the lanes plus utilisation over time) into a figure; `film_strip` several instants side by
-side (what a headless run shows instead of the animation); `render_png` the bytes the widget
-displays. They only draw: frames come from `batchlab.viz.frames`.
-"""
-
-from __future__ import annotations
+"""Matplotlib drawings of animation frames (`batchlab.viz.frames`): one lane per row (queue ·
+time window · pot), utilisation over time, still frames side by side for headless runs."""
 
 import io
 from typing import Sequence
@@ -14,6 +7,8 @@ from typing import Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
@@ -21,45 +16,32 @@ from batchlab.plotting import setup, zh
 from batchlab.plotting.layout import legend
 from batchlab.viz.frames import Frame, Lane, frame_at, utilization_series
 
-QUEUE_SHOWN = 10
-"""At most this many waiting requests are drawn; the rest are counted."""
+QUEUE_SHOWN = 10  # waiting requests drawn; the rest are counted
 
 _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
 
 
-def _req_color(i: int) -> tuple[float, float, float, float]:
-    return matplotlib.colormaps["tab20"](int(i) % 20)
-
-
-def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
+def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
     """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right)."""
-    m = lane.slots
+    m, q = lane.slots, QUEUE_SHOWN
     ax.clear()
-    ax.set_xlim(-QUEUE_SHOWN - 1.6, m + (5.2 if stats else 0.6))
-    ax.set_ylim(-0.22, 1.25)                  # room for the window label under its bar
+    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.25))   # room for the window label
     ax.set_axis_off()
     if title:
-        ax.text(-QUEUE_SHOWN - 1.5, 1.12, lane.name, fontsize=10, va="center")
-    # queue: oldest next to the pot
-    cmap = matplotlib.colormaps["YlOrRd"]
-    scale = lane.delay_s if lane.delay_s > 0 else 1.0
-    for k, (rid, age) in enumerate(zip(frame.queue_ids[:QUEUE_SHOWN], frame.queue_age[:QUEUE_SHOWN])):
-        x = -1.05 - k
-        ax.add_patch(Rectangle((x, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
+        ax.text(-q - 1.5, 1.12, lane.name, fontsize=10, va="center")
+    cmap, scale = matplotlib.colormaps["YlOrRd"], lane.delay_s if lane.delay_s > 0 else 1.0
+    for k, age in enumerate(frame.queue_age[:q]):   # the queue, oldest next to the pot, redder with age
+        ax.add_patch(Rectangle((-1.05 - k, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
                                edgecolor="0.3", linewidth=0.6))
-    if frame.queue_len > QUEUE_SHOWN:
-        ax.text(-QUEUE_SHOWN - 1.45, 0.5, f"+{frame.queue_len - QUEUE_SHOWN}", fontsize=8, va="center")
-    ax.text(-QUEUE_SHOWN / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"),
-            fontsize=8, ha="center", color="0.25")
-    # time window of the oldest waiting request
-    if lane.delay_s > 0:
-        ax.add_patch(Rectangle((-QUEUE_SHOWN - 0.2, 0.08), QUEUE_SHOWN - 0.1, 0.1, facecolor="none",
-                               edgecolor="0.5", linewidth=0.6))
+    if frame.queue_len > q:
+        ax.text(-q - 1.45, 0.5, f"+{frame.queue_len - q}", fontsize=8, va="center")
+    ax.text(-q / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"), fontsize=8, ha="center",
+            color="0.25")
+    if lane.delay_s > 0:   # the oldest waiting request's time window
         w = frame.window or 0.0
-        ax.add_patch(Rectangle((-0.3 - w * (QUEUE_SHOWN - 0.1), 0.08), w * (QUEUE_SHOWN - 0.1), 0.1,
-                               facecolor="#e67e22", edgecolor="none"))
-        ax.text(-QUEUE_SHOWN - 0.2, -0.02, zh(f"时间窗口 {lane.delay_s * 1e3:.0f} ms",
-                                              f"window {lane.delay_s * 1e3:.0f} ms"),
+        ax.add_patch(Rectangle((-q - 0.2, 0.08), q - 0.1, 0.1, facecolor="none", edgecolor="0.5", linewidth=0.6))
+        ax.add_patch(Rectangle((-0.3 - w * (q - 0.1), 0.08), w * (q - 0.1), 0.1, facecolor="#e67e22", edgecolor="none"))
+        ax.text(-q - 0.2, -0.02, zh(f"时间窗口 {lane.delay_s * 1e3:.0f} ms", f"window {lane.delay_s * 1e3:.0f} ms"),
                 fontsize=7, va="top", color="0.35")
     # the pot: m slots
     ax.add_patch(Rectangle((0, 0.2), m, 0.7, facecolor="#fbf3e4", edgecolor="0.2", linewidth=1.2))
@@ -70,10 +52,9 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
             ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="0.82", edgecolor="0.6",
                                    hatch="///", linewidth=0.4))
         else:
-            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66 * max(p, 0.02), facecolor=_req_color(rid),
-                                   edgecolor="none"))
-            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=_req_color(rid),
-                                   linewidth=0.8))
+            c = matplotlib.colormaps["tab20"](int(rid) % 20)
+            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66 * max(p, 0.02), facecolor=c, edgecolor="none"))
+            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=c, linewidth=0.8))
     ax.text(m / 2, 1.0, zh(f"锅里 {frame.batch_size}/{m}", f"pot {frame.batch_size}/{m}"), fontsize=8,
             ha="center", color="0.25")
     if stats:
@@ -82,17 +63,13 @@ def draw_lane(ax, lane: Lane, frame: Frame, title: bool = True, stats: bool = Tr
         ax.text(m + 0.4, 0.55, txt, fontsize=8, va="center", linespacing=1.5)
 
 
-def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None = None,
+def draw_utilization(ax: Axes, lanes: Sequence[Lane], horizon: float, t: float | None = None,
                      window_s: float | None = None) -> None:
-    """Fill (solid) and busy (dashed) of each lane in windows of ``window_s`` over [0, horizon].
-
-    The lines reach 100 %, so the legend sits under the axes (always there, so an animation's
-    frames do not jump)."""
+    """Fill (solid) and busy (dashed) of each lane in windows of `window_s` over [0, horizon]; the
+    lines reach 100 %, so the legend sits under the axes."""
     ax.clear()
     w = window_s if window_s else max(horizon / 20.0, 1e-3)
-    edges = np.arange(0.0, horizon + w / 2, w)
-    if edges.size < 2:
-        edges = np.array([0.0, horizon])
+    edges = np.arange(0.0, horizon + w / 2, w) if horizon > w / 2 else np.array([0.0, horizon])
     mid = (edges[:-1] + edges[1:]) / 2
     for i, lane in enumerate(lanes):
         busy, fill = utilization_series(lane, edges)
@@ -101,50 +78,42 @@ def draw_utilization(ax, lanes: Sequence[Lane], horizon: float, t: float | None 
         ax.plot(mid, busy * 100, color=c, linewidth=1.0, linestyle="--", alpha=0.7)
     if t is not None:
         ax.axvline(t, color="0.3", linewidth=0.8)
-    ax.set_xlim(0, horizon)
-    ax.set_ylim(0, 105)
-    ax.set_xlabel(zh("时间 (s)", "time (s)"))
-    ax.set_ylabel(zh("利用率 (%)", "utilisation (%)"))
+    ax.set(xlim=(0, horizon), ylim=(0, 105), xlabel=zh("时间 (s)", "time (s)"), ylabel=zh("利用率 (%)", "utilisation (%)"))
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="0.35", linewidth=1.8), Line2D([], [], color="0.35", linewidth=1.0, linestyle="--")]
     labels += [zh("实线：满锅率", "solid: fill"), zh("虚线：忙碌率", "dashed: busy")]
-    legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, prefer="outside below")
+    legend(ax, handles, labels, fontsize=7, ncol=len(handles), frameon=False, outside="below")
 
 
-def draw_frame(fig, lanes: Sequence[Lane], t: float, horizon: float) -> None:
+def draw_frame(fig: Figure, lanes: Sequence[Lane], t: float, horizon: float) -> None:
     """The whole picture at time ``t``: one row per lane, then utilisation over time."""
     fig.clear()
-    n = len(lanes)
-    gs = fig.add_gridspec(n + 1, 1, height_ratios=[1.0] * n + [1.3], hspace=0.25)
+    gs = fig.add_gridspec(len(lanes) + 1, 1, height_ratios=[1.0] * len(lanes) + [1.3], hspace=0.25)
     for i, lane in enumerate(lanes):
-        ax = fig.add_subplot(gs[i])
-        draw_lane(ax, lane, frame_at(lane, t))
-    ax = fig.add_subplot(gs[n])
-    draw_utilization(ax, lanes, horizon, t)
+        draw_lane(fig.add_subplot(gs[i]), lane, frame_at(lane, t))
+    draw_utilization(fig.add_subplot(gs[len(lanes)]), lanes, horizon, t)
     fig.suptitle(f"t = {t:.2f} s", fontsize=11, x=0.5, y=0.995)
 
 
-def new_figure(n_lanes: int = 3):
+def new_figure(n_lanes: int = 3) -> Figure:
     """A figure sized for `draw_frame`."""
     setup()
     return plt.figure(figsize=(9.5, 1.35 * n_lanes + 2.2), dpi=90)
 
 
-def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig=None) -> bytes:
-    """PNG bytes of `draw_frame` (for the widget); reuses ``fig`` when given."""
-    own = fig is None
-    if own:
-        fig = new_figure(len(lanes))
-    draw_frame(fig, lanes, t, horizon)
+def render_png(lanes: Sequence[Lane], t: float, horizon: float, fig: Figure | None = None) -> bytes:
+    """PNG bytes of `draw_frame` (for the widget), drawn into `fig` or a new figure closed after."""
+    target = fig if fig is not None else new_figure(len(lanes))
+    draw_frame(target, lanes, t, horizon)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    if own:
-        plt.close(fig)
+    target.savefig(buf, format="png", bbox_inches="tight")
+    if fig is None:
+        plt.close(target)
     return buf.getvalue()
 
 
-def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
-    """Still frames: one column per instant in ``times``, one row per lane. Returns the figure."""
+def film_strip(lanes: Sequence[Lane], times: Sequence[float]) -> Figure:
+    """Still frames: one column per instant in `times`, one row per lane."""
     setup()
     times = list(times)
     if not times:
@@ -159,9 +128,9 @@ def film_strip(lanes: Sequence[Lane], times: Sequence[float]):
     return fig
 
 
-def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
-    """Fill (solid) of each lane against the arrival rate, from `utilization_sweep` /
-    `stateless_sweep` rows; the busy fraction of lane ``busy_lane`` dashed; 10 % and 80 % guides."""
+def plot_utilization_sweep(ax: Axes, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
+    """Fill (solid) of each lane against the arrival rate (`utilization_sweep` / `stateless_sweep`
+    rows), the busy share of lane `busy_lane` dashed, guides at 10 % and 80 %."""
     lanes = sorted({r["lane"] for r in rows})
     for k in lanes:
         rs = [r for r in rows if r["lane"] == k]
@@ -173,9 +142,8 @@ def plot_utilization_sweep(ax, rows: Sequence[dict], title: str | None = None, b
                     label=zh(f"{rs[0]['name']} 忙碌率（nvidia-smi 口径）", f"lane {k} busy"))
     for y in (10, 80):
         ax.axhline(y, color="0.5", linewidth=0.8, linestyle=":")
-    ax.set_xlabel(zh("到达率 λ (请求/s)", "arrival rate λ (req/s)"))
-    ax.set_ylabel(zh("利用率 (%)", "utilisation (%)"))
-    ax.set_ylim(0, 105)
+    ax.set(xlabel=zh("到达率 λ (请求/s)", "arrival rate λ (req/s)"), ylabel=zh("利用率 (%)", "utilisation (%)"),
+           ylim=(0, 105))
     if title:
         ax.set_title(title, fontsize=10)
-    legend(ax, fontsize=7, prefer=("lower right", "center right"))
+    legend(ax, fontsize=7, outside="below", ncol=2)

@@ -1,21 +1,6 @@
-"""The chapter-00 animation as an ipywidgets view: play, step, speed and parameter sliders.
-
-`BatchingAnimation` joins a `Play` control and a frame slider (linked in the browser with
-`jslink`), a 下一帧 button, a speed slider and three parameter sliders (arrival rate, pot size,
-time window). Every frame is a PNG drawn by `batchlab.viz.draw` from the frames of
-`batchlab.viz.frames`, shown in an HTML widget with a label giving the frame number and the
-simulated time. Changing a parameter re-runs the three simulations (a few milliseconds) and
-starts again at frame 1.
-
-CSS classes for browser tests: ``batchlab-play``, ``batchlab-step``, ``batchlab-frame`` (the
-picture), ``batchlab-frame-label``, ``batchlab-frame-slider``, ``batchlab-speed``,
-``batchlab-rate``, ``batchlab-batch``, ``batchlab-delay``.
-
-Nothing here blocks: the widget only reacts to its controls. Without a Jupyter kernel
-(`show_animation` in plain Python or with ``BATCHLAB_HEADLESS=1``) still frames are drawn instead.
-"""
-
-from __future__ import annotations
+"""The chapter-00 animation as an ipywidgets view (play, step, speed and parameter sliders; CSS
+classes ``batchlab-…`` for the browser tests). Frames are PNGs from `batchlab.viz.draw`; a new
+parameter re-runs the simulations from frame 1. Nothing blocks: the view only reacts to controls."""
 
 import base64
 from dataclasses import replace
@@ -23,26 +8,23 @@ from typing import Any
 
 import ipywidgets as W
 import matplotlib.pyplot as plt
-from IPython.display import display
+import numpy as np
+from matplotlib.figure import Figure
 
 from batchlab._validate import count
-from batchlab.quiz.widget import headless
-from batchlab.viz.draw import film_strip, new_figure, render_png
-from batchlab.viz.frames import default_horizon, frame_label, frame_times, step_index
+from batchlab.viz.draw import new_figure, render_png
+from batchlab.viz.frames import default_horizon
 from batchlab.viz.scenario import DemoParams, run_demo
-
-N_FRAMES = 60
 
 
 class BatchingAnimation:
     """The animated side-by-side view of no batching, dynamic batching and continuous batching."""
 
-    def __init__(self, params: DemoParams = DemoParams(), n_frames: int = N_FRAMES, interval_ms: int = 600) -> None:
+    def __init__(self, params: DemoParams = DemoParams(), n_frames: int = 60, interval_ms: int = 600) -> None:
         count("n_frames", n_frames, lo=2)
-        self.params = params
-        self.n_frames = n_frames
-        self._fig = None
-        self._cache: dict[int, str] = {}
+        self.params, self.n_frames = params, n_frames
+        self._fig: Figure | None = None
+        self._cache: dict[int, str] = {}   # base64 PNG of each frame drawn
         self.play = W.Play(value=0, min=0, max=n_frames - 1, step=1, interval=interval_ms,
                            description="播放", repeat=True)
         self.slider = W.IntSlider(value=0, min=0, max=n_frames - 1, description="帧",
@@ -57,56 +39,43 @@ class BatchingAnimation:
                                  continuous_update=False)
         self.delay = W.IntSlider(value=int(params.max_queue_delay_ms), min=0, max=1000, step=50,
                                  description="窗口 ms", continuous_update=False)
-        self.label = W.HTML(value="")
-        self.picture = W.HTML(value="")
-        for widget, cls in ((self.play, "batchlab-play"), (self.step_button, "batchlab-step"),
-                            (self.picture, "batchlab-frame"), (self.label, "batchlab-frame-label"),
-                            (self.slider, "batchlab-frame-slider"), (self.speed, "batchlab-speed"),
-                            (self.rate, "batchlab-rate"), (self.batch, "batchlab-batch"),
-                            (self.delay, "batchlab-delay")):
-            widget.add_class(cls)
+        self.label, self.picture = W.HTML(value=""), W.HTML(value="")
+        for widget, cls in zip((self.play, self.step_button, self.picture, self.label, self.slider, self.speed,
+                                self.rate, self.batch, self.delay),
+                               ("play", "step", "frame", "frame-label", "frame-slider", "speed", "rate", "batch", "delay")):
+            widget.add_class(f"batchlab-{cls}")
         self.step_button.on_click(lambda _b: self.step())
         self.slider.observe(lambda ch: self.show_frame(ch["new"]), names="value")
         self.speed.observe(lambda ch: setattr(self.play, "interval", int(ch["new"])), names="value")
         for w in (self.rate, self.batch, self.delay):
             w.observe(self._params_changed, names="value")
-        self.box = W.VBox([
-            W.HBox([self.play, self.step_button, self.slider]),
-            W.HBox([self.speed, self.rate]),
-            W.HBox([self.batch, self.delay]),
-            self.label,
-            self.picture,
-        ])
+        self.box = W.VBox([W.HBox([self.play, self.step_button, self.slider]), W.HBox([self.speed, self.rate]),
+                           W.HBox([self.batch, self.delay]), self.label, self.picture])
         self._simulate()
         self.show_frame(0)
-
-    # -- state ---------------------------------------------------------------------------------
 
     def _simulate(self) -> None:
         self.lanes = run_demo(self.params)
         self.horizon = default_horizon(self.lanes)
-        self.times = frame_times(self.horizon, self.n_frames)
+        self.times = np.linspace(0.0, self.horizon, self.n_frames)
         self._cache.clear()
 
     def _params_changed(self, _change: Any) -> None:
         self.params = replace(self.params, rate=float(self.rate.value), max_batch_size=int(self.batch.value),
                               max_queue_delay_ms=float(self.delay.value))
         self._simulate()
-        if self.slider.value != 0:
-            self.slider.value = 0  # triggers show_frame(0)
-        else:
+        if self.slider.value == 0:
             self.show_frame(0)
+        self.slider.value = 0  # from another frame, the observer draws frame 0
 
     @property
-    def index(self) -> int:
-        """The frame shown now (0-based)."""
+    def index(self) -> int:   # the frame shown now, from 0
         return int(self.slider.value)
 
     def step(self, n: int = 1) -> int:
         """Advance ``n`` frames (wrapping at the end); return the new index."""
-        new = step_index(self.index, self.n_frames, n)
-        self.slider.value = new  # the observer redraws
-        return new
+        self.slider.value = (self.index + n) % self.n_frames  # the observer redraws
+        return self.index
 
     def show_frame(self, index: int) -> None:
         """Draw frame ``index`` into the picture and update the label."""
@@ -122,24 +91,9 @@ class BatchingAnimation:
             self._cache[index] = base64.b64encode(png).decode("ascii")
         self.picture.value = (f'<img alt="frame {index + 1}" style="max-width:100%" '
                               f'src="data:image/png;base64,{self._cache[index]}"/>')
-        self.label.value = frame_label(index, self.n_frames, t)
+        self.label.value = f"第 {index + 1} / {self.n_frames} 帧 · t = {t:.2f} s"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.box._repr_mimebundle_(include=include, exclude=exclude) or {}
         bundle["text/plain"] = f"<BatchingAnimation: {self.n_frames} frames, {self.params}>"
         return bundle
-
-
-def show_animation(params: DemoParams = DemoParams(), n_frames: int = N_FRAMES,
-                   still_times: tuple[float, ...] | None = None) -> BatchingAnimation | None:
-    """Display the animation in a Jupyter kernel (returns it), or draw still frames when headless."""
-    if headless():
-        lanes = run_demo(params)
-        h = default_horizon(lanes)
-        times = still_times or tuple(round(h * f, 1) for f in (0.15, 0.4, 0.65, 0.9))
-        film_strip(lanes, times)
-        plt.show()
-        return None
-    anim = BatchingAnimation(params, n_frames=n_frames)
-    display(anim)
-    return anim
