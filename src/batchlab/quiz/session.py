@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from batchlab._validate import optional_count
-from batchlab.quiz.bank import FEEDBACK, Bank, Instance, Question, load_bank
+from batchlab.quiz.bank import DEFAULT_FEEDBACK, Bank, Instance, Question, load_bank
 from batchlab.quiz.grade import SubmissionError, check_answer, normalize_answer
 from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import fmt_number, seed_for
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 KIND_LABEL = {"single": "单选", "multi": "多选", "numeric": "数值"}
-_DEFAULT_FEEDBACK = set(FEEDBACK.values())
+_DEFAULT_FEEDBACK = set(DEFAULT_FEEDBACK.values())
 
 
 def format_answer(value: Any) -> str:
