@@ -173,15 +173,12 @@ def test_the_checkers_catch_planted_errors() -> None:
                             count=1, flags=re.S))
     raw = zipfile.ZipFile(io.BytesIO(qti_package(BANKS["ch02"]))).read("items/ch02-4.xml")
     _qti_item(ET.fromstring(raw), "as exported")
-    for tag, attr, value in (("correctResponse/", None, "nowhere"),
-                             ("responseProcessing//", "identifier", "POINTS")):
+    for path, attr, value in ((f"{NS}responseDeclaration/{NS}correctResponse/{NS}value", None, "nowhere"),
+                              (f"{NS}responseProcessing//{NS}setOutcomeValue", "identifier", "PTS")):
         item = ET.fromstring(raw)
-        el = item.find(f"{NS}{tag.split('/')[0]}/{'/' if tag.endswith('//') else ''}{NS}"
-                       + ("value" if attr is None else "setOutcomeValue"))
-        if attr is None:
-            el.text = value
-        else:
-            el.set(attr, value)
+        el = item.find(path)
+        el.text = value if attr is None else el.text
+        el.set(attr or "x", value)
         with pytest.raises(AssertionError):
             _qti_item(item, "planted")
     item = ET.fromstring(raw)

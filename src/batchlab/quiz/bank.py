@@ -14,13 +14,23 @@ import itertools
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
-import jsonschema
 import numpy as np
+
+# jsonschema's optional "iri" format check imports rfc3987_syntax, which compiles a Lark grammar
+# on import (~2 s of CPU); a bank uses no formats, so that module is kept out of this import.
+_BLOCK = "rfc3987_syntax" not in sys.modules
+if _BLOCK:
+    sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]
+import jsonschema  # noqa: E402
+
+if _BLOCK:
+    del sys.modules["rfc3987_syntax"]
 
 from batchlab.paths import repo_root
 from batchlab.quiz import params as P
@@ -304,8 +314,11 @@ def _schema_problem(data: Any) -> tuple[int | None, str] | None:
     if err is None:
         return None
     path = list(err.absolute_path)
-    at = "/".join(str(p) for p in path[1:])
     msg = err.message.splitlines()[0]
+    if err.validator is None:  # a `false` subschema: a key this kind of question must not store
+        key = next((k for k, v in data[path[0]].items() if v is err.instance), "?")
+        msg = f"{key!r} is not stored for this kind of question (derived, or for another kind)"
+    at = "/".join(str(p) for p in path[1:])
     if len(msg) > 160:
         msg = msg[:160] + "…"
     return (path[0] if path else None), (f"{at}: {msg}" if at else msg)
