@@ -93,7 +93,7 @@ def test_uniform_random_guess_graded_by_the_grader_scores_chance() -> None:
 
 
 def test_options_of_a_question_are_alike_in_length() -> None:
-    from batchlab.quiz.audit import MAX_WIDTH_RATIO, width
+    from batchlab.quiz.audit import MAX_WIDTH_RATIO, display_width as width
     for q in CHOICE:
         w = [width(q.option(o)["answer"]) for o in q.option_ids]
         assert max(w) <= MAX_WIDTH_RATIO * min(w), (q.id, w)

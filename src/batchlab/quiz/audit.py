@@ -45,7 +45,7 @@ __all__ = [
     "letter_references",
     "number_problems",
     "quoted_numbers",
-    "width",
+    "display_width",
 ]
 
 MAX_KEY_SHARE = 0.35
@@ -55,7 +55,7 @@ MAX_WIDTH_RATIO = 1.5
 """Longest option ÷ shortest option within a question (display width)."""
 
 
-def width(text: str) -> int:
+def display_width(text: str) -> int:
     """Display width: East Asian wide and fullwidth characters count 2, others 1."""
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
@@ -80,7 +80,7 @@ def length_problems(q: Question) -> list[str]:
     """Options whose lengths differ too much within the question."""
     if q.kind == "numeric":
         return []
-    w = {oid: width(q.option(oid)["answer"]) for oid in q.option_ids}
+    w = {oid: display_width(q.option(oid)["answer"]) for oid in q.option_ids}
     lo, hi = min(w.values()), max(w.values())
     if hi > MAX_WIDTH_RATIO * lo:
         return [f"{q.id}: options range from width {lo} to {hi} (> {MAX_WIDTH_RATIO}×)"]
@@ -119,7 +119,7 @@ def chance(q: Question) -> float:
 
 
 def _longest(q: Question, order: list[str]) -> list[str]:
-    w = {oid: width(q.option(oid)["answer"]) for oid in order}
+    w = {oid: display_width(q.option(oid)["answer"]) for oid in order}
     top = max(w.values())
     return [oid for oid in order if w[oid] == top]
 
