@@ -1,21 +1,14 @@
-"""Item-writing checks on the banks: what an editor of a test would check before it is used.
+"""Item-writing checks on the banks, `audit(banks)` runs them all (empty: the banks pass):
 
-- **Keys spread** (`key_positions`): over the chapter banks' single-choice questions, no option
-  position holds more than `MAX_KEY_SHARE` of the keys; multi-selects vary their keys.
-- **Options alike** (`length_problems`): within a question the longest option is at most
-  `MAX_WIDTH_RATIO` times the shortest (display width: a CJK character counts 2), so length does
-  not give the key away.
-- **Blind strategies** (`blind_scores`): always the first option, always the longest, "all of the
-  above" for multi-selects, and a uniform random guess, each scored like a learner (multi-select
-  all-or-nothing) against chance.
-- **No letters in shuffled explanations** (`letter_references`): chapter options are shuffled per
-  learner, so an explanation that says "A 错" would point at the wrong option.
-- **Every quoted number recomputed** (`number_problems`): each number in an explanation, erratum,
-  option feedback or misconception is in the stem or options, or listed in the question's
-  `numbers` with an `expr` that recomputes it from the course's formulas (`batchlab.quiz.params`,
-  which wraps `batchlab.theory`) or a `source` it is quoted from.
-
-`audit(banks)` runs them all and returns the problems found (empty: the banks pass).
+- keys spread: no option position holds more than `MAX_KEY_SHARE` of the chapter banks'
+  single-choice keys, and multi-select keys vary (`key_positions`);
+- options alike: the longest option is at most `MAX_WIDTH_RATIO` × the shortest in display width
+  (`length_problems`), so length does not give the key away;
+- blind strategies (always the first, always the longest, all of them) score like chance
+  (`blind_scores`);
+- shuffled questions' explanations never name an option by letter (`letter_references`);
+- every number quoted in the prose is in the stem or options, or listed in `numbers` with an
+  `expr` that recomputes it from the quiz formulas or a `source` (`number_problems`).
 """
 
 from __future__ import annotations
@@ -32,21 +25,9 @@ import numpy as np
 from batchlab.quiz import params as P
 from batchlab.quiz.bank import LETTERS, Bank, Question
 
-__all__ = [
-    "MAX_KEY_SHARE",
-    "MAX_WIDTH_RATIO",
-    "Blind",
-    "audit",
-    "blind_scores",
-    "chance",
-    "eval_expr",
-    "key_positions",
-    "length_problems",
-    "letter_references",
-    "number_problems",
-    "quoted_numbers",
-    "display_width",
-]
+__all__ = ["MAX_KEY_SHARE", "MAX_WIDTH_RATIO", "audit", "blind_scores", "chance", "display_width",
+           "eval_expr", "key_positions", "length_problems", "letter_references", "number_problems",
+           "quoted_numbers"]
 
 MAX_KEY_SHARE = 0.35
 """Most single-choice keys one option position may hold, over the chapter banks."""
@@ -124,39 +105,19 @@ def _longest(q: Question, order: list[str]) -> list[str]:
     return [oid for oid in order if w[oid] == top]
 
 
-class Blind:
-    """Blind answering strategies: each returns the expected score (0…1) on one question, for
-    options presented in `order` (ties broken uniformly at random)."""
-
-    @staticmethod
-    def first(q: Question, order: list[str]) -> float:
-        key = set(q.key_ids)
-        return float({order[0]} == key)
-
-    @staticmethod
-    def longest(q: Question, order: list[str]) -> float:
-        key = set(q.key_ids)
-        ties = _longest(q, order)
-        return sum({oid} == key for oid in ties) / len(ties)
-
-    @staticmethod
-    def all_of_them(q: Question, order: list[str]) -> float:
-        return float(set(order) == set(q.key_ids))
-
-
 STRATEGIES: dict[str, Callable[[Question, list[str]], float]] = {
-    "always-first": Blind.first,
-    "always-longest": Blind.longest,
-    "all-of-the-above": Blind.all_of_them,
+    "always-first": lambda q, order: float([order[0]] == q.key_ids),
+    "always-longest": lambda q, order: float(np.mean([[oid] == q.key_ids for oid in _longest(q, order)])),
+    "all-of-the-above": lambda q, order: float(set(order) == set(q.key_ids)),
 }
+"""Blind strategies: the expected score on one question with options shown in `order`."""
 
 
 def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
                  multi_only_for: tuple[str, ...] = ("all-of-the-above",)) -> dict[str, dict[str, float]]:
-    """Expected score of each blind strategy and of chance over the chapter banks' choice
-    questions, per bank and `"all"`: `{bank: {strategy: share, "chance": share, "n": count}}`.
-    Options are in article order, or in the order a learner with `seed` sees them.
-    "all-of-the-above" is played on the multi-selects only (its chance is theirs)."""
+    """Expected score of each blind strategy (`s`, with `s:chance` and `s:n` of the questions it
+    plays) and of chance, per chapter bank and `"all"`, options in article order or `seed`'s.
+    "all-of-the-above" plays the multi-selects only."""
     out: dict[str, dict[str, float]] = {}
     groups: dict[str, list[Question]] = {}
     for q in _choice_questions(banks):

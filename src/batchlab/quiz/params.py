@@ -1,9 +1,6 @@
-"""Seeded numeric questions: learner → seed, seed → parameters, and the registry of formulas.
-
-A seeded question names a formula from `FORMULAS`, lists the choices for each parameter and
-gives a template stem with `{{name}}` placeholders. `draw_params` picks one choice per
-parameter from a `numpy.random.Generator` seeded by (seed, question id), so the same learner
-always sees the same numbers and the grader can recompute the expected answer.
+"""Seeded numeric questions: learner → seed, seed → parameters, and the registry of formulas a
+question may name (the course's own `batchlab.theory` computations, some adapted to the units
+the stems use), so a quiz answer is computed the way the chapter computes it.
 """
 
 from __future__ import annotations
@@ -22,28 +19,14 @@ from batchlab.theory import formulas as F
 from batchlab.theory import kv
 from batchlab.theory.roofline import ridge_batch
 
-__all__ = [
-    "FORMULAS",
-    "Formula",
-    "draw_params",
-    "fmt_number",
-    "fmt_value",
-    "formula",
-    "placeholders",
-    "qid_key",
-    "render_template",
-    "seed_for",
-]
+__all__ = ["FORMULAS", "Formula", "draw_params", "fmt_number", "fmt_value", "formula", "placeholders",
+           "qid_key", "render_template", "seed_for"]
 
 
 @dataclass(frozen=True)
 class Formula:
-    """A named formula: `func(**params) -> float`, with the parameter names it takes.
-
-    `rename` maps a question's parameter name to the name `func` uses for it (the bank writes
-    `B`, `batch_size` in `batchlab.theory`); parameters with a default are asked for only when
-    `rename` names them.
-    """
+    """A named formula `func(**params) -> float`; `rename` maps a question's parameter name to
+    `func`'s (`B` → `batch_size`); parameters with a default are asked for only when renamed."""
 
     name: str
     func: Callable[..., float]
@@ -65,24 +48,16 @@ FORMULAS: dict[str, Formula] = {}
 """Registry of formulas that seeded numeric questions may name (`"formula": "amdahl"`)."""
 
 
-def _register(func: Callable[..., float], name: str | None = None) -> Callable[..., float]:
-    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
-    key = name or func.__name__
-    FORMULAS[key] = Formula(key, func, doc)
+def _register(func: Callable[..., float], name: str | None = None, **rename: str) -> Callable[..., float]:
+    """Register `func` under `name` (default: its own); `rename` maps the question's parameter
+    names to the function's."""
+    doc = (func.__doc__ or func.__name__).strip().splitlines()[0]
+    FORMULAS[name or func.__name__] = Formula(name or func.__name__, func, doc, dict(rename))
     return func
 
 
 def _register_as(name: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    """Register a formula under the name the question banks use (e.g. a unit-adapted theory formula)."""
     return lambda func: _register(func, name)
-
-
-def _register_theory(func: Callable[..., float], name: str | None = None, **rename: str) -> None:
-    """Register a `batchlab.theory` function as it is, under `name` (default: its own), with
-    `rename` mapping the question's parameter names to the function's."""
-    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
-    key = name or func.__name__
-    FORMULAS[key] = Formula(key, func, doc, dict(rename))
 
 
 def formula(name: str) -> Formula:
@@ -94,10 +69,6 @@ def formula(name: str) -> Formula:
             f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
         ) from None
 
-
-# The formulas below are the course's own computations (`batchlab.theory.formulas`, `batchlab.theory.kv`,
-# `batchlab.theory.roofline`), registered as they are or adapted to the units the question stems use
-# (ms, GiB, TB/s), so a quiz answer is computed exactly the way the chapter computes it.
 
 # --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
 
@@ -129,8 +100,8 @@ def decode_tps(B: int, t_step_ms: float) -> float:
 # --- chapter 02: dynamic batching -----------------------------------------------------------
 
 
-_register_theory(F.speedup, B="batch_size")
-_register_theory(F.affine_speedup, B="batch_size")
+_register(F.speedup, B="batch_size")
+_register(F.affine_speedup, B="batch_size")
 
 
 @_register
@@ -142,8 +113,8 @@ def affine_throughput(a: float, b: float, B: int) -> float:
 # --- chapter 03: sequence batching, KV cache ------------------------------------------------
 
 
-_register_theory(F.padding_efficiency, "eta", L="lengths")
-_register_theory(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
+_register(F.padding_efficiency, "eta", L="lengths")
+_register(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
                  dtype_bytes="bytes_per_element")
 
 
@@ -162,7 +133,7 @@ def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
 # --- chapter 04: tuning, queueing -----------------------------------------------------------
 
 
-_register_theory(F.heavy_load_wait, "t_wait", b_size="batch_size")
+_register(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
 @_register_as("md1_wait")
@@ -183,8 +154,8 @@ def concurrency_rule(max_batch_size: int, instances: int) -> float:
 # --- chapter 05: evaluation -----------------------------------------------------------------
 
 
-_register_theory(F.amdahl, B="batch_size")
-_register_theory(F.amdahl_ceiling)
+_register(F.amdahl, B="batch_size")
+_register(F.amdahl_ceiling)
 
 
 @_register
@@ -208,8 +179,8 @@ def cost_per_k(c_gpu: float, t_busy_s: float, n_req: int) -> float:
     return 1000.0 * F.cost_per_request(c_gpu, t_busy_s, n_req)
 
 
-_register_theory(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_in_system")
-_register_theory(F.instances_needed, rate="rate_per_s", B="batch")
+_register(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_in_system")
+_register(F.instances_needed, rate="rate_per_s", B="batch")
 
 
 # --- chapter 08: the article's demo ---------------------------------------------------------
@@ -233,8 +204,7 @@ def seed_for(learner: str) -> int:
 
 
 def qid_key(qid: str) -> int:
-    """A stable non-negative integer for a question id (sha256, first 8 bytes): one of the two
-    words that seed a learner's draw for that question."""
+    """A stable non-negative integer for a question id (sha256, first 8 bytes)."""
     return int.from_bytes(hashlib.sha256(qid.encode("utf-8")).digest()[:8], "big") >> 1
 
 
@@ -244,11 +214,8 @@ def draw_params(
     qid: str,
     seed: int | None,
 ) -> dict[str, Any]:
-    """One value per parameter: `defaults` when `seed` is None, else a seeded draw.
-
-    The draw uses `numpy.random.default_rng([seed, hash(qid)])` and takes the parameters in the
-    bank's order, so it depends only on (seed, question id, choices).
-    """
+    """One value per parameter: `defaults` when `seed` is None, else drawn (in the bank's order)
+    by `default_rng([seed, qid_key(qid)])`, so it depends only on seed, question and choices."""
     if seed is None:
         return dict(defaults)
     count("seed", seed, lo=0)
