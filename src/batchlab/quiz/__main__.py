@@ -8,9 +8,8 @@
     python -m batchlab.quiz check [BANK_FILE...]
     python -m batchlab.quiz sync [BANK_FILE...]
 
-`grade` prints one JSON object per valid file on stdout and one line per bad file on stderr;
-it exits 0 when every file was valid, 2 otherwise. `stats` does the same for its table. Usage
-errors: one line on stderr, exit 2.
+`grade` and `stats` print their results on stdout and one line per bad file on stderr (exit 2 if
+any); every usage error is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -143,7 +142,7 @@ def _cmd_learner(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
         if args.files:
-            banks = {load_bank(p).name: load_bank(p) for p in args.files}
+            banks = {b.name: b for b in map(load_bank, args.files)}
         else:
             banks = load_all()
             if not banks:
@@ -215,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate and audit banks (default: all in quiz/)")
     c.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
     c.set_defaults(func=_cmd_check)
-    y = sub.add_parser("sync", help="fill the jupyterquiz fields derived from ours (authors)")
+    y = sub.add_parser("sync", help="validate banks and rewrite them in canonical form (authors)")
     y.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
     y.set_defaults(func=_cmd_sync)
     return p

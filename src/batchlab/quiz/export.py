@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from typing import Any
 
-from batchlab.quiz.bank import Bank, Question, right_feedback
+from batchlab.quiz.bank import Bank, Question
 
 __all__ = ["FIXED_INSTANCE_NOTE", "moodle_xml", "qti_package"]
 
@@ -55,29 +55,16 @@ def _num(x: float) -> str:
 def _record(q: Question) -> dict[str, Any]:
     """What both formats export of one question (article order; fractions are shares of 1)."""
     inst = q.instance(None, article_order=True)
-    stem = inst.stem + (FIXED_INSTANCE_NOTE if q.seeded else "")
-    expl = inst.explanation
-    rec: dict[str, Any] = {"id": q.id, "kind": q.kind, "stem": stem, "explanation": expl,
-                           "erratum": q.erratum or ""}
+    rec: dict[str, Any] = {"stem": inst.stem + (FIXED_INSTANCE_NOTE if q.seeded else ""),
+                           "general": inst.explanation + (f"\n\n勘误：{q.erratum}" if q.erratum else "")}
     if q.kind == "numeric":
         value = float(inst.expected)
-        fb = [a for a in q.raw["answers"] if a.get("type") == "default"]
-        rec.update(answer=value, tolerance=q.tolerance(value),
-                   right_feedback=right_feedback(q.raw), options=[],
-                   wrong_feedback=fb[0]["feedback"] if fb else "")
-        return rec
-    keyed = set(q.key_ids)
-    n, k = len(q.option_ids), len(keyed)
-    opts = []
-    for oid in q.option_ids:
-        a = q.option(oid)
-        if q.kind == "single":
-            frac = 1.0 if oid in keyed else 0.0
-        else:
-            frac = 1.0 / k if oid in keyed else (-1.0 / (n - k) if n > k else 0.0)
-        opts.append({"id": oid, "text": a["answer"], "correct": oid in keyed, "fraction": frac,
-                     "feedback": a["feedback"]})
-    rec["options"] = opts
+        return {**rec, "answer": value, "tolerance": q.tolerance(value),
+                "right": q.raw["answers"][0]["feedback"], "wrong": q.raw["answers"][1]["feedback"]}
+    n, k = len(q.option_ids), len(q.key_ids)
+    rec["options"] = [{"id": a["id"], "text": a["answer"], "correct": a["correct"], "feedback": a["feedback"],
+                       "fraction": (1.0 if a["correct"] else 0.0) if q.kind == "single" else
+                       (1.0 / k if a["correct"] else -1.0 / (n - k))} for a in q.raw["answers"]]
     return rec
 
 
@@ -94,10 +81,6 @@ def _text_el(parent: ET.Element, tag: str, text: str, fmt: str | None = "html") 
     return el
 
 
-def _general_feedback(rec: dict[str, Any]) -> str:
-    return rec["explanation"] + (f"\n\n勘误：{rec['erratum']}" if rec["erratum"] else "")
-
-
 def moodle_xml(bank: Bank) -> str:
     """The bank as a Moodle XML question file (see the module docstring)."""
     quiz = ET.Element("quiz")
@@ -112,28 +95,25 @@ def moodle_xml(bank: Bank) -> str:
         name = ET.SubElement(el, "name")
         ET.SubElement(name, "text").text = q.id
         _text_el(el, "questiontext", rec["stem"])
-        _text_el(el, "generalfeedback", _general_feedback(rec))
-        ET.SubElement(el, "defaultgrade").text = "1"
-        ET.SubElement(el, "penalty").text = "0"
-        ET.SubElement(el, "hidden").text = "0"
-        ET.SubElement(el, "idnumber").text = q.id
+        _text_el(el, "generalfeedback", rec["general"])
+        for tag, value in (("defaultgrade", "1"), ("penalty", "0"), ("hidden", "0"), ("idnumber", q.id)):
+            ET.SubElement(el, tag).text = value
         if q.kind == "numeric":
             a = ET.SubElement(el, "answer", {"fraction": "100", "format": "moodle_auto_format"})
             ET.SubElement(a, "text").text = _num(rec["answer"])
             ET.SubElement(a, "tolerance").text = _num(rec["tolerance"])
-            _text_el(a, "feedback", rec["right_feedback"])
+            _text_el(a, "feedback", rec["right"])
             other = ET.SubElement(el, "answer", {"fraction": "0", "format": "moodle_auto_format"})
             ET.SubElement(other, "text").text = "*"
             ET.SubElement(other, "tolerance").text = "0"
-            _text_el(other, "feedback", rec["wrong_feedback"])
+            _text_el(other, "feedback", rec["wrong"])
             for tag, value in (("unitgradingtype", "0"), ("unitpenalty", "0"),
                                ("showunits", "3"), ("unitsleft", "0")):
                 ET.SubElement(el, tag).text = value
             continue
-        ET.SubElement(el, "single").text = "true" if q.kind == "single" else "false"
-        ET.SubElement(el, "shuffleanswers").text = "true" if q.shuffled else "false"
-        ET.SubElement(el, "answernumbering").text = "ABCD"
-        ET.SubElement(el, "showstandardinstruction").text = "0"
+        for tag, value in (("single", str(q.kind == "single").lower()), ("shuffleanswers", str(q.shuffled).lower()),
+                           ("answernumbering", "ABCD"), ("showstandardinstruction", "0")):
+            ET.SubElement(el, tag).text = value
         _text_el(el, "correctfeedback", "正确。")
         _text_el(el, "partiallycorrectfeedback", "部分正确（课程里多选题全对才得分）。")
         _text_el(el, "incorrectfeedback", "不对。")
@@ -217,8 +197,8 @@ def _qti_item(q: Question) -> ET.Element:
             mult = _sub(_set_outcome(branch, "FEEDBACK"), "multiple")
             _base(mult, "identifier", verdict)
             _base(mult, "identifier", "EXPLANATION")
-        feedback = [("CORRECT", rec["right_feedback"]), ("INCORRECT", rec["wrong_feedback"]),
-                    ("EXPLANATION", _general_feedback(rec))]
+        feedback = [("CORRECT", rec["right"]), ("INCORRECT", rec["wrong"]),
+                    ("EXPLANATION", rec["general"])]
     else:
         ci = _sub(body, "choiceInteraction", {
             "responseIdentifier": "RESPONSE", "shuffle": "true" if q.shuffled else "false",
@@ -241,7 +221,7 @@ def _qti_item(q: Question) -> ET.Element:
         _sub(mult, "variable", {"identifier": "RESPONSE"})
         _base(mult, "identifier", "EXPLANATION")
         feedback = [(o["id"], o["feedback"]) for o in rec["options"]]
-        feedback.append(("EXPLANATION", _general_feedback(rec)))
+        feedback.append(("EXPLANATION", rec["general"]))
     item.append(rp)
     for ident, text in feedback:
         _sub(item, "modalFeedback", {"outcomeIdentifier": "FEEDBACK", "identifier": ident,

@@ -1,16 +1,7 @@
-"""Learner ids: what a valid id is, and the id a learner's notebooks share.
-
-A learner id names one learner in a class (a student number, a login, a Chinese name). It seeds
-the numbers of seeded questions and the order of the options, and it is what the grader
-reports, so it is checked strictly: 1–64 characters, letters (any script), digits, and
-`. _ @ -` or single inner spaces; it starts with a letter or digit (so a CSV cell can never start a
-spreadsheet formula). Leading and trailing spaces are dropped.
-
-The quiz notebook remembers the id it is given (`remember_learner`), and every chapter's
-self-check picks it up (`current_learner`): first the environment variable `BATCHLAB_LEARNER`
-(a JupyterHub admin can set it per user), then the file `learner.json` in the course's config
-folder — `$BATCHLAB_CONFIG_DIR`, else `$XDG_CONFIG_HOME/batchlab`, else `~/.config/batchlab`.
-On a shared host every learner is a separate user with their own home, so the file is theirs.
+"""Learner ids: what a valid id is (1–64 letters of any script, digits, `. _ @ -`, single inner
+spaces, starting with a letter or digit, so a CSV cell never starts a formula), and the id a
+learner's notebooks share: `$BATCHLAB_LEARNER`, else `learner.json` in `$BATCHLAB_CONFIG_DIR`,
+`$XDG_CONFIG_HOME/batchlab` or `~/.config/batchlab`.
 """
 
 from __future__ import annotations
@@ -21,15 +12,8 @@ import re
 import tempfile
 from pathlib import Path
 
-__all__ = [
-    "LEARNER_ENV",
-    "MAX_LEARNER_CHARS",
-    "check_learner",
-    "current_learner",
-    "forget_learner",
-    "learner_file",
-    "remember_learner",
-]
+__all__ = ["LEARNER_ENV", "check_learner", "current_learner", "forget_learner", "learner_file",
+           "remember_learner"]
 
 LEARNER_ENV = "BATCHLAB_LEARNER"
 """Environment variable that names the learner (wins over the remembered file)."""
@@ -70,10 +54,7 @@ def learner_file() -> Path:
 
 
 def remember_learner(learner: str) -> Path:
-    """Check `learner` and store it for every notebook of this user; returns the file written.
-
-    The file is written atomically and readable only by its owner.
-    """
+    """Check `learner` and store it (atomically, mode 0600) for this user's notebooks; returns the file."""
     s = check_learner(learner)
     path = learner_file()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,6 @@
-"""Reading JSON files that other people wrote, without letting one file hang or sink a batch.
-
-`read_json_file` opens the path without blocking (a FIFO named `*.json` cannot stall it), insists
-on a regular file (a symlink to `/dev/zero` is refused before a byte is read), reads at most a
-size cap, refuses nesting deeper than a few levels before the parser recurses, and refuses
-duplicate object keys instead of silently keeping the last one. Every problem is a `ValueError`
-with a one-line message for the caller to prefix with the file's name.
+"""Reading JSON files other people wrote without letting one file hang or sink a batch:
+`read_json_file` opens without blocking (a FIFO cannot stall it), insists on a regular file, reads
+at most a size cap, refuses deep nesting and duplicate keys; each problem is a one-line `ValueError`.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_SUBMISSION_BYTES", "display_name", "parse_json_text", "read_json_file"]
+__all__ = ["MAX_SUBMISSION_BYTES", "display_name", "read_json_file"]
 
 MAX_SUBMISSION_BYTES = 1 << 20
 """Largest submission file the grader reads (1 MiB; a full bank's answers are a few KiB)."""

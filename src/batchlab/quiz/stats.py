@@ -1,22 +1,7 @@
-"""Item statistics for instructors: how hard each question was and whether it told learners apart.
-
-    python -m batchlab.quiz stats submissions/*.json --bank ch02 [--json]
-
-For every question, over the learners who were shown it:
-
-- **difficulty** `p`: the share who got it right (classical test theory's item facility);
-- **discrimination** `r`: the corrected item–total correlation — the Pearson correlation
-  (point-biserial) between getting this item right (1/0) and the share right of the *other*
-  questions that learner was shown. Near 0: the item does not separate strong from weak
-  learners; negative: the stronger learners tend to miss it;
-- the share right among the top and the bottom 27 % of learners by that rest score;
-- for choice questions, how often each option was chosen (a distractor nobody picks is not
-  working; one the strong learners pick points at an ambiguous key).
-
-Flags: `everyone-right` (p = 1), `nobody-right` (p = 0), `strongest-miss` (r < 0, or the top group
-does worse than the bottom group), `weak` (0 ≤ r < 0.2 with at least 10 learners),
-`unused-distractor` (a wrong option nobody chose, with at least 10 learners), `few-learners`
-(fewer than 5: read the numbers with care).
+"""Item statistics for instructors (`python -m batchlab.quiz stats`): per question, over the
+learners shown it, the difficulty `p` (share right), the discrimination `r` (corrected item–total
+point-biserial correlation), the share right in the top and bottom 27 % by rest score, option
+counts, and the flags of `FLAG_TEXT`.
 """
 
 from __future__ import annotations
@@ -28,7 +13,7 @@ import numpy as np
 
 from batchlab.quiz.bank import Bank
 
-__all__ = ["FLAG_TEXT", "item_stats", "stats_table"]
+__all__ = ["item_stats", "stats_table"]
 
 FLAG_TEXT = {
     "everyone-right": "人人答对：区分不出掌握程度",
@@ -38,7 +23,6 @@ FLAG_TEXT = {
     "unused-distractor": "有干扰项无人选择",
     "few-learners": "人数太少（< 5），数字仅供参考",
 }
-"""What each flag means, in the words the table prints."""
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
