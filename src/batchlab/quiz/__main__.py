@@ -51,10 +51,7 @@ def _report_bad(files: Sequence[str], errors: Sequence[tuple[str, str]]) -> None
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
-    try:
-        reports, errors = grade_files(args.files, args.bank)
-    except ValueError as e:  # a bad --bank: nothing can be graded
-        return _fail(str(e))
+    reports, errors = grade_files(args.files, args.bank)
     by_file = {r["file"]: r for r in reports}
     files = [str(f) for f in args.files]
     for f in files:
@@ -62,18 +59,12 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             print(json.dumps(by_file[f], ensure_ascii=False))
     _report_bad(files, errors)
     if args.csv:
-        try:
-            write_csv(args.csv, reports, errors, order=files)
-        except OSError as e:
-            return _fail(f"cannot write {args.csv}: {e.strerror or e}")
+        write_csv(args.csv, reports, errors, order=files)
     return 2 if errors else 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    try:
-        reports, errors = grade_files(args.files, args.bank)
-    except ValueError as e:
-        return _fail(str(e))
+    reports, errors = grade_files(args.files, args.bank)
     files = [str(f) for f in args.files]
     _report_bad(files, errors)
     names = {r["bank"] for r in reports}
@@ -92,16 +83,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    try:
-        bank = load_bank(args.bank)
-    except ValueError as e:
-        return _fail(str(e))
+    bank = load_bank(args.bank)
     data = moodle_xml(bank).encode("utf-8") if args.format == "moodle" else qti_package(bank)
     if args.output:
-        try:
-            Path(args.output).write_bytes(data)
-        except OSError as e:
-            return _fail(f"cannot write {args.output}: {e.strerror or e}")
+        Path(args.output).write_bytes(data)
         print(f"wrote {args.output}: {len(bank)} questions ({args.format})", file=sys.stderr)
         return 0
     if args.format == "qti" and sys.stdout.isatty():
@@ -113,25 +98,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    try:
-        text = render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers,
-                           article_order=args.article_order)
-    except ValueError as e:
-        return _fail(str(e))
-    sys.stdout.write(text)
+    sys.stdout.write(render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers,
+                                 article_order=args.article_order))
     return 0
 
 
 def _cmd_learner(args: argparse.Namespace) -> int:
     if args.forget:
-        gone = forget_learner()
-        print("已删除记住的学员 id" if gone else "没有记住的学员 id")
+        print("已删除记住的学员 id" if forget_learner() else "没有记住的学员 id")
         return 0
     if args.id is not None:
-        try:
-            path = remember_learner(args.id)
-        except ValueError as e:
-            return _fail(str(e))
+        path = remember_learner(args.id)
         print(f"学员 id 已记住：{args.id.strip()}（{path}）")
         return 0
     who = current_learner()
@@ -140,15 +117,9 @@ def _cmd_learner(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    try:
-        if args.files:
-            banks = {b.name: b for b in map(load_bank, args.files)}
-        else:
-            banks = load_all()
-            if not banks:
-                return _fail(f"no banks in {quiz_dir()}")
-    except ValueError as e:
-        return _fail(str(e))
+    banks = {b.name: b for b in map(load_bank, args.files)} if args.files else load_all()
+    if not banks:
+        return _fail(f"no banks in {quiz_dir()}")
     for b in banks.values():
         kinds = {k: sum(q.kind == k for q in b) for k in ("single", "multi", "numeric")}
         seeded = sum(q.seeded for q in b)
@@ -170,11 +141,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_sync(args: argparse.Namespace) -> int:
     files = args.files or [quiz_dir() / f"{n}.json" for n in list_banks()]
     for f in files:
-        try:
-            n = sync_file(f)
-        except ValueError as e:
-            return _fail(str(e))
-        print(f"synced {f}: {n} questions")
+        print(f"synced {f}: {sync_file(f)} questions")
     return 0
 
 
@@ -229,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # e.g. `... show | head`
         return 0
+    except OSError as e:  # writing --csv / -o / the learner file
+        return _fail(f"cannot write {e.filename}: {e.strerror or e}")
+    except ValueError as e:  # a bad bank, learner id or bank file: one line, nothing done
+        return _fail(str(e))
 
 
 if __name__ == "__main__":

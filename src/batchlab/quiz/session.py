@@ -58,22 +58,18 @@ class Feedback:
         lines = [head]
         lines += [f"{letter}：{text}" for letter, text in self.notes]
         lines.append(f"解析：{self.explanation}")
-        if self.erratum:
-            lines.append(f"勘误：{self.erratum}")
-        if self.key_note:
-            lines.append(f"关于答案：{self.key_note}")
-        return "\n".join(lines)
+        return "\n".join(lines + _notes(self.erratum, self.key_note, ""))
+
+
+def _notes(erratum: str | None, key_note: str | None, indent: str) -> list[str]:
+    return [f"{indent}{label}：{text}" for label, text in (("勘误", erratum), ("关于答案", key_note)) if text]
 
 
 def question_header(q: Question, inst: Instance) -> str:
     """`Q3 [多选 · mid · 全对才得分] stem`: id, kind, difficulty, tolerance, then the stem."""
-    tags = [_KIND_LABEL[q.kind], q.difficulty]
-    if q.kind == "multi":
-        tags.append("全对才得分")
+    tags = [_KIND_LABEL[q.kind], q.difficulty, *(["全对才得分"] if q.kind == "multi" else [])]
     if q.kind == "numeric":
-        tags.append(f"容差 {q.tolerance_text()}")
-        if q.unit:
-            tags.append(f"单位 {q.unit}")
+        tags += [f"容差 {q.tolerance_text()}", *([f"单位 {q.unit}"] if q.unit else [])]
     return f"{q.id} [{' · '.join(tags)}] {inst.stem}"
 
 
@@ -81,15 +77,10 @@ def _render_question(q: Question, seed: int | None = None, answers: bool = False
                     article_order: bool = False) -> str:
     """One question as text (options in `seed`'s order); with `answers` the key and why."""
     inst = q.instance(seed, article_order)
-    lines = [question_header(q, inst)]
-    lines += [f"  {k}. {v}" for k, v in inst.options.items()]
+    lines = [question_header(q, inst), *(f"  {k}. {v}" for k, v in inst.options.items())]
     if answers:
-        lines.append(f"  答案：{_format_answer(inst.expected)}")
-        lines.append(f"  解析：{inst.explanation}")
-        if q.erratum:
-            lines.append(f"  勘误：{q.erratum}")
-        if q.key_note:
-            lines.append(f"  关于答案：{q.key_note}")
+        lines += [f"  答案：{_format_answer(inst.expected)}", f"  解析：{inst.explanation}",
+                  *_notes(q.erratum, q.key_note, "  ")]
     return "\n".join(lines)
 
 
@@ -162,23 +153,17 @@ class QuizSession:
         inst = self.instances[q.id]
 
         def one(v: Any) -> Any:
-            if isinstance(v, str) and len(v.strip()) == 1 and v.strip().upper() in inst.option_ids:
-                return inst.option_ids[v.strip().upper()]
-            return v
+            return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
 
-        if q.kind == "single":
-            return one(value)
         if q.kind == "multi" and isinstance(value, list):
             return [one(v) for v in value]
-        return value
+        return one(value) if q.kind == "single" else value
 
     def _letters(self, q: Question, ids: Any) -> Any:
         if ids is None or q.kind == "numeric":
             return ids
         inst = self.instances[q.id]
-        if q.kind == "single":
-            return inst.letter_of(ids)
-        return sorted(inst.letter_of(i) for i in ids)
+        return inst.letter_of(ids) if q.kind == "single" else sorted(map(inst.letter_of, ids))
 
     def answer(self, qid: str, value: Any) -> Feedback:
         """Record an answer (displayed letters or option ids, or a number; a new one replaces
@@ -196,12 +181,10 @@ class QuizSession:
         if not ok and q.kind != "numeric":
             chosen = {given} if q.kind == "single" else set(given)
             keyed = {key} if q.kind == "single" else set(key)
-            wrong = [i for i in self.instances[qid].option_ids.values()
-                     if (i in chosen) != (i in keyed) and (i in chosen or q.kind == "multi")]
-            for i in wrong:
-                text = q.option(i)["feedback"]
-                if text not in _DEFAULT_FEEDBACK:
-                    notes.append((self.instances[qid].letter_of(i), text))
+            notes = [(self.instances[qid].letter_of(i), q.option(i)["feedback"])
+                     for i in self.instances[qid].option_ids.values()
+                     if (i in chosen) != (i in keyed) and (i in chosen or q.kind == "multi")
+                     and q.option(i)["feedback"] not in _DEFAULT_FEEDBACK]
         return Feedback(qid, ok, self._letters(q, expected), self._letters(q, given),
                         self.instances[qid].explanation, q.erratum, q.key_note,
                         q.tolerance_text() if q.kind == "numeric" else None, tuple(notes))
@@ -234,20 +217,14 @@ class QuizSession:
         why = self.exportable
         if why:
             raise ValueError(why)
-        sub: dict[str, Any] = {"_bank": self.bank.name}
-        if self.learner:
-            sub["_learner"] = self.learner
+        sub: dict[str, Any] = {"_bank": self.bank.name, **({"_learner": self.learner} if self.learner else {})}
         if len(self.questions) < len(self.bank):
             sub["_shown"] = [q.id for q in self.questions]
-        for q in self.questions:
-            if q.id in self.answers:
-                sub[q.id] = self.answers[q.id]
-        return sub
+        return sub | {q.id: self.answers[q.id] for q in self.questions if q.id in self.answers}
 
     def save(self, path: str | Path) -> Path:
         """Write `to_submission()` as JSON to `path` (folders created); returns the path."""
-        sub = self.to_submission()
-        p = Path(path)
+        sub, p = self.to_submission(), Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(sub, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         return p
