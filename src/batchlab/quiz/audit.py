@@ -45,8 +45,6 @@ def _choice_questions(banks: Mapping[str, Bank]) -> list[Question]:
     return [q for b in banks.values() if b.name != "interview" for q in b if q.kind != "numeric"]
 
 
-# --- keys and lengths -------------------------------------------------------------------------
-
 
 def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
     """Share of the chapter banks' single-choice keys at each article position A, B, C…"""
@@ -59,12 +57,9 @@ def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
 
 def length_problems(q: Question) -> list[str]:
     """Options whose lengths differ too much within the question."""
-    if q.kind == "numeric":
-        return []
-    w = {oid: display_width(q.option(oid)["answer"]) for oid in q.option_ids}
-    lo, hi = min(w.values()), max(w.values())
-    if hi > MAX_WIDTH_RATIO * lo:
-        return [f"{q.id}: options range from width {lo} to {hi} (> {MAX_WIDTH_RATIO}×)"]
+    w = [display_width(text) for text in q.options.values()] or [0]
+    if max(w) > MAX_WIDTH_RATIO * min(w):
+        return [f"{q.id}: options range from width {min(w)} to {max(w)} (> {MAX_WIDTH_RATIO}×)"]
     return []
 
 
@@ -88,8 +83,6 @@ def letter_references(q: Question) -> list[str]:
                        "are shuffled per learner: name it by its content")
     return out
 
-
-# --- blind strategies -------------------------------------------------------------------------
 
 
 def chance(q: Question) -> float:
@@ -135,8 +128,6 @@ def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
         out[name] = row
     return out
 
-
-# --- numbers ----------------------------------------------------------------------------------
 
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_#'’.\-/^])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?![0-9])(?![A-Za-z_])")
 _FREE = {"0", "1", "2"}
@@ -202,24 +193,17 @@ def _agrees(written: str, value: float) -> bool:
 
 
 def _prose(q: Question) -> list[tuple[str, str]]:
-    parts = [("explanation", q.raw["explanation"]), ("erratum", q.raw.get("erratum") or ""),
-             ("key_note", q.raw.get("key_note") or "")]
-    if q.kind != "numeric":
-        for oid in q.option_ids:
-            a = q.option(oid)
-            if not a["correct"] or q.kind == "multi":
-                parts.append((f"feedback of {oid}", a["feedback"]))
-    else:
-        parts += [("feedback", a["feedback"]) for a in q.raw["answers"] if a.get("type") == "default"]
-    return parts
+    parts = [(k, q.raw.get(k) or "") for k in ("explanation", "erratum", "key_note")]
+    if q.kind == "numeric":
+        return parts + [("feedback", q.raw["answers"][1]["feedback"])]
+    return parts + [(f"feedback of {a['id']}", a["feedback"]) for a in q.raw["answers"]
+                    if not a["correct"] or q.kind == "multi"]
 
 
 def number_problems(q: Question) -> list[str]:
     """Quoted numbers that are neither given in the question nor justified by `numbers`, and
     `numbers` entries whose expression does not give the number written."""
-    given = set(quoted_numbers(q.raw["question"]))
-    for oid in q.option_ids:
-        given |= set(quoted_numbers(q.option(oid)["answer"]))
+    given = set(quoted_numbers(" ".join([q.raw["question"], *q.options.values()])))
     if q.seeded:
         for choices in q.raw["params"].values():
             given |= {P.fmt_value(c) for c in choices}
@@ -248,8 +232,6 @@ def number_problems(q: Question) -> list[str]:
     return out
 
 
-# --- all together -----------------------------------------------------------------------------
-
 
 def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:
     """Every problem the checks above find in `banks` (chapter-bank rules skip the interview
@@ -273,12 +255,9 @@ def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:
             out.append("every multi-select has the same number of keys")
     scores = blind_scores(banks)
     for name, row in scores.items():
-        for sname in STRATEGIES:
-            if sname not in row:
-                continue
+        for sname in (s for s in STRATEGIES if s in row):
             base = row[f"{sname}:chance"]
-            n = row[f"{sname}:n"]
-            limit = base + margin if name == "all" else base + max(margin, 1.0 / n)
+            limit = base + (margin if name == "all" else max(margin, 1.0 / row[f"{sname}:n"]))
             if row[sname] > limit + 1e-9:
                 out.append(f"{name}: {sname} scores {row[sname]:.0%} against chance {base:.0%}")
     return out

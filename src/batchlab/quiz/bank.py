@@ -254,8 +254,6 @@ class Bank:
         return [dict(q.raw) for q in self.questions]
 
 
-# --- derived fields ---------------------------------------------------------------------------
-
 
 def _explain(q: dict[str, Any], values: dict[str, Any], value: float) -> str:
     """A seeded question's explanation with the learner's parameters and answer filled in."""
@@ -298,8 +296,6 @@ def expand(q: dict[str, Any]) -> dict[str, Any]:
         out["answer"] = key[0] if q["kind"] == "single" else key
     return {k: out[k] for k in _KEY_ORDER if k in out}
 
-
-# --- validation -------------------------------------------------------------------------------
 
 
 @cache

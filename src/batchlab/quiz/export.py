@@ -68,8 +68,6 @@ def _record(q: Question) -> dict[str, Any]:
     return rec
 
 
-# --- Moodle XML -----------------------------------------------------------------------------
-
 
 def _html(text: str) -> str:
     return html.escape(text, quote=False).replace("\n", "<br>")
@@ -124,8 +122,6 @@ def moodle_xml(bank: Bank) -> str:
     ET.indent(quiz)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(quiz, encoding="unicode") + "\n"
 
-
-# --- QTI 2.1 --------------------------------------------------------------------------------
 
 
 def _q(tag: str) -> str:

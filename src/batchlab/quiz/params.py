@@ -60,6 +60,7 @@ def _register_as(name: str) -> Callable[[Callable[..., float]], Callable[..., fl
     return lambda func: _register(func, name)
 
 
+# The formulas, in chapter order (00 … 08).
 def formula(name: str) -> Formula:
     """The registered formula called `name`; ValueError naming the known ones otherwise."""
     try:
@@ -68,9 +69,6 @@ def formula(name: str) -> Formula:
         raise ValueError(
             f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
         ) from None
-
-
-# --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
 
 
 @_register_as("t_total")
@@ -97,9 +95,6 @@ def decode_tps(B: int, t_step_ms: float) -> float:
     return B * 1000.0 / t_step_ms
 
 
-# --- chapter 02: dynamic batching -----------------------------------------------------------
-
-
 _register(F.speedup, B="batch_size")
 _register(F.affine_speedup, B="batch_size")
 
@@ -110,12 +105,9 @@ def affine_throughput(a: float, b: float, B: int) -> float:
     return F.batch_capacity(a / 1000.0, b / 1000.0, B)
 
 
-# --- chapter 03: sequence batching, KV cache ------------------------------------------------
-
-
 _register(F.padding_efficiency, "eta", L="lengths")
 _register(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
-                 dtype_bytes="bytes_per_element")
+          dtype_bytes="bytes_per_element")
 
 
 @_register
@@ -128,9 +120,6 @@ def kv_gib(bytes_per_token: int, tokens: int, seqs: int) -> float:
 def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
     """How many sequences of `tokens` tokens fit in `free_gib` GiB of KV cache (rounded down)."""
     return kv.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
-
-
-# --- chapter 04: tuning, queueing -----------------------------------------------------------
 
 
 _register(F.heavy_load_wait, "t_wait", b_size="batch_size")
@@ -151,9 +140,6 @@ def concurrency_rule(max_batch_size: int, instances: int) -> float:
     return 2 * max_batch_size * instances
 
 
-# --- chapter 05: evaluation -----------------------------------------------------------------
-
-
 _register(F.amdahl, B="batch_size")
 _register(F.amdahl_ceiling)
 
@@ -170,9 +156,6 @@ def mean_batch(inference_count: int, exec_count: int) -> float:
     return inference_count / exec_count
 
 
-# --- chapter 06/07: cost, consistency checks ------------------------------------------------
-
-
 @_register
 def cost_per_k(c_gpu: float, t_busy_s: float, n_req: int) -> float:
     """Cost per 1,000 requests = 1000 · C_GPU ($/h) · T_busy (h) / N_req."""
@@ -183,16 +166,11 @@ _register(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_i
 _register(F.instances_needed, rate="rate_per_s", B="batch")
 
 
-# --- chapter 08: the article's demo ---------------------------------------------------------
-
-
 @_register
 def demo_padding_wait(L: Sequence[int], rate: float) -> float:
     """Mean extra time a request of the article's naive mode rides along: (L_max − mean L)/rate."""
     return (max(L) - sum(L) / len(L)) / rate
 
-
-# --- seeds, draws, rendering ----------------------------------------------------------------
 
 
 def seed_for(learner: str) -> int:
