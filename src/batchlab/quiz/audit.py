@@ -45,7 +45,6 @@ def _choice_questions(banks: Mapping[str, Bank]) -> list[Question]:
     return [q for b in banks.values() if b.name != "interview" for q in b if q.kind != "numeric"]
 
 
-
 def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
     """Share of the chapter banks' single-choice keys at each article position A, B, C…"""
     keys = [q.raw["answer"] for q in _choice_questions(banks) if q.kind == "single"]
@@ -82,7 +81,6 @@ def letter_references(q: Question) -> list[str]:
             out.append(f"{q.id}: {field_name} names an option by letter ({m.group()!r}); options "
                        "are shuffled per learner: name it by its content")
     return out
-
 
 
 def chance(q: Question) -> float:
@@ -230,7 +228,6 @@ def number_problems(q: Question) -> list[str]:
     unused = {k for k in unused if not any(k in quoted_numbers(t) for _, t in _prose(q))}
     out += [f"{q.id}: numbers[{k!r}] is not quoted anywhere" for k in sorted(unused)]
     return out
-
 
 
 def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:

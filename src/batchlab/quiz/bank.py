@@ -254,7 +254,6 @@ class Bank:
         return [dict(q.raw) for q in self.questions]
 
 
-
 def _explain(q: dict[str, Any], values: dict[str, Any], value: float) -> str:
     """A seeded question's explanation with the learner's parameters and answer filled in."""
     return P.render_template(q["explanation"], {**values, "answer": P.fmt_number(value)})
@@ -295,7 +294,6 @@ def expand(q: dict[str, Any]) -> dict[str, Any]:
         key = [LETTERS[i] for i, a in enumerate(q["answers"]) if a["correct"]]
         out["answer"] = key[0] if q["kind"] == "single" else key
     return {k: out[k] for k in _KEY_ORDER if k in out}
-
 
 
 @cache

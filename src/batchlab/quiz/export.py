@@ -68,7 +68,6 @@ def _record(q: Question) -> dict[str, Any]:
     return rec
 
 
-
 def _html(text: str) -> str:
     return html.escape(text, quote=False).replace("\n", "<br>")
 
@@ -121,7 +120,6 @@ def moodle_xml(bank: Bank) -> str:
             _text_el(a, "feedback", o["feedback"])
     ET.indent(quiz)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(quiz, encoding="unicode") + "\n"
-
 
 
 def _q(tag: str) -> str:

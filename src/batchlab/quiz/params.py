@@ -172,7 +172,6 @@ def demo_padding_wait(L: Sequence[int], rate: float) -> float:
     return (max(L) - sum(L) / len(L)) / rate
 
 
-
 def seed_for(learner: str) -> int:
     """A stable non-negative seed for a learner id (sha256 of the stripped id, first 8 bytes)."""
     if not isinstance(learner, str) or not learner.strip():

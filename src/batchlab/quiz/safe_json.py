@@ -88,28 +88,22 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_SUBMISSION
         raise ValueError(f"cannot open: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)
-        for test, what in _KINDS:
-            if test(st.st_mode):
-                raise ValueError(what if what == "is a directory" else f"not a regular file ({what})")
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
+            what = next((w for test, w in _KINDS if test(st.st_mode)), "")
+            raise ValueError(what if what == "is a directory" else
+                             "not a regular file" + (f" ({what})" if what else ""))
         if st.st_size > max_bytes:
             raise ValueError(f"too large: {st.st_size:,} bytes (limit {max_bytes:,})")
-        chunks, total = [], 0
-        while total <= max_bytes:
-            chunk = os.read(fd, min(1 << 16, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > max_bytes:
-            raise ValueError(f"too large: more than {max_bytes:,} bytes")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(max_bytes + 1)
     except OSError as e:
         raise ValueError(f"cannot read: {e.strerror or e}") from None
     finally:
         os.close(fd)
+    if len(data) > max_bytes:
+        raise ValueError(f"too large: more than {max_bytes:,} bytes")
     try:
-        text = b"".join(chunks).decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text (byte {e.start})") from None
     return parse_json_text(text, max_depth)

@@ -148,9 +148,9 @@ class QuizSession:
             raise KeyError(f"{qid} is not in this quiz")
         return self.bank[qid]
 
-    def _to_ids(self, q: Question, value: Any) -> Any:
-        """Displayed letters (as this learner saw them) → option ids; ids pass through."""
-        inst = self.instances[q.id]
+    def to_ids(self, qid: str, value: Any) -> Any:
+        """Displayed letters (as this learner saw them) → option ids; ids and numbers pass through."""
+        q, inst = self.question(qid), self.instances[qid]
 
         def one(v: Any) -> Any:
             return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
@@ -171,7 +171,7 @@ class QuizSession:
         q = self.question(qid)
         if value is None:
             raise SubmissionError(f"{qid}: no answer given")
-        given = normalize_answer(q, self._to_ids(q, value), letters_ok=False)
+        given = normalize_answer(q, self.to_ids(qid, value), letters_ok=False)
         ok = check_answer(q, given, self.seed, letters_ok=False)[0]
         key = q.expected_ids(self.seed)
         expected = float(f"{key:.10g}") if q.kind == "numeric" else key

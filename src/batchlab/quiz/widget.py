@@ -24,7 +24,6 @@ from batchlab.quiz.session import Feedback, QuizSession, question_header
 __all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
 
 
-
 def headless() -> bool:
     """True when no Jupyter kernel can show widgets (or `BATCHLAB_HEADLESS=1`)."""
     if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
@@ -87,17 +86,12 @@ class _QuestionView:
     def set_value(self, value: Any) -> None:
         """Enter an answer programmatically (used by tests and the notebook demo): displayed
         letters or option ids for choice questions."""
-        inst = self.quiz.session.instances[self.qid]
-
-        def oid(v: Any) -> Any:
-            return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
-
+        value = self.quiz.session.to_ids(self.qid, value)
         if self.kind == "single":
-            self.input.value = oid(value)
+            self.input.value = value
         elif self.kind == "multi":
-            chosen = {oid(v) for v in value}
             for k, b in self.boxes.items():
-                b.value = k in chosen
+                b.value = k in value
         else:
             self.input.value = "" if value is None else str(value)
 
