@@ -243,12 +243,13 @@ def test_seeded_question_derives_its_default_instance(tmp_path: Path) -> None:
     ({"params": {"f": [0.9], "B": [8], "x": [1]}, "defaults": {"f": 0.9, "B": 8, "x": 1}},
      "formula 'amdahl' takes"),
     ({"defaults": {"f": 0.5, "B": 8}}, "one of its choices"),
+    ({"template": "{{f}} {{B}} {{x}}"}, "template placeholders ['B', 'f', 'x'] are not ['B', 'f']"),
     ({"explanation": "{{g}}"}, "explanation placeholders"),
     ({"params": {"f": [1.0], "B": [8]}, "defaults": {"f": 1.0, "B": 8}, "formula": "amdahl_ceiling"},
      "formula 'amdahl_ceiling' takes"),
 ])
 def test_bad_seeded_question_is_rejected(tmp_path, change, problem) -> None:
-    with pytest.raises(ValueError, match=re.escape(problem)):
+    with pytest.raises(ValueError, match=r"ch05\.json: ch05-1: .*" + re.escape(problem)):
         load_bank(_write(tmp_path, [_seeded(**change)], "ch05"))
 
 

@@ -154,17 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bank", default=None,
                    help="bank to grade against (default: each file's _bank, else interview)")
     g.add_argument("--csv", metavar="OUT", help="also write one CSV row per file")
-    g.set_defaults(func=_cmd_grade)
     st = sub.add_parser("stats", help="item statistics over a class's submissions")
     st.add_argument("files", nargs="+", metavar="FILE")
     st.add_argument("--bank", default=None, help="bank (default: the files' _bank)")
     st.add_argument("--json", action="store_true", help="one JSON object per question")
-    st.set_defaults(func=_cmd_stats)
     e = sub.add_parser("export", help="export a bank as Moodle XML or a QTI 2.1 package")
     e.add_argument("--bank", required=True)
     e.add_argument("--format", required=True, choices=("moodle", "qti"))
     e.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
-    e.set_defaults(func=_cmd_export)
     s = sub.add_parser("show", help="print a bank's questions for self-study")
     s.add_argument("--bank", default="interview")
     s.add_argument("--answers", action="store_true", help="also print keys and explanations")
@@ -173,17 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     who = s.add_mutually_exclusive_group()
     who.add_argument("--learner", help="learner id: seeds the numbers and the option order")
     who.add_argument("--seed", type=int, help="seed for the numbers and the option order")
-    s.set_defaults(func=_cmd_show)
     le = sub.add_parser("learner", help="show or remember the learner id the notebooks share")
     le.add_argument("id", nargs="?", help="the id to remember")
     le.add_argument("--forget", action="store_true", help="forget the remembered id")
-    le.set_defaults(func=_cmd_learner)
     c = sub.add_parser("check", help="validate and audit banks (default: all in quiz/)")
     c.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
-    c.set_defaults(func=_cmd_check)
     y = sub.add_parser("sync", help="validate banks and rewrite them in canonical form (authors)")
     y.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
-    y.set_defaults(func=_cmd_sync)
     return p
 
 
@@ -193,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "seed", None) is not None and args.seed < 0:
         return _fail("--seed must be a non-negative integer")
     try:
-        return args.func(args)
+        return {"grade": _cmd_grade, "stats": _cmd_stats, "export": _cmd_export, "show": _cmd_show,
+                "learner": _cmd_learner, "check": _cmd_check, "sync": _cmd_sync}[args.cmd](args)
     except BrokenPipeError:  # e.g. `... show | head`
         return 0
     except OSError as e:  # writing --csv / -o / the learner file

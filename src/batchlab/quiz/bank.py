@@ -224,13 +224,10 @@ class Bank:
         return len(self.questions)
 
     def __getitem__(self, qid: str) -> Question:
-        for q in self.questions:
-            if q.id == qid:
-                return q
-        raise KeyError(qid)
+        return {q.id: q for q in self.questions}[qid]
 
     def __contains__(self, qid: object) -> bool:
-        return any(q.id == qid for q in self.questions)
+        return qid in self.ids
 
     @property
     def ids(self) -> list[str]:
@@ -308,25 +305,24 @@ def _schema_problem(data: Any) -> tuple[int | None, str] | None:
     if err is None:
         return None
     path = list(err.absolute_path)
-    msg = err.message.splitlines()[0]
+    msg = err.message.splitlines()[0][:160]
     if err.validator is None:  # a `false` subschema: a key this kind of question must not store
         key = next((k for k, v in data[path[0]].items() if v is err.instance), "?")
         msg = f"{key!r} is not stored for this kind of question (derived, or for another kind)"
     at = "/".join(str(p) for p in path[1:])
-    if len(msg) > 160:
-        msg = msg[:160] + "…"
     return (path[0] if path else None), (f"{at}: {msg}" if at else msg)
 
 
 def _seeded_problems(q: dict[str, Any]) -> str | None:
-    f = P.formula(q["formula"])
-    params, defaults = q["params"], q["defaults"]
+    if q["formula"] not in P.FORMULAS:
+        return f"unknown formula {q['formula']!r} (known: {', '.join(sorted(P.FORMULAS))})"
+    f, params, defaults = P.formula(q["formula"]), q["params"], q["defaults"]
     if set(params) != set(f.param_names):
         return f"formula {f.name!r} takes {list(f.param_names)} but 'params' gives {list(params)}"
     if set(defaults) != set(params) or any(v not in params[k] for k, v in defaults.items()):
         return "'defaults' must give each parameter one of its choices"
     if set(P.placeholders(q["template"])) != set(params):
-        return f"template placeholders {sorted(set(P.placeholders(q['template'])))} do not match parameters {sorted(params)}"
+        return f"template placeholders {sorted(set(P.placeholders(q['template'])))} are not {sorted(params)}"
     if set(P.placeholders(q["explanation"])) - set(params) - {"answer"}:
         return "explanation placeholders are neither parameters nor answer"
     if math.prod(len(c) for c in params.values()) > 20000:

@@ -129,8 +129,7 @@ def _q(tag: str) -> str:
 def _sub(parent: ET.Element, tag: str, attrs: dict[str, str] | None = None,
          text: str | None = None) -> ET.Element:
     el = ET.SubElement(parent, _q(tag), attrs or {})
-    if text is not None:
-        el.text = text
+    el.text = text
     return el
 
 
@@ -251,21 +250,17 @@ def qti_package(bank: Bank) -> bytes:
     man = ET.Element(f"{cp}manifest", {"identifier": f"MANIFEST-{bank.name}",
                                        f"{{{_XSI}}}schemaLocation": f"{_CP_NS} {_CP_XSD}"})
     meta = ET.SubElement(man, f"{cp}metadata")
-    ET.SubElement(meta, f"{cp}schema").text = "QTIv2.1 Package"
-    ET.SubElement(meta, f"{cp}schemaversion").text = "1.0.0"
+    for tag, text in (("schema", "QTIv2.1 Package"), ("schemaversion", "1.0.0")):
+        ET.SubElement(meta, f"{cp}{tag}").text = text
     ET.SubElement(man, f"{cp}organizations")
     res = ET.SubElement(man, f"{cp}resources")
-    for q in bank:
-        href = f"items/{q.id}.xml"
-        r = ET.SubElement(res, f"{cp}resource", {"identifier": f"RES-{q.id}",
-                                                 "type": "imsqti_item_xmlv2p1", "href": href})
+    for ident, kind, href in [*((f"RES-{q.id}", "item", f"items/{q.id}.xml") for q in bank),
+                              (f"RES-TEST-{bank.name}", "test", f"{bank.name}.xml")]:
+        r = ET.SubElement(res, f"{cp}resource", {"identifier": ident, "type": f"imsqti_{kind}_xmlv2p1",
+                                                 "href": href})
         ET.SubElement(r, f"{cp}file", {"href": href})
-    t = ET.SubElement(res, f"{cp}resource", {"identifier": f"RES-TEST-{bank.name}",
-                                             "type": "imsqti_test_xmlv2p1",
-                                             "href": f"{bank.name}.xml"})
-    ET.SubElement(t, f"{cp}file", {"href": f"{bank.name}.xml"})
     for q in bank:
-        ET.SubElement(t, f"{cp}dependency", {"identifierref": f"RES-{q.id}"})
+        ET.SubElement(r, f"{cp}dependency", {"identifierref": f"RES-{q.id}"})
     files = {"imsmanifest.xml": _xml_bytes(man), **files}
     ET.register_namespace("", QTI_NS)
     buf = io.BytesIO()

@@ -150,13 +150,10 @@ def _shown_questions(sub: Mapping[str, Any], b: Bank, learner: str | None) -> li
 
 class _BankCache:
     def __init__(self, bank: Bank | str | None) -> None:
-        self.fixed = bank
-        self.cache: dict[str, Bank] = {}
+        self.fixed, self.cache = bank, {}
 
     def get(self, name: str) -> Bank:
-        if name not in self.cache:
-            self.cache[name] = load_bank(name)
-        return self.cache[name]
+        return self.cache[name] if name in self.cache else self.cache.setdefault(name, load_bank(name))
 
     def resolve(self, sub: Mapping[str, Any]) -> Bank:
         declared = sub.get("_bank")

@@ -30,7 +30,6 @@ class Formula:
 
     name: str
     func: Callable[..., float]
-    doc: str
     rename: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -51,8 +50,7 @@ FORMULAS: dict[str, Formula] = {}
 def _register(func: Callable[..., float], name: str | None = None, **rename: str) -> Callable[..., float]:
     """Register `func` under `name` (default: its own); `rename` maps the question's parameter
     names to the function's."""
-    doc = (func.__doc__ or func.__name__).strip().splitlines()[0]
-    FORMULAS[name or func.__name__] = Formula(name or func.__name__, func, doc, dict(rename))
+    FORMULAS[name or func.__name__] = Formula(name or func.__name__, func, dict(rename))
     return func
 
 
@@ -176,21 +174,16 @@ def seed_for(learner: str) -> int:
     """A stable non-negative seed for a learner id (sha256 of the stripped id, first 8 bytes)."""
     if not isinstance(learner, str) or not learner.strip():
         raise ValueError("learner id must be a non-empty string")
-    digest = hashlib.sha256(learner.strip().encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+    return qid_key(learner.strip())
 
 
 def qid_key(qid: str) -> int:
-    """A stable non-negative integer for a question id (sha256, first 8 bytes)."""
+    """A stable non-negative integer for a string (sha256, first 8 bytes)."""
     return int.from_bytes(hashlib.sha256(qid.encode("utf-8")).digest()[:8], "big") >> 1
 
 
-def draw_params(
-    params: Mapping[str, Sequence[Any]],
-    defaults: Mapping[str, Any],
-    qid: str,
-    seed: int | None,
-) -> dict[str, Any]:
+def draw_params(params: Mapping[str, Sequence[Any]], defaults: Mapping[str, Any], qid: str,
+                seed: int | None) -> dict[str, Any]:
     """One value per parameter: `defaults` when `seed` is None, else drawn (in the bank's order)
     by `default_rng([seed, qid_key(qid)])`, so it depends only on seed, question and choices."""
     if seed is None:
@@ -215,9 +208,7 @@ def fmt_number(x: float) -> str:
     xf = float(x)
     if math.isfinite(xf) and xf == round(xf) and abs(xf) < 1e15:
         return f"{int(round(xf)):,}" if abs(xf) >= 10000 else str(int(round(xf)))
-    if abs(xf) >= 1000:
-        return f"{xf:,.1f}"
-    return f"{xf:.4g}"
+    return f"{xf:,.1f}" if abs(xf) >= 1000 else f"{xf:.4g}"
 
 
 def fmt_value(v: Any) -> str:
