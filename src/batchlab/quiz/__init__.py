@@ -1,12 +1,7 @@
-"""Quizzes: question banks (quiz/*.json), grading, the notebook widget, exports and a CLI.
-
-    from batchlab.quiz import load_bank, grade_submission, show_quiz, display_chapter_quiz
-    python -m batchlab.quiz grade FILE [FILE...] [--bank interview] [--csv OUT]
-
-Modules: `bank` (load, validate, expand), `params` (seeded formulas), `grade`, `session`
-(quiz state, text), `widget` (ipywidgets, imported on first use), `learner` (learner ids),
-`audit` (item-writing checks), `stats` (item statistics), `export` (Moodle XML, QTI 2.1),
-`safe_json` (defensive JSON reading).
+"""Quizzes over the banks in quiz/: `bank` (load, validate, expand), `params` (seeded formulas),
+`grade`, `session` (quiz state, text), `widget` (ipywidgets, imported on first use), `learner`,
+`audit` (item-writing checks), `stats`, `export` (Moodle XML, QTI 2.1), `safe_json`, and the CLI
+`python -m batchlab.quiz`.
 """
 
 from __future__ import annotations

@@ -142,10 +142,8 @@ def quoted_numbers(text: str) -> list[str]:
 
 
 _OPS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv,
-    ast.USub: operator.neg, ast.UAdd: operator.pos,
-}
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.USub: operator.neg, ast.UAdd: operator.pos}
 _FUNCS: dict[str, Callable[..., Any]] = {"ceil": math.ceil, "floor": math.floor, "min": min,
                                          "max": max, "round": round, "log2": math.log2,
                                          "sqrt": math.sqrt, "sum": sum, "len": len}
@@ -157,8 +155,6 @@ def eval_expr(expr: str) -> float:
     nothing else is allowed."""
 
     def ev(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
                 and not isinstance(node.value, bool):
             return node.value
@@ -181,7 +177,7 @@ def eval_expr(expr: str) -> float:
             raise ValueError(f"unknown function {name!r}")
         raise ValueError(f"not allowed in an expression: {ast.dump(node)[:60]}")
 
-    return float(ev(ast.parse(expr, mode="eval")))
+    return float(ev(ast.parse(expr, mode="eval").body))
 
 
 def _agrees(written: str, value: float) -> bool:

@@ -406,17 +406,15 @@ def load_all(folder: Path | None = None) -> dict[str, Bank]:
     owner: dict[str, str] = {}
     for name, b in banks.items():
         for qid in b.ids:
-            if qid in owner:
+            if owner.setdefault(qid, name) != name:
                 raise ValueError(f"{b.path}: {qid}: id also used in bank {owner[qid]!r}")
-            owner[qid] = name
     return banks
 
 
 def sync_file(path: str | Path) -> int:
     """Validate a bank file and rewrite it in canonical form (key order, two-space indent);
     returns the number of questions."""
-    path = Path(path)
-    data = _read(path)
+    data = _read(path := Path(path))
     parse_bank(data, path.stem, str(path))
     data = [{k: q[k] for k in _KEY_ORDER if k in q} for q in data]
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

@@ -40,11 +40,9 @@ _MOODLE_FRACTIONS = (100, 90, 83.33333, 80, 75, 70, 66.66667, 60, 50, 40, 33.333
 
 def _grade(share: float) -> str:
     """A percent as Moodle writes it, snapped to its grade list (ValueError if off the list)."""
-    for f in _MOODLE_FRACTIONS:
-        for s in (1, -1):
-            if abs(share - s * f) < 1e-4:
-                v = s * f
-                return f"{v:.7g}" if v != int(v) else str(int(v))
+    for v in (s * f for f in _MOODLE_FRACTIONS for s in (1, -1)):
+        if abs(share - v) < 1e-4:
+            return f"{v:.7g}" if v != int(v) else str(int(v))
     raise ValueError(f"{share:g} % is not a grade Moodle accepts")
 
 

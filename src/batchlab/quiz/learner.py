@@ -12,6 +12,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from batchlab.quiz.safe_json import read_json_file
+
 __all__ = ["LEARNER_ENV", "check_learner", "current_learner", "forget_learner", "learner_file",
            "remember_learner"]
 
@@ -74,26 +76,19 @@ def remember_learner(learner: str) -> Path:
 def forget_learner() -> bool:
     """Remove the remembered id; True if there was one."""
     path = learner_file()
-    if path.is_file():
-        path.unlink()
-        return True
-    return False
+    gone = path.is_file()
+    path.unlink(missing_ok=True)
+    return gone
 
 
 def current_learner() -> str | None:
     """The learner id this user's notebooks share: `$BATCHLAB_LEARNER`, else the remembered file,
     else None. An invalid or unreadable value counts as none (the quiz then says so)."""
-    env = os.environ.get(LEARNER_ENV)
-    if env and env.strip():
-        try:
-            return check_learner(env)
-        except ValueError:
-            return None
-    path = learner_file()
+    env = os.environ.get(LEARNER_ENV, "").strip()
     try:
-        if not path.is_file() or path.stat().st_size > 4096:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if env:
+            return check_learner(env)
+        data = read_json_file(learner_file(), max_bytes=4096)
         return check_learner(data.get("learner")) if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except ValueError:
         return None

@@ -49,12 +49,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _depth(text: str) -> int:
     depth = deepest = 0
     for m in _TOKENS.finditer(text):
-        t = m.group()
-        if t in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif t in "]}":
-            depth -= 1
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(m.group(), 0)
+        deepest = max(deepest, depth)
     return deepest
 
 

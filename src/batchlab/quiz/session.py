@@ -123,13 +123,11 @@ class QuizSession:
         self.learner = check_learner(learner) if learner is not None else None
         optional_count("seed", seed, lo=0)
         if self.learner is not None:
-            own = seed_for(self.learner)
-            if seed is not None and seed != own:
+            if seed is not None and seed != seed_for(self.learner):
                 raise ValueError("give a learner id or a seed, not both: with a learner id the "
                                  "seed is derived from it")
-            seed = own
-        self.seed = seed
-        self.article_order = bool(article_order)
+            seed = seed_for(self.learner)
+        self.seed, self.article_order = seed, bool(article_order)
         if questions is not None and n is not None:
             raise ValueError("give questions= or n=, not both")
         ids = list(questions) if questions is not None else self.bank.pick(n, seed)
