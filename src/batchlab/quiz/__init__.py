@@ -10,7 +10,8 @@ from typing import Any
 
 from batchlab.quiz.bank import Bank, Question, list_banks, load_all, load_bank, quiz_dir
 from batchlab.quiz.export import moodle_xml, qti_package
-from batchlab.quiz.grade import SubmissionError, check_answer, grade_file, grade_files, grade_submission, write_csv
+from batchlab.quiz.grade import (SubmissionError, check_answer, grade_file, grade_files, grade_submission,
+                                 write_csv)
 from batchlab.quiz.learner import check_learner, current_learner, forget_learner, remember_learner
 from batchlab.quiz.params import FORMULAS, seed_for
 from batchlab.quiz.session import Feedback, QuizSession, render_text

@@ -43,30 +43,24 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def _report_bad(files: Sequence[str], errors: Sequence[tuple[str, str]]) -> None:
-    bad = dict(errors)
-    for f in files:
-        if f in bad:
-            print(f"{display_name(f)}: {bad[f]}", file=sys.stderr)
+def _report_bad(errors: Sequence[tuple[str, str]]) -> None:
+    for f, msg in errors:
+        print(f"{display_name(f)}: {msg}", file=sys.stderr)
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
     reports, errors = grade_files(args.files, args.bank)
-    by_file = {r["file"]: r for r in reports}
-    files = [str(f) for f in args.files]
-    for f in files:
-        if f in by_file:
-            print(json.dumps(by_file[f], ensure_ascii=False))
-    _report_bad(files, errors)
+    for r in reports:
+        print(json.dumps(r, ensure_ascii=False))
+    _report_bad(errors)
     if args.csv:
-        write_csv(args.csv, reports, errors, order=files)
+        write_csv(args.csv, reports, errors, order=[str(f) for f in args.files])
     return 2 if errors else 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     reports, errors = grade_files(args.files, args.bank)
-    files = [str(f) for f in args.files]
-    _report_bad(files, errors)
+    _report_bad(errors)
     names = {r["bank"] for r in reports}
     if len(names) > 1:
         return _fail(f"the files answer different banks ({', '.join(sorted(names))}): give --bank")

@@ -53,7 +53,6 @@ _KEY_ORDER = ("id", "kind", "type", "difficulty", "chapter", "see", "template", 
               "formula", "question", "answers", "answer", "tolerance", "unit", "explanation",
               "erratum", "key_note", "numbers", "article_explanation")
 _BANK_RE = re.compile(r"^(interview|ch(\d\d))$")
-_MAX_BANK_BYTES = 4 << 20
 
 
 def quiz_dir() -> Path:
@@ -388,7 +387,7 @@ def parse_bank(data: Any, name: str, where: str) -> list[Question]:
 
 def _read(path: Path) -> Any:
     try:
-        return read_json_file(path, max_bytes=_MAX_BANK_BYTES, max_depth=16)
+        return read_json_file(path, max_bytes=4 << 20, max_depth=16)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
 

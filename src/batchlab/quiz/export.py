@@ -106,7 +106,8 @@ def moodle_xml(bank: Bank) -> str:
                                ("showunits", "3"), ("unitsleft", "0")):
                 ET.SubElement(el, tag).text = value
             continue
-        for tag, value in (("single", str(q.kind == "single").lower()), ("shuffleanswers", str(q.shuffled).lower()),
+        shuffle = str(q.shuffled).lower()
+        for tag, value in (("single", str(q.kind == "single").lower()), ("shuffleanswers", shuffle),
                            ("answernumbering", "ABCD"), ("showstandardinstruction", "0")):
             ET.SubElement(el, tag).text = value
         _text_el(el, "correctfeedback", "正确。")

@@ -104,21 +104,16 @@ def check_answer(q: Question, given: Any, seed: int | None = None,
 
 
 def _learner_of(sub: Mapping[str, Any]) -> str | None:
-    learner = sub.get("_learner")
-    if learner is None:
-        return None
     try:
-        return check_learner(learner)
+        return None if sub.get("_learner") is None else check_learner(sub["_learner"])
     except ValueError as e:
         raise SubmissionError(f"_learner: {e}") from None
 
 
-def _submission_seed(sub: Mapping[str, Any]) -> int | None:
+def _submission_seed(sub: Mapping[str, Any], learner: str | None) -> int | None:
     """The seed of a submission's numbers: from `_learner` alone (None: default numbers)."""
-    learner = _learner_of(sub)
     seed = seed_for(learner) if learner else None
-    if "_seed" in sub and sub["_seed"] is not None:
-        s = sub["_seed"]
+    if (s := sub.get("_seed")) is not None:
         if learner is None:
             raise SubmissionError("_seed is not accepted: the numbers derive from _learner alone")
         if s != seed or isinstance(s, bool):
@@ -196,25 +191,17 @@ def grade_submission(
     if order not in (None, "article"):
         raise SubmissionError("_order must be \"article\" (letters then mean the bank file's order)")
     learner = _learner_of(sub)
-    seed = _submission_seed(sub)
+    seed = _submission_seed(sub, learner)
     ids = _shown_questions(sub, b, learner)
     extra = [k for k in sub if not k.startswith("_") and k not in ids]
     if extra:
         raise SubmissionError(f"answers question {extra[0]!r}, which _shown does not list")
-    results = {}
-    for qid in ids:
-        ok, expected, given = check_answer(b[qid], sub.get(qid), seed, True if order else None)
-        results[qid] = {"correct": ok, "expected": expected, "given": given}
-    score = sum(r["correct"] for r in results.values())
-    return {"file": file, "bank": b.name, **({"learner": learner} if learner else {}), "score": score,
-            "total": len(ids), "shown": len(ids), "bank_total": len(b), "results": results}
-
-
-def _load_submission(path: str | Path) -> Any:
-    try:
-        return read_json_file(path)
-    except ValueError as e:
-        raise SubmissionError(str(e)) from None
+    results = {qid: dict(zip(("correct", "expected", "given"),
+                             check_answer(b[qid], sub.get(qid), seed, True if order else None)))
+               for qid in ids}
+    return {"file": file, "bank": b.name, **({"learner": learner} if learner else {}),
+            "score": sum(r["correct"] for r in results.values()), "total": len(ids), "shown": len(ids),
+            "bank_total": len(b), "results": results}
 
 
 def grade_file(path: str | Path, bank: Bank | str | None = None) -> dict[str, Any]:
@@ -234,8 +221,8 @@ def grade_files(
     for path in paths:
         name = str(path)
         try:
-            reports.append(grade_submission(_load_submission(path), file=name, _banks=banks))
-        except SubmissionError as e:
+            reports.append(grade_submission(read_json_file(path), file=name, _banks=banks))
+        except ValueError as e:  # a SubmissionError, or read_json_file's one-line problem
             if _raise:
                 raise SubmissionError(f"{display_name(name)}: {e}") from None
             errors.append((name, str(e)))

@@ -26,9 +26,7 @@ FLAG_TEXT = {
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
+    return float(np.corrcoef(x, y)[0, 1]) if len(x) >= 2 and np.std(x) > 0 and np.std(y) > 0 else None
 
 
 def item_stats(reports: Sequence[dict[str, Any]], bank: Bank) -> list[dict[str, Any]]:
@@ -66,7 +64,7 @@ def item_stats(reports: Sequence[dict[str, Any]], bank: Bank) -> list[dict[str, 
         flags = [f for f, on in (
             ("everyone-right", n and p == 1.0), ("nobody-right", n and p == 0.0), ("strongest-miss", miss),
             ("weak", not miss and r_val is not None and r_val < 0.2 and n >= 10),
-            ("unused-distractor", n >= 10 and any(c == 0 for oid, c in options.items() if oid not in q.key_ids)),
+            ("unused-distractor", n >= 10 and 0 in [c for oid, c in options.items() if oid not in q.key_ids]),
             ("few-learners", n < 5)) if on]
         out.append({"id": q.id, "kind": q.kind, "n": n, "p": p, "r": r_val, "upper_p": upper_p,
                     "lower_p": lower_p, "options": options, "flags": flags})

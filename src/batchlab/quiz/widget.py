@@ -26,10 +26,8 @@ __all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
 
 def headless() -> bool:
     """True when no Jupyter kernel can show widgets (or `BATCHLAB_HEADLESS=1`)."""
-    if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
-        return True
-    ip = get_ipython()
-    return ip is None or getattr(ip, "kernel", None) is None
+    return (os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes")
+            or getattr(get_ipython(), "kernel", None) is None)
 
 
 def _html_text(text: str) -> str:
@@ -130,10 +128,8 @@ class Quiz:
     ) -> None:
         b = bank if isinstance(bank, Bank) else load_bank(bank)
         self.session = QuizSession(b, seed=seed, learner=learner, n=n, article_order=article_order)
-        ids = [q.id for q in self.session.questions]
-        who = self.session.learner or "me"
-        self.export_path = Path(export_path or f"answers_{b.name}_{who}.json")
-        self.views = {qid: _QuestionView(self, qid) for qid in ids}
+        self.export_path = Path(export_path or f"answers_{b.name}_{self.session.learner or 'me'}.json")
+        self.views = {q.id: _QuestionView(self, q.id) for q in self.session.questions}
         self.score = W.HTML(f"<b>{self.session.score_text()}</b>")
         self.path_box = W.Text(value=str(self.export_path), description="文件",
                                layout=W.Layout(width="28em"))
@@ -142,7 +138,7 @@ class Quiz:
         self.export_msg = W.HTML("")
         who_text = (f"学员 {html.escape(self.session.learner)}" if self.session.learner
                     else "未设置学员 id（导出前先在 quiz/quiz.ipynb 里设置）")
-        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(ids)} 题 · {who_text}</h4>")
+        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(self.views)} 题 · {who_text}</h4>")
         self.widget = W.VBox([title, *[v.box for v in self.views.values()], self.score,
                               W.HBox([self.path_box, self.export_button]), self.export_msg])
         self.widget.add_class("batchlab-quiz")  # CSS hooks: quiz, question, submit, feedback
@@ -161,9 +157,8 @@ class Quiz:
 
     def answer(self, qid: str, value: Any) -> Feedback | None:
         """Enter `value` for `qid` in the widget and press 提交 (what a learner's click does)."""
-        view = self.views[qid]
-        view.set_value(value)
-        return view.submit()
+        self.views[qid].set_value(value)
+        return self.views[qid].submit()
 
     def export(self, path: str | Path | None = None) -> Path:
         """Write the answers so far in the grader's submission format; returns the path."""
