@@ -1,9 +1,16 @@
-"""Moodle XML and QTI 2.1 exports: every bank parses, passes the structural checks, and
-round-trips every question, option, key, fraction, tolerance and feedback."""
+"""Moodle XML and QTI 2.1 exports of every bank: the formats' structural rules, and each
+question's stem, options, key, fractions, tolerance and feedback as the bank file states them.
+
+No package on the registries this project uses ships the IMS QTI 2.1 or Moodle XML schema (looked
+for: citolab-qti-convert, qti-package-maker, onyx2moodle, pyslet — none has an .xsd), so the
+rules are checked by the small checker below (`check_moodle`, `check_qti`), not an XSD.
+"""
 
 from __future__ import annotations
 
+import html
 import io
+import json
 import re
 import subprocess
 import sys
@@ -14,144 +21,170 @@ from pathlib import Path
 import pytest
 
 from batchlab.quiz import load_all
-from batchlab.quiz.export import (
-    FIXED_INSTANCE_NOTE,
-    MOODLE_FRACTIONS,
-    QTI_NS,
-    check_moodle,
-    check_qti,
-    moodle_xml,
-    parse_moodle,
-    parse_qti,
-    qti_package,
-    question_record,
-)
+from batchlab.quiz.export import FIXED_INSTANCE_NOTE, moodle_xml, qti_package
 
 BANKS = load_all()
+NS = "{http://www.imsglobal.org/xsd/imsqti_v2p1}"
+CP = "{http://www.imsglobal.org/xsd/imscp_v1p1}"
+#: Grades Moodle's question importer accepts (question/format/xml: `moodle_fractions`).
+GRADES = {round(s * f, 5) for s in (1, -1) for f in (
+    100, 90, 83.33333, 80, 75, 70, 66.66667, 60, 50, 40, 33.33333, 30, 25, 20, 16.66667,
+    14.28571, 12.5, 11.11111, 10, 5, 0)}
+ITEM_ORDER = ["responseDeclaration", "outcomeDeclaration", "itemBody", "responseProcessing",
+              "modalFeedback"]
 
 
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+def check_moodle(text: str) -> int:
+    """Moodle XML rules our export relies on; returns the number of questions."""
+    n = 0
+    for q in ET.fromstring(text).findall("question"):
+        if q.get("type") == "category":
+            continue
+        name = q.findtext("name/text")
+        assert name and q.findtext("questiontext/text"), name
+        fr = [float(a.get("fraction")) for a in q.findall("answer")]
+        assert all(round(f, 5) in GRADES for f in fr), (name, fr)
+        if q.get("type") == "numerical":
+            assert 100 in fr and float(q.find("answer/tolerance").text) >= 0, name
+        elif q.findtext("single") == "true":
+            assert fr.count(100) == 1 and len(fr) >= 2, name
+        else:
+            assert q.get("type") == "multichoice" and abs(sum(f for f in fr if f > 0) - 100) < 0.01, name
+        n += 1
+    return n
 
 
-def _check_shared_fields(q, got: dict, want: dict) -> None:
-    """What every export must carry back unchanged: kind, texts, and a numeric key with its tolerance."""
-    for key in ("kind", "stem", "explanation", "erratum"):
-        assert got[key] == want[key], (q.id, key)
-    if q.kind == "numeric":
-        assert _same(got["answer"], want["answer"]) and _same(got["tolerance"], want["tolerance"])
+def _qti_item(item: ET.Element, where: str) -> None:
+    names = [c.tag.removeprefix(NS) for c in item]
+    assert [ITEM_ORDER.index(n) for n in names] == sorted(ITEM_ORDER.index(n) for n in names), where
+    declared = {d.get("identifier") for d in item if d.tag.endswith("Declaration")}
+    outcomes = {d.get("identifier") for d in item.iter(NS + "outcomeDeclaration")}
+    for el in item.find(NS + "responseProcessing").iter():
+        if el.tag in (NS + "variable", NS + "correct", NS + "mapResponse"):
+            assert el.get("identifier") in declared, where
+        if el.tag == NS + "setOutcomeValue":
+            assert el.get("identifier") in outcomes, where
+    choices = {c.get("identifier") for c in item.iter(NS + "simpleChoice")}
+    correct = {v.text for v in item.iter(NS + "correctResponse") for v in v}
+    assert not choices or correct <= choices, where
+    assert all(m.get("outcomeIdentifier") in outcomes for m in item.iter(NS + "modalFeedback")), where
+
+
+def check_qti(data: bytes) -> int:
+    """QTI 2.1 package rules: manifest files present, items well ordered and declared, the test
+    naming the items; returns the number of items."""
+    z = zipfile.ZipFile(io.BytesIO(data))
+    names = set(z.namelist())
+    items = {}
+    for r in ET.fromstring(z.read("imsmanifest.xml")).iter(CP + "resource"):
+        assert {r.get("href")} | {f.get("href") for f in r.iter(CP + "file")} <= names, r.get("href")
+        if r.get("type") == "imsqti_item_xmlv2p1":
+            item = ET.fromstring(z.read(r.get("href")))
+            _qti_item(item, r.get("href"))
+            items[r.get("href")] = item.get("identifier")
+    tests = [n for n in names if "/" not in n and n != "imsmanifest.xml"]
+    refs = [(a.get("href"), a.get("identifier"))
+            for a in ET.fromstring(z.read(tests[0])).iter(NS + "assessmentItemRef")]
+    assert refs == list(items.items())
+    return len(items)
+
+
+def _stored(name: str) -> list[dict]:
+    """The bank as its file stores it (not through the loader)."""
+    return json.loads((BANKS[name].path).read_text("utf-8"))
+
+
+def _unhtml(text: str | None) -> str:
+    return html.unescape((text or "").replace("<br>", "\n"))
 
 
 @pytest.mark.parametrize("name", list(BANKS))
-def test_moodle_round_trip(name: str) -> None:
-    bank = BANKS[name]
-    xml = moodle_xml(bank)
-    assert check_moodle(xml) == len(bank)
-    back = parse_moodle(xml)
-    assert [r["id"] for r in back] == bank.ids
-    for q, got in zip(bank, back):
-        want = question_record(q)
-        _check_shared_fields(q, got, want)
-        if q.kind == "numeric":
-            assert got["right_feedback"] == want["right_feedback"]
-            assert got["wrong_feedback"] == want["wrong_feedback"]
+def test_moodle_export_carries_each_question(name: str) -> None:
+    xml = moodle_xml(BANKS[name])
+    assert check_moodle(xml) == len(BANKS[name])
+    exported = [q for q in ET.fromstring(xml).findall("question") if q.get("type") != "category"]
+    for raw, q in zip(_stored(name), exported, strict=True):
+        assert q.findtext("idnumber") == raw["id"]
+        general = _unhtml(q.findtext("generalfeedback/text"))
+        assert general.split("\n\n勘误：")[-1] == raw.get("erratum", general)
+        stem = _unhtml(q.findtext("questiontext/text"))
+        answers = q.findall("answer")
+        if raw["kind"] == "numeric":
+            assert stem.endswith(FIXED_INSTANCE_NOTE) == ("formula" in raw)
+            if "formula" not in raw:
+                assert stem == raw["question"] and general.startswith(raw["explanation"])
+                value, tol = raw["answer"], raw["tolerance"]
+                want = tol.get("abs", abs(value) * tol.get("rel", 0))
+                assert float(answers[0].findtext("text")) == pytest.approx(value)
+                assert float(answers[0].findtext("tolerance")) == pytest.approx(want)
             continue
-        assert got["shuffle"] == q.shuffled
-        assert [o["text"] for o in got["options"]] == [o["text"] for o in want["options"]]
-        assert [o["correct"] for o in got["options"]] == [o["correct"] for o in want["options"]]
-        assert [o["feedback"] for o in got["options"]] == [o["feedback"] for o in want["options"]]
-        for g, w in zip(got["options"], want["options"]):
-            assert abs(g["fraction"] - w["fraction"]) < 1e-6
-        if q.kind == "multi":
-            assert abs(sum(o["fraction"] for o in got["options"] if o["fraction"] > 0) - 1) < 1e-6
-            assert abs(sum(o["fraction"] for o in got["options"] if o["fraction"] < 0) + 1) < 1e-6
+        assert stem == raw["question"] and general.startswith(raw["explanation"])
+        opts = raw["answers"]
+        k = sum(a["correct"] for a in opts)
+        want = [100 if a["correct"] else 0 for a in opts] if raw["kind"] == "single" else \
+            [100 / k if a["correct"] else -100 / (len(opts) - k) for a in opts]
+        assert [_unhtml(a.findtext("text")) for a in answers] == [a["answer"] for a in opts]
+        assert [float(a.get("fraction")) for a in answers] == pytest.approx(want, abs=1e-4)
+        for a, el in zip(opts, answers):
+            fb = _unhtml(el.findtext("feedback/text"))
+            assert a.get("feedback", "") in fb and a.get("misconception", "") in fb
 
 
 @pytest.mark.parametrize("name", list(BANKS))
-def test_qti_round_trip(name: str) -> None:
-    bank = BANKS[name]
-    data = qti_package(bank)
-    assert check_qti(data) == len(bank)
-    back = parse_qti(data)
-    assert [r["id"] for r in back] == bank.ids
-    for q, got in zip(bank, back):
-        want = question_record(q)
-        _check_shared_fields(q, got, want)
-        if q.kind == "numeric":
-            assert got["tolerance_mode"] == "absolute"
-            assert got["right_feedback"] == want["right_feedback"]
+def test_qti_export_carries_each_question(name: str) -> None:
+    data = qti_package(BANKS[name])
+    assert check_qti(data) == len(BANKS[name])
+    z = zipfile.ZipFile(io.BytesIO(data))
+    for raw in _stored(name):
+        item = ET.fromstring(z.read(f"items/{raw['id']}.xml"))
+        correct = [v.text for c in item.iter(NS + "correctResponse") for v in c]
+        feedback = {m.get("identifier"): "".join(m.itertext()) for m in item.iter(NS + "modalFeedback")}
+        assert feedback["EXPLANATION"].startswith(raw["explanation"].split("{{")[0])
+        if raw["kind"] == "numeric":
+            eq = next(item.iter(NS + "equal"))
+            assert eq.get("toleranceMode") == "absolute"
+            if "formula" not in raw:
+                assert float(correct[0]) == pytest.approx(raw["answer"])
             continue
-        assert got["shuffle"] == q.shuffled
-        assert [(o["id"], o["text"], o["correct"], o["feedback"]) for o in got["options"]] == \
-               [(o["id"], o["text"], o["correct"], o["feedback"]) for o in want["options"]]
-        if q.kind == "multi":
-            for g, w in zip(got["options"], want["options"]):
-                assert abs(g["fraction"] - w["fraction"]) < 1e-6
+        inter = next(item.iter(NS + "choiceInteraction"))
+        assert inter.findtext(NS + "prompt") == raw["question"]
+        assert [(c.get("identifier"), c.text) for c in inter.iter(NS + "simpleChoice")] == \
+            [(a["id"], a["answer"]) for a in raw["answers"]]
+        assert correct == [a["id"] for a in raw["answers"] if a["correct"]]
+        assert inter.get("maxChoices") == ("1" if raw["kind"] == "single" else "0")
+        assert inter.get("shuffle") == ("false" if name == "interview" else "true")
 
 
-def test_keys_and_tolerances_match_the_bank() -> None:
-    for bank in BANKS.values():
-        for q in bank:
-            rec = question_record(q)
-            if q.kind == "numeric":
-                assert _same(rec["answer"], q.expected(None))
-                assert _same(rec["tolerance"], q.tolerance(q.expected(None)))
-                assert rec["stem"].endswith(FIXED_INSTANCE_NOTE) == q.seeded
-            else:
-                assert [o["id"] for o in rec["options"] if o["correct"]] == q.key_ids
-
-
-def test_moodle_fractions_are_on_moodles_grade_list() -> None:
-    allowed = {round(s * f, 5) for f in MOODLE_FRACTIONS for s in (1, -1)}
-    for bank in BANKS.values():
-        for a in ET.fromstring(moodle_xml(bank)).iter("answer"):
-            assert round(float(a.get("fraction")), 5) in allowed
-
-
-def test_markup_in_text_survives_both_formats() -> None:
+def test_markup_in_text_is_escaped_in_both_formats() -> None:
     bank = BANKS["ch10"]
     assert "v2/models/<m>/stats" in bank["ch10-6"].explanation
-    assert parse_moodle(moodle_xml(bank))[5]["explanation"] == bank["ch10-6"].explanation
-    assert parse_qti(qti_package(bank))[5]["explanation"] == bank["ch10-6"].explanation
+    moodle = ET.fromstring(moodle_xml(bank)).findall("question")[6].findtext("generalfeedback/text")
+    assert "v2/models/&lt;m&gt;/stats" in moodle    # HTML inside XML: unescaped once by the parser
     item = zipfile.ZipFile(io.BytesIO(qti_package(bank))).read("items/ch10-6.xml").decode()
-    assert "&lt;m&gt;" in item and f'xmlns="{QTI_NS}"' in item
+    assert "&lt;m&gt;" in item and f'xmlns="{NS[1:-1]}"' in item
 
 
-def _edit_zip(data: bytes, name: str, edit) -> bytes:
-    src = zipfile.ZipFile(io.BytesIO(data))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for n in src.namelist():
-            if n == name and edit is None:
-                continue
-            body = src.read(n)
-            z.writestr(n, edit(body.decode()).encode() if n == name else body)
-    return out.getvalue()
-
-
-def test_structural_checks_catch_planted_errors() -> None:
+def test_the_checkers_catch_planted_errors() -> None:
     xml = moodle_xml(BANKS["ch02"])
-    with pytest.raises(ValueError, match="not one of Moodle's grades"):
+    with pytest.raises(AssertionError):
         check_moodle(xml.replace('fraction="100"', 'fraction="97"', 1))
-    with pytest.raises(ValueError, match="exactly one 100 % answer"):
+    with pytest.raises(AssertionError):
         check_moodle(re.sub(r'(<single>true</single>.*?)fraction="100"', r'\1fraction="0"', xml,
                             count=1, flags=re.S))
-    data = qti_package(BANKS["ch02"])
-    with pytest.raises(ValueError, match="correctResponse names an unknown choice"):
-        check_qti(_edit_zip(data, "items/ch02-4.xml",
-                            lambda t: t.replace("<value>toplevel</value>", "<value>nowhere</value>")))
-    with pytest.raises(ValueError, match="missing 'items/ch02-5.xml'"):
-        check_qti(_edit_zip(data, "items/ch02-5.xml", None))
-    with pytest.raises(ValueError, match="out of order"):
-        def swap(t: str) -> str:
-            rp = re.search(r"\s*<responseProcessing>.*?</responseProcessing>", t, re.S).group()
-            t = t.replace(rp, "")
-            return t.replace("<itemBody>", rp.strip() + "<itemBody>", 1)
-        check_qti(_edit_zip(data, "items/ch02-4.xml", swap))
-    with pytest.raises(ValueError, match="undeclared outcome"):
-        check_qti(_edit_zip(data, "items/ch02-4.xml",
-                            lambda t: t.replace('setOutcomeValue identifier="SCORE"',
-                                                'setOutcomeValue identifier="POINTS"', 1)))
+    raw = zipfile.ZipFile(io.BytesIO(qti_package(BANKS["ch02"]))).read("items/ch02-4.xml")
+    _qti_item(ET.fromstring(raw), "as exported")
+    for path, attr, value in ((f"{NS}responseDeclaration/{NS}correctResponse/{NS}value", None, "nowhere"),
+                              (f"{NS}responseProcessing//{NS}setOutcomeValue", "identifier", "PTS")):
+        item = ET.fromstring(raw)
+        el = item.find(path)
+        el.text = value if attr is None else el.text
+        el.set(attr or "x", value)
+        with pytest.raises(AssertionError):
+            _qti_item(item, "planted")
+    item = ET.fromstring(raw)
+    item.insert(0, item.find(NS + "responseProcessing"))
+    with pytest.raises(AssertionError):
+        _qti_item(item, "out of order")
 
 
 def test_export_cli(tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ def _right(session: QuizSession, qid: str):
 
 def test_session_feedback_and_score() -> None:
     s = QuizSession("interview")
-    assert (s.score, s.answered, s.total) == (0, 0, 10)
+    assert (s.score, len(s.results), len(s.questions)) == (0, 0, 10)
     fb = s.answer("Q5", "A")
-    assert fb.correct and fb.verdict == "正确"
+    assert fb.correct and fb.text().startswith("Q5 正确。")
     assert "default_timeout_microseconds" in fb.explanation and "max_queue_delay" in fb.erratum
     fb = s.answer("Q3", ["A"])
     assert not fb.correct and fb.expected == ["A", "B"] and fb.given == ["A"]
@@ -41,7 +41,7 @@ def test_session_feedback_and_score() -> None:
     assert "错误" in text and "正确答案：A、B" in text and "解析：" in text
     assert s.score_text() == "得分 1 / 10（已答 2 题）"
     s.answer("Q3", ["B", "A"])                       # a new answer replaces the old one
-    assert (s.score, s.answered) == (2, 2)
+    assert (s.score, len(s.results)) == (2, 2)
 
 
 def test_session_rejects_malformed_answers_and_records_nothing() -> None:
@@ -51,7 +51,7 @@ def test_session_rejects_malformed_answers_and_records_nothing() -> None:
             s.answer(qid, bad)
     with pytest.raises(KeyError):
         s.answer("Q11", "A")
-    assert s.answered == 0 and s.to_submission() == {"_bank": "interview"}
+    assert not s.results and s.to_submission() == {"_bank": "interview"}
 
 
 @pytest.mark.parametrize("name", list(BANKS))

@@ -17,6 +17,7 @@ import numpy as np
 from batchlab.course.presets import LLM_COST
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
+from batchlab.quiz.audit import display_width
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -349,13 +350,10 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
 
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
 
-    def width(s: str) -> int:
-        return sum(2 if ord(ch) > 0x2E7F else 1 for ch in s)
-
-    widths = [max(width(h), *(width(row[i]) for row in cells)) for i, h in enumerate(heads)]
+    widths = [max(map(display_width, [h, *(row[i] for row in cells)])) for i, h in enumerate(heads)]
 
     def line(vals: Sequence[str]) -> str:
-        return "  ".join(v + " " * (w - width(v)) for v, w in zip(vals, widths)).rstrip()
+        return "  ".join(v + " " * (w - display_width(v)) for v, w in zip(vals, widths)).rstrip()
 
     out = [line(heads), line(["-" * w for w in widths])]
     out += [line(r) for r in cells]

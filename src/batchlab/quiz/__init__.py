@@ -1,11 +1,7 @@
-"""Quizzes: question banks (quiz/*.json), grading, the notebook widget, exports and a CLI.
-
-    from batchlab.quiz import load_bank, grade_submission, show_quiz, display_chapter_quiz
-    python -m batchlab.quiz grade FILE [FILE...] [--bank interview] [--csv OUT]
-    python -m batchlab.quiz export --bank ch02 --format moodle|qti
-    python -m batchlab.quiz stats FILE [FILE...] --bank ch02
-
-The widget parts (`Quiz`, `show_quiz`, `display_chapter_quiz`) import ipywidgets on first use.
+"""Quizzes over the banks in quiz/: `bank` (load, validate, expand), `params` (seeded formulas),
+`grade`, `session` (quiz state, text), `widget` (ipywidgets, imported on first use), `learner`,
+`audit` (item-writing checks), `stats`, `export` (Moodle XML, QTI 2.1), `safe_json`, and the CLI
+`python -m batchlab.quiz`.
 """
 
 from __future__ import annotations
@@ -13,15 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from batchlab.quiz.bank import Bank, Question, list_banks, load_all, load_bank, quiz_dir
-from batchlab.quiz.export import check_moodle, check_qti, moodle_xml, parse_moodle, parse_qti, qti_package
-from batchlab.quiz.grade import (
-    SubmissionError,
-    check_answer,
-    grade_file,
-    grade_files,
-    grade_submission,
-    write_csv,
-)
+from batchlab.quiz.export import moodle_xml, qti_package
+from batchlab.quiz.grade import (SubmissionError, check_answer, grade_file, grade_files, grade_submission,
+                                 write_csv)
 from batchlab.quiz.learner import check_learner, current_learner, forget_learner, remember_learner
 from batchlab.quiz.params import FORMULAS, seed_for
 from batchlab.quiz.session import Feedback, QuizSession, render_text
@@ -29,11 +19,10 @@ from batchlab.quiz.stats import item_stats, stats_table
 
 __all__ = [
     "Bank", "FORMULAS", "Feedback", "Question", "Quiz", "QuizSession", "SubmissionError",
-    "check_answer", "check_learner", "check_moodle", "check_qti", "current_learner",
-    "display_chapter_quiz", "forget_learner", "grade_file", "grade_files", "grade_submission",
-    "item_stats", "list_banks", "load_all", "load_bank", "moodle_xml", "parse_moodle", "parse_qti",
-    "qti_package", "quiz_dir", "remember_learner", "render_text", "seed_for", "show_quiz",
-    "stats_table", "write_csv",
+    "check_answer", "check_learner", "current_learner", "display_chapter_quiz", "forget_learner",
+    "grade_file", "grade_files", "grade_submission", "item_stats", "list_banks", "load_all",
+    "load_bank", "moodle_xml", "qti_package", "quiz_dir", "remember_learner", "render_text",
+    "seed_for", "show_quiz", "stats_table", "write_csv",
 ]
 
 _WIDGET = ("Quiz", "show_quiz", "display_chapter_quiz", "headless")

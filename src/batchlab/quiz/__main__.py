@@ -8,9 +8,8 @@
     python -m batchlab.quiz check [BANK_FILE...]
     python -m batchlab.quiz sync [BANK_FILE...]
 
-`grade` prints one JSON object per valid file on stdout and one line per bad file on stderr;
-it exits 0 when every file was valid, 2 otherwise. `stats` does the same for its table. Usage
-errors: one line on stderr, exit 2.
+`grade` and `stats` print their results on stdout and one line per bad file on stderr (exit 2 if
+any); every usage error is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -44,39 +43,24 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def _report_bad(files: Sequence[str], errors: Sequence[tuple[str, str]]) -> None:
-    bad = dict(errors)
-    for f in files:
-        if f in bad:
-            print(f"{display_name(f)}: {bad[f]}", file=sys.stderr)
+def _report_bad(errors: Sequence[tuple[str, str]]) -> None:
+    for f, msg in errors:
+        print(f"{display_name(f)}: {msg}", file=sys.stderr)
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
-    try:
-        reports, errors = grade_files(args.files, args.bank)
-    except ValueError as e:  # a bad --bank: nothing can be graded
-        return _fail(str(e))
-    by_file = {r["file"]: r for r in reports}
-    files = [str(f) for f in args.files]
-    for f in files:
-        if f in by_file:
-            print(json.dumps(by_file[f], ensure_ascii=False))
-    _report_bad(files, errors)
+    reports, errors = grade_files(args.files, args.bank)
+    for r in reports:
+        print(json.dumps(r, ensure_ascii=False))
+    _report_bad(errors)
     if args.csv:
-        try:
-            write_csv(args.csv, reports, errors, order=files)
-        except OSError as e:
-            return _fail(f"cannot write {args.csv}: {e.strerror or e}")
+        write_csv(args.csv, reports, errors, order=[str(f) for f in args.files])
     return 2 if errors else 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    try:
-        reports, errors = grade_files(args.files, args.bank)
-    except ValueError as e:
-        return _fail(str(e))
-    files = [str(f) for f in args.files]
-    _report_bad(files, errors)
+    reports, errors = grade_files(args.files, args.bank)
+    _report_bad(errors)
     names = {r["bank"] for r in reports}
     if len(names) > 1:
         return _fail(f"the files answer different banks ({', '.join(sorted(names))}): give --bank")
@@ -93,16 +77,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    try:
-        bank = load_bank(args.bank)
-    except ValueError as e:
-        return _fail(str(e))
+    bank = load_bank(args.bank)
     data = moodle_xml(bank).encode("utf-8") if args.format == "moodle" else qti_package(bank)
     if args.output:
-        try:
-            Path(args.output).write_bytes(data)
-        except OSError as e:
-            return _fail(f"cannot write {args.output}: {e.strerror or e}")
+        Path(args.output).write_bytes(data)
         print(f"wrote {args.output}: {len(bank)} questions ({args.format})", file=sys.stderr)
         return 0
     if args.format == "qti" and sys.stdout.isatty():
@@ -114,25 +92,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    try:
-        text = render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers,
-                           article_order=args.article_order)
-    except ValueError as e:
-        return _fail(str(e))
-    sys.stdout.write(text)
+    sys.stdout.write(render_text(args.bank, seed=args.seed, learner=args.learner, answers=args.answers,
+                                 article_order=args.article_order))
     return 0
 
 
 def _cmd_learner(args: argparse.Namespace) -> int:
     if args.forget:
-        gone = forget_learner()
-        print("已删除记住的学员 id" if gone else "没有记住的学员 id")
+        print("已删除记住的学员 id" if forget_learner() else "没有记住的学员 id")
         return 0
     if args.id is not None:
-        try:
-            path = remember_learner(args.id)
-        except ValueError as e:
-            return _fail(str(e))
+        path = remember_learner(args.id)
         print(f"学员 id 已记住：{args.id.strip()}（{path}）")
         return 0
     who = current_learner()
@@ -141,15 +111,9 @@ def _cmd_learner(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    try:
-        if args.files:
-            banks = {load_bank(p).name: load_bank(p) for p in args.files}
-        else:
-            banks = load_all()
-            if not banks:
-                return _fail(f"no banks in {quiz_dir()}")
-    except ValueError as e:
-        return _fail(str(e))
+    banks = {b.name: b for b in map(load_bank, args.files)} if args.files else load_all()
+    if not banks:
+        return _fail(f"no banks in {quiz_dir()}")
     for b in banks.values():
         kinds = {k: sum(q.kind == k for q in b) for k in ("single", "multi", "numeric")}
         seeded = sum(q.seeded for q in b)
@@ -171,11 +135,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_sync(args: argparse.Namespace) -> int:
     files = args.files or [quiz_dir() / f"{n}.json" for n in list_banks()]
     for f in files:
-        try:
-            n = sync_file(f)
-        except ValueError as e:
-            return _fail(str(e))
-        print(f"synced {f}: {n} questions")
+        print(f"synced {f}: {sync_file(f)} questions")
     return 0
 
 
@@ -188,17 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bank", default=None,
                    help="bank to grade against (default: each file's _bank, else interview)")
     g.add_argument("--csv", metavar="OUT", help="also write one CSV row per file")
-    g.set_defaults(func=_cmd_grade)
     st = sub.add_parser("stats", help="item statistics over a class's submissions")
     st.add_argument("files", nargs="+", metavar="FILE")
     st.add_argument("--bank", default=None, help="bank (default: the files' _bank)")
     st.add_argument("--json", action="store_true", help="one JSON object per question")
-    st.set_defaults(func=_cmd_stats)
     e = sub.add_parser("export", help="export a bank as Moodle XML or a QTI 2.1 package")
     e.add_argument("--bank", required=True)
     e.add_argument("--format", required=True, choices=("moodle", "qti"))
     e.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
-    e.set_defaults(func=_cmd_export)
     s = sub.add_parser("show", help="print a bank's questions for self-study")
     s.add_argument("--bank", default="interview")
     s.add_argument("--answers", action="store_true", help="also print keys and explanations")
@@ -207,17 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     who = s.add_mutually_exclusive_group()
     who.add_argument("--learner", help="learner id: seeds the numbers and the option order")
     who.add_argument("--seed", type=int, help="seed for the numbers and the option order")
-    s.set_defaults(func=_cmd_show)
     le = sub.add_parser("learner", help="show or remember the learner id the notebooks share")
     le.add_argument("id", nargs="?", help="the id to remember")
     le.add_argument("--forget", action="store_true", help="forget the remembered id")
-    le.set_defaults(func=_cmd_learner)
     c = sub.add_parser("check", help="validate and audit banks (default: all in quiz/)")
     c.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
-    c.set_defaults(func=_cmd_check)
-    y = sub.add_parser("sync", help="fill the jupyterquiz fields derived from ours (authors)")
+    y = sub.add_parser("sync", help="validate banks and rewrite them in canonical form (authors)")
     y.add_argument("files", nargs="*", metavar="BANK_FILE", type=Path)
-    y.set_defaults(func=_cmd_sync)
     return p
 
 
@@ -227,9 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "seed", None) is not None and args.seed < 0:
         return _fail("--seed must be a non-negative integer")
     try:
-        return args.func(args)
+        return {"grade": _cmd_grade, "stats": _cmd_stats, "export": _cmd_export, "show": _cmd_show,
+                "learner": _cmd_learner, "check": _cmd_check, "sync": _cmd_sync}[args.cmd](args)
     except BrokenPipeError:  # e.g. `... show | head`
         return 0
+    except OSError as e:  # writing --csv / -o / the learner file
+        return _fail(f"cannot write {e.filename}: {e.strerror or e}")
+    except ValueError as e:  # a bad bank, learner id or bank file: one line, nothing done
+        return _fail(str(e))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,14 @@
-"""Item-writing checks on the banks: what an editor of a test would check before it is used.
+"""Item-writing checks on the banks, `audit(banks)` runs them all (empty: the banks pass):
 
-- **Keys spread** (`key_positions`): over the chapter banks' single-choice questions, no option
-  position holds more than `MAX_KEY_SHARE` of the keys; multi-selects vary their keys.
-- **Options alike** (`length_problems`): within a question the longest option is at most
-  `MAX_WIDTH_RATIO` times the shortest (display width: a CJK character counts 2), so length does
-  not give the key away.
-- **Blind strategies** (`blind_scores`): always the first option, always the longest, "all of the
-  above" for multi-selects, and a uniform random guess, each scored like a learner (multi-select
-  all-or-nothing) against chance.
-- **No letters in shuffled explanations** (`letter_references`): chapter options are shuffled per
-  learner, so an explanation that says "A 错" would point at the wrong option.
-- **Every quoted number recomputed** (`number_problems`): each number in an explanation, erratum,
-  option feedback or misconception is in the stem or options, or listed in the question's
-  `numbers` with an `expr` that recomputes it from the course's formulas (`batchlab.quiz.params`,
-  which wraps `batchlab.theory`) or a `source` it is quoted from.
-
-`audit(banks)` runs them all and returns the problems found (empty: the banks pass).
+- keys spread: no option position holds more than `MAX_KEY_SHARE` of the chapter banks'
+  single-choice keys, and multi-select keys vary (`key_positions`);
+- options alike: the longest option is at most `MAX_WIDTH_RATIO` × the shortest in display width
+  (`length_problems`), so length does not give the key away;
+- blind strategies (always the first, always the longest, all of them) score like chance
+  (`blind_scores`);
+- shuffled questions' explanations never name an option by letter (`letter_references`);
+- every number quoted in the prose is in the stem or options, or listed in `numbers` with an
+  `expr` that recomputes it from the quiz formulas or a `source` (`number_problems`).
 """
 
 from __future__ import annotations
@@ -32,21 +25,9 @@ import numpy as np
 from batchlab.quiz import params as P
 from batchlab.quiz.bank import LETTERS, Bank, Question
 
-__all__ = [
-    "MAX_KEY_SHARE",
-    "MAX_WIDTH_RATIO",
-    "Blind",
-    "audit",
-    "blind_scores",
-    "chance",
-    "eval_expr",
-    "key_positions",
-    "length_problems",
-    "letter_references",
-    "number_problems",
-    "quoted_numbers",
-    "width",
-]
+__all__ = ["MAX_KEY_SHARE", "MAX_WIDTH_RATIO", "audit", "blind_scores", "chance", "display_width",
+           "eval_expr", "key_positions", "length_problems", "letter_references", "number_problems",
+           "quoted_numbers"]
 
 MAX_KEY_SHARE = 0.35
 """Most single-choice keys one option position may hold, over the chapter banks."""
@@ -55,16 +36,13 @@ MAX_WIDTH_RATIO = 1.5
 """Longest option ÷ shortest option within a question (display width)."""
 
 
-def width(text: str) -> int:
+def display_width(text: str) -> int:
     """Display width: East Asian wide and fullwidth characters count 2, others 1."""
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _choice_questions(banks: Mapping[str, Bank]) -> list[Question]:
     return [q for b in banks.values() if b.name != "interview" for q in b if q.kind != "numeric"]
-
-
-# --- keys and lengths -------------------------------------------------------------------------
 
 
 def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
@@ -78,12 +56,9 @@ def key_positions(banks: Mapping[str, Bank]) -> dict[str, float]:
 
 def length_problems(q: Question) -> list[str]:
     """Options whose lengths differ too much within the question."""
-    if q.kind == "numeric":
-        return []
-    w = {oid: width(q.option(oid)["answer"]) for oid in q.option_ids}
-    lo, hi = min(w.values()), max(w.values())
-    if hi > MAX_WIDTH_RATIO * lo:
-        return [f"{q.id}: options range from width {lo} to {hi} (> {MAX_WIDTH_RATIO}×)"]
+    w = [display_width(text) for text in q.options.values()] or [0]
+    if max(w) > MAX_WIDTH_RATIO * min(w):
+        return [f"{q.id}: options range from width {min(w)} to {max(w)} (> {MAX_WIDTH_RATIO}×)"]
     return []
 
 
@@ -108,9 +83,6 @@ def letter_references(q: Question) -> list[str]:
     return out
 
 
-# --- blind strategies -------------------------------------------------------------------------
-
-
 def chance(q: Question) -> float:
     """Expected score of a uniform random guess: 1/k for single choice, 1/(2^k − 1) for a
     multi-select graded all-or-nothing (a random non-empty subset)."""
@@ -119,44 +91,24 @@ def chance(q: Question) -> float:
 
 
 def _longest(q: Question, order: list[str]) -> list[str]:
-    w = {oid: width(q.option(oid)["answer"]) for oid in order}
+    w = {oid: display_width(q.option(oid)["answer"]) for oid in order}
     top = max(w.values())
     return [oid for oid in order if w[oid] == top]
 
 
-class Blind:
-    """Blind answering strategies: each returns the expected score (0…1) on one question, for
-    options presented in `order` (ties broken uniformly at random)."""
-
-    @staticmethod
-    def first(q: Question, order: list[str]) -> float:
-        key = set(q.key_ids)
-        return float({order[0]} == key)
-
-    @staticmethod
-    def longest(q: Question, order: list[str]) -> float:
-        key = set(q.key_ids)
-        ties = _longest(q, order)
-        return sum({oid} == key for oid in ties) / len(ties)
-
-    @staticmethod
-    def all_of_them(q: Question, order: list[str]) -> float:
-        return float(set(order) == set(q.key_ids))
-
-
 STRATEGIES: dict[str, Callable[[Question, list[str]], float]] = {
-    "always-first": Blind.first,
-    "always-longest": Blind.longest,
-    "all-of-the-above": Blind.all_of_them,
+    "always-first": lambda q, order: float([order[0]] == q.key_ids),
+    "always-longest": lambda q, order: float(np.mean([[oid] == q.key_ids for oid in _longest(q, order)])),
+    "all-of-the-above": lambda q, order: float(set(order) == set(q.key_ids)),
 }
+"""Blind strategies: the expected score on one question with options shown in `order`."""
 
 
 def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
                  multi_only_for: tuple[str, ...] = ("all-of-the-above",)) -> dict[str, dict[str, float]]:
-    """Expected score of each blind strategy and of chance over the chapter banks' choice
-    questions, per bank and `"all"`: `{bank: {strategy: share, "chance": share, "n": count}}`.
-    Options are in article order, or in the order a learner with `seed` sees them.
-    "all-of-the-above" is played on the multi-selects only (its chance is theirs)."""
+    """Expected score of each blind strategy (`s`, with `s:chance` and `s:n` of the questions it
+    plays) and of chance, per chapter bank and `"all"`, options in article order or `seed`'s.
+    "all-of-the-above" plays the multi-selects only."""
     out: dict[str, dict[str, float]] = {}
     groups: dict[str, list[Question]] = {}
     for q in _choice_questions(banks):
@@ -175,8 +127,6 @@ def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
     return out
 
 
-# --- numbers ----------------------------------------------------------------------------------
-
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_#'’.\-/^])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?![0-9])(?![A-Za-z_])")
 _FREE = {"0", "1", "2"}
 
@@ -192,10 +142,8 @@ def quoted_numbers(text: str) -> list[str]:
 
 
 _OPS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv,
-    ast.USub: operator.neg, ast.UAdd: operator.pos,
-}
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv, ast.USub: operator.neg, ast.UAdd: operator.pos}
 _FUNCS: dict[str, Callable[..., Any]] = {"ceil": math.ceil, "floor": math.floor, "min": min,
                                          "max": max, "round": round, "log2": math.log2,
                                          "sqrt": math.sqrt, "sum": sum, "len": len}
@@ -207,8 +155,6 @@ def eval_expr(expr: str) -> float:
     nothing else is allowed."""
 
     def ev(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
                 and not isinstance(node.value, bool):
             return node.value
@@ -231,7 +177,7 @@ def eval_expr(expr: str) -> float:
             raise ValueError(f"unknown function {name!r}")
         raise ValueError(f"not allowed in an expression: {ast.dump(node)[:60]}")
 
-    return float(ev(ast.parse(expr, mode="eval")))
+    return float(ev(ast.parse(expr, mode="eval").body))
 
 
 def _agrees(written: str, value: float) -> bool:
@@ -241,24 +187,17 @@ def _agrees(written: str, value: float) -> bool:
 
 
 def _prose(q: Question) -> list[tuple[str, str]]:
-    parts = [("explanation", q.raw["explanation"]), ("erratum", q.raw.get("erratum") or ""),
-             ("key_note", q.raw.get("key_note") or "")]
-    if q.kind != "numeric":
-        for oid in q.option_ids:
-            a = q.option(oid)
-            if not a["correct"] or q.kind == "multi":
-                parts.append((f"feedback of {oid}", a["feedback"]))
-    else:
-        parts += [("feedback", a["feedback"]) for a in q.raw["answers"] if a.get("type") == "default"]
-    return parts
+    parts = [(k, q.raw.get(k) or "") for k in ("explanation", "erratum", "key_note")]
+    if q.kind == "numeric":
+        return parts + [("feedback", q.raw["answers"][1]["feedback"])]
+    return parts + [(f"feedback of {a['id']}", a["feedback"]) for a in q.raw["answers"]
+                    if not a["correct"] or q.kind == "multi"]
 
 
 def number_problems(q: Question) -> list[str]:
     """Quoted numbers that are neither given in the question nor justified by `numbers`, and
     `numbers` entries whose expression does not give the number written."""
-    given = set(quoted_numbers(q.raw["question"]))
-    for oid in q.option_ids:
-        given |= set(quoted_numbers(q.option(oid)["answer"]))
+    given = set(quoted_numbers(" ".join([q.raw["question"], *q.options.values()])))
     if q.seeded:
         for choices in q.raw["params"].values():
             given |= {P.fmt_value(c) for c in choices}
@@ -287,9 +226,6 @@ def number_problems(q: Question) -> list[str]:
     return out
 
 
-# --- all together -----------------------------------------------------------------------------
-
-
 def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:
     """Every problem the checks above find in `banks` (chapter-bank rules skip the interview
     bank, whose options and keys are the article's)."""
@@ -312,12 +248,9 @@ def audit(banks: Mapping[str, Bank], margin: float = 0.10) -> list[str]:
             out.append("every multi-select has the same number of keys")
     scores = blind_scores(banks)
     for name, row in scores.items():
-        for sname in STRATEGIES:
-            if sname not in row:
-                continue
+        for sname in (s for s in STRATEGIES if s in row):
             base = row[f"{sname}:chance"]
-            n = row[f"{sname}:n"]
-            limit = base + margin if name == "all" else base + max(margin, 1.0 / n)
+            limit = base + (margin if name == "all" else max(margin, 1.0 / row[f"{sname}:n"]))
             if row[sname] > limit + 1e-9:
                 out.append(f"{name}: {sname} scores {row[sname]:.0%} against chance {base:.0%}")
     return out

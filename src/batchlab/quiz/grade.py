@@ -1,21 +1,10 @@
-"""Grading submissions against a bank.
+"""Grading submissions against a bank (the format: quiz/README.md, "Submissions and grading").
 
-A submission is a JSON object mapping question ids to answers. A choice answer names options by
-their stable id (`"toplevel"`, `["ids", "keep-slot"]`): that is what the quiz widget exports,
-whatever order the learner saw the options in. Letters are article letters (the order of the
-bank file and of `show --article-order`): always accepted for the interview bank, and for a
-chapter bank only when the submission says `"_order": "article"` (its options are shuffled per
-learner, so a bare letter would be ambiguous). A numeric answer is a number.
-
-Optional keys: `_bank` (the bank it answers), `_learner` (learner id: the grader reports it, and
-seeded questions are drawn from it alone), `_shown` (the ids of the questions the learner was
-shown; only those are graded and counted), `_order`. `_seed` is refused unless it is exactly the
-seed the learner id gives (old exports wrote it; it can never select other numbers).
-
-Multi-choice is all-or-nothing; a missing answer (or `null`) counts as wrong. A malformed
-submission raises `SubmissionError` with a one-line message. Files are read with
-`batchlab.quiz.safe_json.read_json_file`: regular files only, at most 1 MiB, no deep nesting,
-no duplicate keys.
+A submission maps question ids to answers: an option id (letters only for the interview bank or
+with `"_order": "article"`), a list of ids for multi-choice (all-or-nothing), a number. Meta keys:
+`_bank`, `_learner` (seeded numbers derive from it alone), `_shown` (only those are graded),
+`_order`, `_seed` (refused unless it is the learner's own). A malformed submission raises
+`SubmissionError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -31,25 +20,10 @@ from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import seed_for
 from batchlab.quiz.safe_json import display_name, read_json_file
 
-__all__ = [
-    "META_KEYS",
-    "SubmissionError",
-    "answer_text",
-    "check_answer",
-    "grade_file",
-    "grade_files",
-    "grade_submission",
-    "load_submission",
-    "normalize_answer",
-    "shown_questions",
-    "submission_seed",
-    "write_csv",
-]
+__all__ = ["SubmissionError", "check_answer", "grade_file", "grade_files", "grade_submission",
+           "normalize_answer", "write_csv"]
 
-META_KEYS = ("_bank", "_learner", "_shown", "_order", "_seed")
-"""Keys a submission may carry besides question ids."""
-
-DEFAULT_BANK = "interview"
+_META_KEYS = ("_bank", "_learner", "_shown", "_order", "_seed")
 
 
 class SubmissionError(ValueError):
@@ -62,11 +36,8 @@ def _short(value: Any, limit: int = 32) -> str:
 
 
 def _choices_text(q: Question, letters_ok: bool) -> str:
-    ids = ", ".join(q.option_ids)
-    if letters_ok:
-        letters = list(q.options)
-        return f"{letters[0]}–{letters[-1]} or ids {ids}"
-    return f"ids {ids}"
+    letters = list(q.options)
+    return (f"{letters[0]}–{letters[-1]} or " if letters_ok else "") + f"ids {', '.join(q.option_ids)}"
 
 
 def _one_choice(q: Question, g: Any, letters_ok: bool) -> str:
@@ -85,11 +56,8 @@ def _one_choice(q: Question, g: Any, letters_ok: bool) -> str:
 
 
 def normalize_answer(q: Question, given: Any, letters_ok: bool | None = None) -> Any:
-    """The learner's answer in canonical form: an option id, a list of ids in file order, or a
-    float. `letters_ok` (default: not shuffled) says whether article letters are accepted.
-
-    `None` stays `None` (unanswered). Raises `SubmissionError` naming the question and problem.
-    """
+    """The answer in canonical form: an option id, a list of ids in file order, a float, or None
+    (unanswered). `letters_ok` (default: not shuffled): whether article letters are accepted."""
     if letters_ok is None:
         letters_ok = not q.shuffled
     if given is None:
@@ -116,52 +84,36 @@ def normalize_answer(q: Question, given: Any, letters_ok: bool | None = None) ->
     return float(given)
 
 
-def answer_text(q: Question, value: Any) -> Any:
-    """An answer in canonical form as the grader reports it: article letters for banks that are
-    never shuffled (the interview bank), ids otherwise; numbers unchanged."""
+def _answer_text(q: Question, value: Any) -> Any:
+    """A canonical answer as reported: article letters for unshuffled banks, else ids or numbers."""
     if value is None or q.kind == "numeric" or q.shuffled:
         return value
-    if q.kind == "single":
-        return q.letter_of(value)
-    return sorted(q.letter_of(v) for v in value)
+    return q.letter_of(value) if q.kind == "single" else sorted(map(q.letter_of, value))
 
 
 def check_answer(q: Question, given: Any, seed: int | None = None,
                  letters_ok: bool | None = None) -> tuple[bool, Any, Any]:
-    """Grade one answer: returns (correct, expected, given), both as `answer_text` reports them.
-
-    Multi-choice is all-or-nothing; numeric answers must lie within the question's tolerance of
-    the value for `seed` (seeded questions) or of the stored answer.
-    """
+    """Grade one answer: (correct, expected, given) as reported; multi-choice all-or-nothing,
+    numbers within the tolerance of the value for `seed`."""
     norm = normalize_answer(q, given, letters_ok)
     expected = q.expected_ids(seed)
     if q.kind == "numeric":
-        shown = float(f"{expected:.10g}")
-        if norm is None:
-            return False, shown, None
-        return q.is_close(norm, expected), shown, norm
+        return norm is not None and q.is_close(norm, expected), float(f"{expected:.10g}"), norm
     ok = norm is not None and norm == expected
-    return ok, answer_text(q, expected), answer_text(q, norm)
+    return ok, _answer_text(q, expected), _answer_text(q, norm)
 
 
 def _learner_of(sub: Mapping[str, Any]) -> str | None:
-    learner = sub.get("_learner")
-    if learner is None:
-        return None
     try:
-        return check_learner(learner)
+        return None if sub.get("_learner") is None else check_learner(sub["_learner"])
     except ValueError as e:
         raise SubmissionError(f"_learner: {e}") from None
 
 
-def submission_seed(sub: Mapping[str, Any]) -> int | None:
-    """The seed a submission's seeded questions are drawn with: derived from `_learner` alone
-    (None without a learner: the bank's default numbers). A `_seed` other than the learner's own
-    is refused."""
-    learner = _learner_of(sub)
+def _submission_seed(sub: Mapping[str, Any], learner: str | None) -> int | None:
+    """The seed of a submission's numbers: from `_learner` alone (None: default numbers)."""
     seed = seed_for(learner) if learner else None
-    if "_seed" in sub and sub["_seed"] is not None:
-        s = sub["_seed"]
+    if (s := sub.get("_seed")) is not None:
         if learner is None:
             raise SubmissionError("_seed is not accepted: the numbers derive from _learner alone")
         if s != seed or isinstance(s, bool):
@@ -170,9 +122,8 @@ def submission_seed(sub: Mapping[str, Any]) -> int | None:
     return seed
 
 
-def shown_questions(sub: Mapping[str, Any], b: Bank, learner: str | None) -> list[str]:
-    """The ids graded for this submission: `_shown` if given (checked: ids of this bank, no
-    repeats, and for a learner exactly the quiz's seeded draw of that many), else the whole bank."""
+def _shown_questions(sub: Mapping[str, Any], b: Bank, learner: str | None) -> list[str]:
+    """The ids graded: `_shown` (checked: this bank's ids, no repeats, a learner's own draw), else all."""
     shown = sub.get("_shown")
     if shown is None:
         return b.ids
@@ -189,19 +140,15 @@ def shown_questions(sub: Mapping[str, Any], b: Bank, learner: str | None) -> lis
             raise SubmissionError(
                 f"_shown does not match the {len(shown)} questions this learner's quiz shows "
                 f"({', '.join(want)})")
-    keep = set(shown)
-    return [qid for qid in b.ids if qid in keep]
+    return [qid for qid in b.ids if qid in shown]
 
 
 class _BankCache:
     def __init__(self, bank: Bank | str | None) -> None:
-        self.fixed = bank
-        self.cache: dict[str, Bank] = {}
+        self.fixed, self.cache = bank, {}
 
     def get(self, name: str) -> Bank:
-        if name not in self.cache:
-            self.cache[name] = load_bank(name)
-        return self.cache[name]
+        return self.cache[name] if name in self.cache else self.cache.setdefault(name, load_bank(name))
 
     def resolve(self, sub: Mapping[str, Any]) -> Bank:
         declared = sub.get("_bank")
@@ -211,7 +158,7 @@ class _BankCache:
             raise SubmissionError(f"_bank: unknown bank {_short(declared)}")
         if self.fixed is None:
             try:
-                return self.get(declared or DEFAULT_BANK)
+                return self.get(declared or "interview")
             except ValueError as e:
                 raise SubmissionError(f"_bank: {e}") from None
         bank = self.fixed if isinstance(self.fixed, Bank) else self.get(self.fixed)
@@ -225,20 +172,18 @@ def grade_submission(
     sub: Any, bank: Bank | str | None = None, *, file: str = "<submission>",
     _banks: _BankCache | None = None,
 ) -> dict[str, Any]:
-    """Grade one submission (a dict). `bank` defaults to the submission's `_bank`, else
-    `interview`. Returns `{"file", "bank", ["learner",] "score", "total", "shown",
-    "bank_total", "results"}`: `total` = `shown` = the number of questions graded (those the
-    learner was shown), `bank_total` the bank's size; results maps each graded id to
-    `{"correct", "expected", "given"}`."""
+    """Grade one submission (a dict) against `bank`, else its `_bank`, else `interview`:
+    `{"file", "bank", "learner"?, "score", "total" = "shown" (questions graded), "bank_total",
+    "results": {id: {"correct", "expected", "given"}}}`."""
     if not isinstance(sub, Mapping):
         raise SubmissionError("a submission must be a JSON object mapping question ids to answers")
     banks = _banks or _BankCache(bank)
     b = banks.resolve(sub)
     for key in sub:
         if key.startswith("_"):
-            if key not in META_KEYS:
+            if key not in _META_KEYS:
                 raise SubmissionError(
-                    f"unknown key {_short(key)} (allowed extra keys: {', '.join(META_KEYS)})")
+                    f"unknown key {_short(key)} (allowed extra keys: {', '.join(_META_KEYS)})")
         elif key not in b:
             raise SubmissionError(
                 f"unknown question id {_short(key)} (bank {b.name} has {b.ids[0]}…{b.ids[-1]})")
@@ -246,33 +191,17 @@ def grade_submission(
     if order not in (None, "article"):
         raise SubmissionError("_order must be \"article\" (letters then mean the bank file's order)")
     learner = _learner_of(sub)
-    seed = submission_seed(sub)
-    ids = shown_questions(sub, b, learner)
+    seed = _submission_seed(sub, learner)
+    ids = _shown_questions(sub, b, learner)
     extra = [k for k in sub if not k.startswith("_") and k not in ids]
     if extra:
         raise SubmissionError(f"answers question {extra[0]!r}, which _shown does not list")
-    results = {}
-    score = 0
-    for qid in ids:
-        q = b[qid]
-        letters_ok = True if order == "article" else None
-        ok, expected, given = check_answer(q, sub.get(qid), seed, letters_ok)
-        results[qid] = {"correct": ok, "expected": expected, "given": given}
-        score += ok
-    report: dict[str, Any] = {"file": file, "bank": b.name}
-    if learner is not None:
-        report["learner"] = learner
-    report.update(score=score, total=len(ids), shown=len(ids), bank_total=len(b), results=results)
-    return report
-
-
-def load_submission(path: str | Path) -> Any:
-    """Read a submission file defensively; `SubmissionError` with a one-line problem (not a
-    regular file, too large, not JSON, nested too deeply, duplicate key, …)."""
-    try:
-        return read_json_file(path)
-    except ValueError as e:
-        raise SubmissionError(str(e)) from None
+    results = {qid: dict(zip(("correct", "expected", "given"),
+                             check_answer(b[qid], sub.get(qid), seed, True if order else None)))
+               for qid in ids}
+    return {"file": file, "bank": b.name, **({"learner": learner} if learner else {}),
+            "score": sum(r["correct"] for r in results.values()), "total": len(ids), "shown": len(ids),
+            "bank_total": len(b), "results": results}
 
 
 def grade_file(path: str | Path, bank: Bank | str | None = None) -> dict[str, Any]:
@@ -283,11 +212,8 @@ def grade_file(path: str | Path, bank: Bank | str | None = None) -> dict[str, An
 def grade_files(
     paths: Iterable[str | Path], bank: Bank | str | None = None, *, _raise: bool = False,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """Grade several files; a bad file does not stop the others.
-
-    Returns (reports, errors): one report per valid file, and `(file, message)` per bad one,
-    in input order. A bad bank name raises `ValueError` (nothing could be graded).
-    """
+    """Grade several files: (reports of the valid ones, `(file, message)` per bad one); a bad
+    file does not stop the others, a bad `bank` raises `ValueError`."""
     banks = _BankCache(bank)
     if isinstance(bank, str):
         banks.get(bank)  # fail early, once, on a bad --bank
@@ -295,8 +221,8 @@ def grade_files(
     for path in paths:
         name = str(path)
         try:
-            reports.append(grade_submission(load_submission(path), file=name, _banks=banks))
-        except SubmissionError as e:
+            reports.append(grade_submission(read_json_file(path), file=name, _banks=banks))
+        except ValueError as e:  # a SubmissionError, or read_json_file's one-line problem
             if _raise:
                 raise SubmissionError(f"{display_name(name)}: {e}") from None
             errors.append((name, str(e)))
@@ -311,9 +237,8 @@ def write_csv(
     out: str | Path, reports: Sequence[dict[str, Any]], errors: Sequence[tuple[str, str]] = (),
     order: Sequence[str] | None = None,
 ) -> Path:
-    """Write one row per file: file, bank, learner, score, total, shown, bank_total, one column
-    per question (1/0, empty when the learner was not shown it), error. Bad files get a row with
-    only `file` and `error`. `order` lists files in row order."""
+    """One CSV row per file (in `order`): file, bank, learner, score, total, shown, bank_total,
+    1/0 per question (empty if not shown), error (a bad file's only other cell is `file`)."""
     qids = sorted({qid for r in reports for qid in r["results"]}, key=_natural)
     rows: dict[str, dict[str, Any]] = {}
     for r in reports:

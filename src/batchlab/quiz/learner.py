@@ -1,16 +1,7 @@
-"""Learner ids: what a valid id is, and the id a learner's notebooks share.
-
-A learner id names one learner in a class (a student number, a login, a Chinese name). It seeds
-the numbers of seeded questions and the order of the options, and it is what the grader
-reports, so it is checked strictly: 1–64 characters, letters (any script), digits, and
-`. _ @ -` or single inner spaces; it starts with a letter or digit (so a CSV cell can never start a
-spreadsheet formula). Leading and trailing spaces are dropped.
-
-The quiz notebook remembers the id it is given (`remember_learner`), and every chapter's
-self-check picks it up (`current_learner`): first the environment variable `BATCHLAB_LEARNER`
-(a JupyterHub admin can set it per user), then the file `learner.json` in the course's config
-folder — `$BATCHLAB_CONFIG_DIR`, else `$XDG_CONFIG_HOME/batchlab`, else `~/.config/batchlab`.
-On a shared host every learner is a separate user with their own home, so the file is theirs.
+"""Learner ids: what a valid id is (1–64 letters of any script, digits, `. _ @ -`, single inner
+spaces, starting with a letter or digit, so a CSV cell never starts a formula), and the id a
+learner's notebooks share: `$BATCHLAB_LEARNER`, else `learner.json` in `$BATCHLAB_CONFIG_DIR`,
+`$XDG_CONFIG_HOME/batchlab` or `~/.config/batchlab`.
 """
 
 from __future__ import annotations
@@ -21,15 +12,10 @@ import re
 import tempfile
 from pathlib import Path
 
-__all__ = [
-    "LEARNER_ENV",
-    "MAX_LEARNER_CHARS",
-    "check_learner",
-    "current_learner",
-    "forget_learner",
-    "learner_file",
-    "remember_learner",
-]
+from batchlab.quiz.safe_json import read_json_file
+
+__all__ = ["LEARNER_ENV", "check_learner", "current_learner", "forget_learner", "learner_file",
+           "remember_learner"]
 
 LEARNER_ENV = "BATCHLAB_LEARNER"
 """Environment variable that names the learner (wins over the remembered file)."""
@@ -70,10 +56,7 @@ def learner_file() -> Path:
 
 
 def remember_learner(learner: str) -> Path:
-    """Check `learner` and store it for every notebook of this user; returns the file written.
-
-    The file is written atomically and readable only by its owner.
-    """
+    """Check `learner` and store it (atomically, mode 0600) for this user's notebooks; returns the file."""
     s = check_learner(learner)
     path = learner_file()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,26 +76,19 @@ def remember_learner(learner: str) -> Path:
 def forget_learner() -> bool:
     """Remove the remembered id; True if there was one."""
     path = learner_file()
-    if path.is_file():
-        path.unlink()
-        return True
-    return False
+    gone = path.is_file()
+    path.unlink(missing_ok=True)
+    return gone
 
 
 def current_learner() -> str | None:
     """The learner id this user's notebooks share: `$BATCHLAB_LEARNER`, else the remembered file,
     else None. An invalid or unreadable value counts as none (the quiz then says so)."""
-    env = os.environ.get(LEARNER_ENV)
-    if env and env.strip():
-        try:
-            return check_learner(env)
-        except ValueError:
-            return None
-    path = learner_file()
+    env = os.environ.get(LEARNER_ENV, "").strip()
     try:
-        if not path.is_file() or path.stat().st_size > 4096:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if env:
+            return check_learner(env)
+        data = read_json_file(learner_file(), max_bytes=4096)
         return check_learner(data.get("learner")) if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except ValueError:
         return None

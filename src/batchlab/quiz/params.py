@@ -1,9 +1,6 @@
-"""Seeded numeric questions: learner → seed, seed → parameters, and the registry of formulas.
-
-A seeded question names a formula from `FORMULAS`, lists the choices for each parameter and
-gives a template stem with `{{name}}` placeholders. `draw_params` picks one choice per
-parameter from a `numpy.random.Generator` seeded by (seed, question id), so the same learner
-always sees the same numbers and the grader can recompute the expected answer.
+"""Seeded numeric questions: learner → seed, seed → parameters, and the registry of formulas a
+question may name (the course's own `batchlab.theory` computations, some adapted to the units
+the stems use), so a quiz answer is computed the way the chapter computes it.
 """
 
 from __future__ import annotations
@@ -22,32 +19,17 @@ from batchlab.theory import formulas as F
 from batchlab.theory import kv
 from batchlab.theory.roofline import ridge_batch
 
-__all__ = [
-    "FORMULAS",
-    "Formula",
-    "draw_params",
-    "fmt_number",
-    "fmt_value",
-    "formula",
-    "placeholders",
-    "qid_key",
-    "render_template",
-    "seed_for",
-]
+__all__ = ["FORMULAS", "Formula", "draw_params", "fmt_number", "fmt_value", "formula", "placeholders",
+           "qid_key", "render_template", "seed_for"]
 
 
 @dataclass(frozen=True)
 class Formula:
-    """A named formula: `func(**params) -> float`, with the parameter names it takes.
-
-    `rename` maps a question's parameter name to the name `func` uses for it (the bank writes
-    `B`, `batch_size` in `batchlab.theory`); parameters with a default are asked for only when
-    `rename` names them.
-    """
+    """A named formula `func(**params) -> float`; `rename` maps a question's parameter name to
+    `func`'s (`B` → `batch_size`); parameters with a default are asked for only when renamed."""
 
     name: str
     func: Callable[..., float]
-    doc: str
     rename: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -65,26 +47,18 @@ FORMULAS: dict[str, Formula] = {}
 """Registry of formulas that seeded numeric questions may name (`"formula": "amdahl"`)."""
 
 
-def _register(func: Callable[..., float], name: str | None = None) -> Callable[..., float]:
-    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
-    key = name or func.__name__
-    FORMULAS[key] = Formula(key, func, doc)
+def _register(func: Callable[..., float], name: str | None = None, **rename: str) -> Callable[..., float]:
+    """Register `func` under `name` (default: its own); `rename` maps the question's parameter
+    names to the function's."""
+    FORMULAS[name or func.__name__] = Formula(name or func.__name__, func, dict(rename))
     return func
 
 
 def _register_as(name: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    """Register a formula under the name the question banks use (e.g. a unit-adapted theory formula)."""
     return lambda func: _register(func, name)
 
 
-def _register_theory(func: Callable[..., float], name: str | None = None, **rename: str) -> None:
-    """Register a `batchlab.theory` function as it is, under `name` (default: its own), with
-    `rename` mapping the question's parameter names to the function's."""
-    doc = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else func.__name__
-    key = name or func.__name__
-    FORMULAS[key] = Formula(key, func, doc, dict(rename))
-
-
+# The formulas, in chapter order (00 … 08).
 def formula(name: str) -> Formula:
     """The registered formula called `name`; ValueError naming the known ones otherwise."""
     try:
@@ -93,13 +67,6 @@ def formula(name: str) -> Formula:
         raise ValueError(
             f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
         ) from None
-
-
-# The formulas below are the course's own computations (`batchlab.theory.formulas`, `batchlab.theory.kv`,
-# `batchlab.theory.roofline`), registered as they are or adapted to the units the question stems use
-# (ms, GiB, TB/s), so a quiz answer is computed exactly the way the chapter computes it.
-
-# --- chapter 00/01: latency, utilisation, roofline -------------------------------------------
 
 
 @_register_as("t_total")
@@ -126,11 +93,8 @@ def decode_tps(B: int, t_step_ms: float) -> float:
     return B * 1000.0 / t_step_ms
 
 
-# --- chapter 02: dynamic batching -----------------------------------------------------------
-
-
-_register_theory(F.speedup, B="batch_size")
-_register_theory(F.affine_speedup, B="batch_size")
+_register(F.speedup, B="batch_size")
+_register(F.affine_speedup, B="batch_size")
 
 
 @_register
@@ -139,12 +103,9 @@ def affine_throughput(a: float, b: float, B: int) -> float:
     return F.batch_capacity(a / 1000.0, b / 1000.0, B)
 
 
-# --- chapter 03: sequence batching, KV cache ------------------------------------------------
-
-
-_register_theory(F.padding_efficiency, "eta", L="lengths")
-_register_theory(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
-                 dtype_bytes="bytes_per_element")
+_register(F.padding_efficiency, "eta", L="lengths")
+_register(kv.kv_bytes_per_token, "kv_bytes", layers="n_layers", kv_heads="n_kv_heads",
+          dtype_bytes="bytes_per_element")
 
 
 @_register
@@ -159,10 +120,7 @@ def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
     return kv.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
 
 
-# --- chapter 04: tuning, queueing -----------------------------------------------------------
-
-
-_register_theory(F.heavy_load_wait, "t_wait", b_size="batch_size")
+_register(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
 @_register_as("md1_wait")
@@ -180,11 +138,8 @@ def concurrency_rule(max_batch_size: int, instances: int) -> float:
     return 2 * max_batch_size * instances
 
 
-# --- chapter 05: evaluation -----------------------------------------------------------------
-
-
-_register_theory(F.amdahl, B="batch_size")
-_register_theory(F.amdahl_ceiling)
+_register(F.amdahl, B="batch_size")
+_register(F.amdahl_ceiling)
 
 
 @_register
@@ -199,20 +154,14 @@ def mean_batch(inference_count: int, exec_count: int) -> float:
     return inference_count / exec_count
 
 
-# --- chapter 06/07: cost, consistency checks ------------------------------------------------
-
-
 @_register
 def cost_per_k(c_gpu: float, t_busy_s: float, n_req: int) -> float:
     """Cost per 1,000 requests = 1000 · C_GPU ($/h) · T_busy (h) / N_req."""
     return 1000.0 * F.cost_per_request(c_gpu, t_busy_s, n_req)
 
 
-_register_theory(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_in_system")
-_register_theory(F.instances_needed, rate="rate_per_s", B="batch")
-
-
-# --- chapter 08: the article's demo ---------------------------------------------------------
+_register(F.littles_law_l, "little", rate="arrival_rate", latency_s="mean_time_in_system")
+_register(F.instances_needed, rate="rate_per_s", B="batch")
 
 
 @_register
@@ -221,34 +170,22 @@ def demo_padding_wait(L: Sequence[int], rate: float) -> float:
     return (max(L) - sum(L) / len(L)) / rate
 
 
-# --- seeds, draws, rendering ----------------------------------------------------------------
-
-
 def seed_for(learner: str) -> int:
     """A stable non-negative seed for a learner id (sha256 of the stripped id, first 8 bytes)."""
     if not isinstance(learner, str) or not learner.strip():
         raise ValueError("learner id must be a non-empty string")
-    digest = hashlib.sha256(learner.strip().encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+    return qid_key(learner.strip())
 
 
 def qid_key(qid: str) -> int:
-    """A stable non-negative integer for a question id (sha256, first 8 bytes): one of the two
-    words that seed a learner's draw for that question."""
+    """A stable non-negative integer for a string (sha256, first 8 bytes)."""
     return int.from_bytes(hashlib.sha256(qid.encode("utf-8")).digest()[:8], "big") >> 1
 
 
-def draw_params(
-    params: Mapping[str, Sequence[Any]],
-    defaults: Mapping[str, Any],
-    qid: str,
-    seed: int | None,
-) -> dict[str, Any]:
-    """One value per parameter: `defaults` when `seed` is None, else a seeded draw.
-
-    The draw uses `numpy.random.default_rng([seed, hash(qid)])` and takes the parameters in the
-    bank's order, so it depends only on (seed, question id, choices).
-    """
+def draw_params(params: Mapping[str, Sequence[Any]], defaults: Mapping[str, Any], qid: str,
+                seed: int | None) -> dict[str, Any]:
+    """One value per parameter: `defaults` when `seed` is None, else drawn (in the bank's order)
+    by `default_rng([seed, qid_key(qid)])`, so it depends only on seed, question and choices."""
     if seed is None:
         return dict(defaults)
     count("seed", seed, lo=0)
@@ -271,9 +208,7 @@ def fmt_number(x: float) -> str:
     xf = float(x)
     if math.isfinite(xf) and xf == round(xf) and abs(xf) < 1e15:
         return f"{int(round(xf)):,}" if abs(xf) >= 10000 else str(int(round(xf)))
-    if abs(xf) >= 1000:
-        return f"{xf:,.1f}"
-    return f"{xf:.4g}"
+    return f"{xf:,.1f}" if abs(xf) >= 1000 else f"{xf:.4g}"
 
 
 def fmt_value(v: Any) -> str:

@@ -1,10 +1,6 @@
-"""Reading JSON files that other people wrote, without letting one file hang or sink a batch.
-
-`read_json_file` opens the path without blocking (a FIFO named `*.json` cannot stall it), insists
-on a regular file (a symlink to `/dev/zero` is refused before a byte is read), reads at most a
-size cap, refuses nesting deeper than a few levels before the parser recurses, and refuses
-duplicate object keys instead of silently keeping the last one. Every problem is a `ValueError`
-with a one-line message for the caller to prefix with the file's name.
+"""Reading JSON files other people wrote without letting one file hang or sink a batch:
+`read_json_file` opens without blocking (a FIFO cannot stall it), insists on a regular file, reads
+at most a size cap, refuses deep nesting and duplicate keys; each problem is a one-line `ValueError`.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_SUBMISSION_BYTES", "display_name", "parse_json_text", "read_json_file"]
+__all__ = ["MAX_SUBMISSION_BYTES", "display_name", "read_json_file"]
 
 MAX_SUBMISSION_BYTES = 1 << 20
 """Largest submission file the grader reads (1 MiB; a full bank's answers are a few KiB)."""
@@ -53,12 +49,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _depth(text: str) -> int:
     depth = deepest = 0
     for m in _TOKENS.finditer(text):
-        t = m.group()
-        if t in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif t in "]}":
-            depth -= 1
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(m.group(), 0)
+        deepest = max(deepest, depth)
     return deepest
 
 
@@ -92,28 +84,22 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_SUBMISSION
         raise ValueError(f"cannot open: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)
-        for test, what in _KINDS:
-            if test(st.st_mode):
-                raise ValueError(what if what == "is a directory" else f"not a regular file ({what})")
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
+            what = next((w for test, w in _KINDS if test(st.st_mode)), "")
+            raise ValueError(what if what == "is a directory" else
+                             "not a regular file" + (f" ({what})" if what else ""))
         if st.st_size > max_bytes:
             raise ValueError(f"too large: {st.st_size:,} bytes (limit {max_bytes:,})")
-        chunks, total = [], 0
-        while total <= max_bytes:
-            chunk = os.read(fd, min(1 << 16, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > max_bytes:
-            raise ValueError(f"too large: more than {max_bytes:,} bytes")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(max_bytes + 1)
     except OSError as e:
         raise ValueError(f"cannot read: {e.strerror or e}") from None
     finally:
         os.close(fd)
+    if len(data) > max_bytes:
+        raise ValueError(f"too large: more than {max_bytes:,} bytes")
     try:
-        text = b"".join(chunks).decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text (byte {e.start})") from None
     return parse_json_text(text, max_depth)

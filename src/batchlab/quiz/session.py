@@ -1,13 +1,7 @@
-"""Quiz state without widgets: answers, feedback, score, export; and plain-text rendering.
-
-`QuizSession` is what the notebook widget drives (the widget is a thin view over it), and what
-tests exercise directly. Its `to_submission()` is exactly the format the grader reads.
-
-A learner id fixes everything a learner sees: the numbers of seeded questions, which `n`
-questions a short quiz shows, and the order of each chapter question's options. Answers are
-recorded by option id, so the export grades the same whatever order was shown. Without a learner
-id a `seed` does the same for self-study, but such a session cannot be exported for grading when
-it drew numbers (the grader derives numbers from the learner id alone).
+"""Quiz state without widgets (`QuizSession`: answers, feedback, score, the grader's submission)
+and plain-text rendering. A learner id fixes the numbers, the questions a short quiz draws and
+the option order; answers are recorded by option id, so an export grades the same whatever order
+was shown.
 """
 
 from __future__ import annotations
@@ -18,35 +12,30 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from batchlab._validate import optional_count
-from batchlab.quiz.bank import FEEDBACK, Bank, Instance, Question, load_bank
+from batchlab.quiz.bank import DEFAULT_FEEDBACK, Bank, Instance, Question, load_bank
 from batchlab.quiz.grade import SubmissionError, check_answer, normalize_answer
 from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import fmt_number, seed_for
 
-__all__ = [
-    "Feedback", "QuizSession", "format_answer", "question_header", "render_question", "render_text",
-]
+__all__ = ["Feedback", "QuizSession", "question_header", "render_text"]
 
-KIND_LABEL = {"single": "单选", "multi": "多选", "numeric": "数值"}
-_DEFAULT_FEEDBACK = set(FEEDBACK.values())
+_KIND_LABEL = {"single": "单选", "multi": "多选", "numeric": "数值"}
+_DEFAULT_FEEDBACK = set(DEFAULT_FEEDBACK.values())
 
 
-def format_answer(value: Any) -> str:
+def _format_answer(value: Any) -> str:
     """An answer as shown to learners: `B`, `A、B`, a number, or `（未作答）`."""
     if value is None:
         return "（未作答）"
     if isinstance(value, list):
-        return "、".join(value) if value else "（空）"
-    if isinstance(value, float):
-        return fmt_number(value)
-    return str(value)
+        return "、".join(value) or "（空）"
+    return fmt_number(value) if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
 class Feedback:
-    """The outcome of one answer, with the explanation to show after it. `expected` and `given`
-    use the letters this learner saw; `notes` holds the feedback of each option the learner got
-    wrong (chosen distractors, missed keys): `(letter, text)`."""
+    """The outcome of one answer in the letters this learner saw; `notes`: `(letter, feedback)`
+    of each option the learner got wrong."""
 
     qid: str
     correct: bool
@@ -58,56 +47,40 @@ class Feedback:
     tolerance: str | None = None
     notes: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
-    @property
-    def verdict(self) -> str:
-        """`正确` or `错误`."""
-        return "正确" if self.correct else "错误"
-
     def text(self) -> str:
-        """Feedback as plain text: verdict, the key, what each wrong choice misunderstood, the
-        explanation, and any 勘误/key note."""
-        head = f"{self.qid} {self.verdict}。"
+        """Verdict, key, each wrong choice's feedback, explanation, 勘误 and key note as text."""
+        head = f"{self.qid} {'正确' if self.correct else '错误'}。"
         if not self.correct:
-            head += f"你的答案：{format_answer(self.given)}；正确答案：{format_answer(self.expected)}"
+            head += f"你的答案：{_format_answer(self.given)}；正确答案：{_format_answer(self.expected)}"
             if self.tolerance:
                 head += f"（容差 {self.tolerance}）"
             head += "。"
         lines = [head]
         lines += [f"{letter}：{text}" for letter, text in self.notes]
         lines.append(f"解析：{self.explanation}")
-        if self.erratum:
-            lines.append(f"勘误：{self.erratum}")
-        if self.key_note:
-            lines.append(f"关于答案：{self.key_note}")
-        return "\n".join(lines)
+        return "\n".join(lines + _notes(self.erratum, self.key_note, ""))
+
+
+def _notes(erratum: str | None, key_note: str | None, indent: str) -> list[str]:
+    return [f"{indent}{label}：{text}" for label, text in (("勘误", erratum), ("关于答案", key_note)) if text]
 
 
 def question_header(q: Question, inst: Instance) -> str:
     """`Q3 [多选 · mid · 全对才得分] stem`: id, kind, difficulty, tolerance, then the stem."""
-    tags = [KIND_LABEL[q.kind], q.difficulty]
-    if q.kind == "multi":
-        tags.append("全对才得分")
+    tags = [_KIND_LABEL[q.kind], q.difficulty, *(["全对才得分"] if q.kind == "multi" else [])]
     if q.kind == "numeric":
-        tags.append(f"容差 {q.tolerance_text()}")
-        if q.unit:
-            tags.append(f"单位 {q.unit}")
+        tags += [f"容差 {q.tolerance_text()}", *([f"单位 {q.unit}"] if q.unit else [])]
     return f"{q.id} [{' · '.join(tags)}] {inst.stem}"
 
 
-def render_question(q: Question, seed: int | None = None, answers: bool = False,
+def _render_question(q: Question, seed: int | None = None, answers: bool = False,
                     article_order: bool = False) -> str:
-    """One question as text: header line, options (in the order `seed` gives them), and with
-    `answers=True` the key and why."""
+    """One question as text (options in `seed`'s order); with `answers` the key and why."""
     inst = q.instance(seed, article_order)
-    lines = [question_header(q, inst)]
-    lines += [f"  {k}. {v}" for k, v in inst.options.items()]
+    lines = [question_header(q, inst), *(f"  {k}. {v}" for k, v in inst.options.items())]
     if answers:
-        lines.append(f"  答案：{format_answer(inst.expected)}")
-        lines.append(f"  解析：{inst.explanation}")
-        if q.erratum:
-            lines.append(f"  勘误：{q.erratum}")
-        if q.key_note:
-            lines.append(f"  关于答案：{q.key_note}")
+        lines += [f"  答案：{_format_answer(inst.expected)}", f"  解析：{inst.explanation}",
+                  *_notes(q.erratum, q.key_note, "  ")]
     return "\n".join(lines)
 
 
@@ -115,9 +88,7 @@ def render_text(
     bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
     answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
 ) -> str:
-    """A bank (or the listed question ids) as plain text; answers hidden unless `answers`.
-    A learner id (or a seed) draws the numbers and, for chapter banks, the option order;
-    `article_order` keeps the options in the bank file's order."""
+    """A bank (or the listed ids) as text for a learner (or a seed); answers only with `answers`."""
     b = bank if isinstance(bank, Bank) else load_bank(bank)
     if learner is not None:
         learner = check_learner(learner)
@@ -135,18 +106,13 @@ def render_text(
             head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
         else:
             head += "，选项按 seed 打乱（未设学员 id）"
-    blocks = [head] + [render_question(q, seed, answers, article_order) for q in qs]
+    blocks = [head] + [_render_question(q, seed, answers, article_order) for q in qs]
     return "\n\n".join(blocks) + "\n"
 
 
 class QuizSession:
-    """A learner's run through a bank: record answers, give feedback, keep the score.
-
-    `learner` (an id: numbers, question draw and option order derive from it) or, without one,
-    `seed` fixes what is shown. `n` shows `n` questions drawn by that seed (the first `n`
-    without one); `questions` names the ids instead. `article_order` keeps the options in the
-    bank file's order.
-    """
+    """A learner's run through a bank: answers, feedback, score. `learner` (or without one
+    `seed`) fixes what is shown; `n` draws that many questions, `questions` names them."""
 
     def __init__(
         self, bank: Bank | str = "interview", seed: int | None = None,
@@ -157,13 +123,11 @@ class QuizSession:
         self.learner = check_learner(learner) if learner is not None else None
         optional_count("seed", seed, lo=0)
         if self.learner is not None:
-            own = seed_for(self.learner)
-            if seed is not None and seed != own:
+            if seed is not None and seed != seed_for(self.learner):
                 raise ValueError("give a learner id or a seed, not both: with a learner id the "
                                  "seed is derived from it")
-            seed = own
-        self.seed = seed
-        self.article_order = bool(article_order)
+            seed = seed_for(self.learner)
+        self.seed, self.article_order = seed, bool(article_order)
         if questions is not None and n is not None:
             raise ValueError("give questions= or n=, not both")
         ids = list(questions) if questions is not None else self.bank.pick(n, seed)
@@ -182,40 +146,30 @@ class QuizSession:
             raise KeyError(f"{qid} is not in this quiz")
         return self.bank[qid]
 
-    def _to_ids(self, q: Question, value: Any) -> Any:
-        """Displayed letters (as this learner saw them) → option ids; ids pass through."""
-        inst = self.instances[q.id]
+    def to_ids(self, qid: str, value: Any) -> Any:
+        """Displayed letters (as this learner saw them) → option ids; ids and numbers pass through."""
+        q, inst = self.question(qid), self.instances[qid]
 
         def one(v: Any) -> Any:
-            if isinstance(v, str) and len(v.strip()) == 1 and v.strip().upper() in inst.option_ids:
-                return inst.option_ids[v.strip().upper()]
-            return v
+            return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
 
-        if q.kind == "single":
-            return one(value)
         if q.kind == "multi" and isinstance(value, list):
             return [one(v) for v in value]
-        return value
+        return one(value) if q.kind == "single" else value
 
     def _letters(self, q: Question, ids: Any) -> Any:
         if ids is None or q.kind == "numeric":
             return ids
         inst = self.instances[q.id]
-        if q.kind == "single":
-            return inst.letter_of(ids)
-        return sorted(inst.letter_of(i) for i in ids)
+        return inst.letter_of(ids) if q.kind == "single" else sorted(map(inst.letter_of, ids))
 
     def answer(self, qid: str, value: Any) -> Feedback:
-        """Record an answer (a displayed letter or an option id, a list of them, or a number) and
-        return the feedback.
-
-        A malformed answer raises `ValueError` (a `SubmissionError`) and records nothing; a new
-        answer to the same question replaces the old one.
-        """
+        """Record an answer (displayed letters or option ids, or a number; a new one replaces
+        the old) and return the feedback; a malformed one raises `SubmissionError`."""
         q = self.question(qid)
         if value is None:
             raise SubmissionError(f"{qid}: no answer given")
-        given = normalize_answer(q, self._to_ids(q, value), letters_ok=False)
+        given = normalize_answer(q, self.to_ids(qid, value), letters_ok=False)
         ok = check_answer(q, given, self.seed, letters_ok=False)[0]
         key = q.expected_ids(self.seed)
         expected = float(f"{key:.10g}") if q.kind == "numeric" else key
@@ -225,12 +179,10 @@ class QuizSession:
         if not ok and q.kind != "numeric":
             chosen = {given} if q.kind == "single" else set(given)
             keyed = {key} if q.kind == "single" else set(key)
-            wrong = [i for i in self.instances[qid].option_ids.values()
-                     if (i in chosen) != (i in keyed) and (i in chosen or q.kind == "multi")]
-            for i in wrong:
-                text = q.option(i)["feedback"]
-                if text not in _DEFAULT_FEEDBACK:
-                    notes.append((self.instances[qid].letter_of(i), text))
+            notes = [(self.instances[qid].letter_of(i), q.option(i)["feedback"])
+                     for i in self.instances[qid].option_ids.values()
+                     if (i in chosen) != (i in keyed) and (i in chosen or q.kind == "multi")
+                     and q.option(i)["feedback"] not in _DEFAULT_FEEDBACK]
         return Feedback(qid, ok, self._letters(q, expected), self._letters(q, given),
                         self.instances[qid].explanation, q.erratum, q.key_note,
                         q.tolerance_text() if q.kind == "numeric" else None, tuple(notes))
@@ -240,19 +192,9 @@ class QuizSession:
         """Number of questions answered correctly."""
         return sum(self.results.values())
 
-    @property
-    def answered(self) -> int:
-        """Number of questions answered."""
-        return len(self.results)
-
-    @property
-    def total(self) -> int:
-        """Number of questions in the session (the ones shown)."""
-        return len(self.questions)
-
     def score_text(self) -> str:
         """`得分 3 / 10（已答 4 题）`."""
-        return f"得分 {self.score} / {self.total}（已答 {self.answered} 题）"
+        return f"得分 {self.score} / {len(self.questions)}（已答 {len(self.results)} 题）"
 
     @property
     def exportable(self) -> str | None:
@@ -268,26 +210,19 @@ class QuizSession:
         return None
 
     def to_submission(self) -> dict[str, Any]:
-        """The answers in the grader's submission format: `_bank`, `_learner`, `_shown` (when the
-        session shows only part of the bank) and one option id / list of ids / number per
-        answered question. ValueError when `exportable` says it cannot be graded."""
+        """The answers in the grader's format (`_bank`, `_learner`, `_shown`, one per answered
+        question); ValueError when `exportable` says it cannot be graded."""
         why = self.exportable
         if why:
             raise ValueError(why)
-        sub: dict[str, Any] = {"_bank": self.bank.name}
-        if self.learner:
-            sub["_learner"] = self.learner
+        sub: dict[str, Any] = {"_bank": self.bank.name, **({"_learner": self.learner} if self.learner else {})}
         if len(self.questions) < len(self.bank):
             sub["_shown"] = [q.id for q in self.questions]
-        for q in self.questions:
-            if q.id in self.answers:
-                sub[q.id] = self.answers[q.id]
-        return sub
+        return sub | {q.id: self.answers[q.id] for q in self.questions if q.id in self.answers}
 
     def save(self, path: str | Path) -> Path:
         """Write `to_submission()` as JSON to `path` (folders created); returns the path."""
-        sub = self.to_submission()
-        p = Path(path)
+        sub, p = self.to_submission(), Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(sub, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         return p

@@ -1,22 +1,7 @@
-"""Item statistics for instructors: how hard each question was and whether it told learners apart.
-
-    python -m batchlab.quiz stats submissions/*.json --bank ch02 [--json]
-
-For every question, over the learners who were shown it:
-
-- **difficulty** `p`: the share who got it right (classical test theory's item facility);
-- **discrimination** `r`: the corrected item–total correlation — the Pearson correlation
-  (point-biserial) between getting this item right (1/0) and the share right of the *other*
-  questions that learner was shown. Near 0: the item does not separate strong from weak
-  learners; negative: the stronger learners tend to miss it;
-- the share right among the top and the bottom 27 % of learners by that rest score;
-- for choice questions, how often each option was chosen (a distractor nobody picks is not
-  working; one the strong learners pick points at an ambiguous key).
-
-Flags: `everyone-right` (p = 1), `nobody-right` (p = 0), `strongest-miss` (r < 0, or the top group
-does worse than the bottom group), `weak` (0 ≤ r < 0.2 with at least 10 learners),
-`unused-distractor` (a wrong option nobody chose, with at least 10 learners), `few-learners`
-(fewer than 5: read the numbers with care).
+"""Item statistics for instructors (`python -m batchlab.quiz stats`): per question, over the
+learners shown it, the difficulty `p` (share right), the discrimination `r` (corrected item–total
+point-biserial correlation), the share right in the top and bottom 27 % by rest score, option
+counts, and the flags of `FLAG_TEXT`.
 """
 
 from __future__ import annotations
@@ -28,7 +13,7 @@ import numpy as np
 
 from batchlab.quiz.bank import Bank
 
-__all__ = ["FLAG_TEXT", "item_stats", "stats_table"]
+__all__ = ["item_stats", "stats_table"]
 
 FLAG_TEXT = {
     "everyone-right": "人人答对：区分不出掌握程度",
@@ -38,13 +23,10 @@ FLAG_TEXT = {
     "unused-distractor": "有干扰项无人选择",
     "few-learners": "人数太少（< 5），数字仅供参考",
 }
-"""What each flag means, in the words the table prints."""
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
+    return float(np.corrcoef(x, y)[0, 1]) if len(x) >= 2 and np.std(x) > 0 and np.std(y) > 0 else None
 
 
 def item_stats(reports: Sequence[dict[str, Any]], bank: Bank) -> list[dict[str, Any]]:
@@ -58,11 +40,8 @@ def item_stats(reports: Sequence[dict[str, Any]], bank: Bank) -> list[dict[str, 
     for q in bank:
         rows = [r for r in reports if q.id in r["results"]]
         item = np.array([float(r["results"][q.id]["correct"]) for r in rows])
-        rest = []
-        for r in rows:
-            others = [v["correct"] for k, v in r["results"].items() if k != q.id]
-            rest.append(sum(others) / len(others) if others else math.nan)
-        rest_a = np.array(rest, dtype=float)
+        rest_a = np.array([np.mean([v["correct"] for k, v in r["results"].items() if k != q.id] or [math.nan])
+                           for r in rows], dtype=float)
         ok = ~np.isnan(rest_a)
         n = len(rows)
         p = float(item.mean()) if n else None
@@ -81,20 +60,12 @@ def item_stats(reports: Sequence[dict[str, Any]], bank: Bank) -> list[dict[str, 
                 for g in ([given] if isinstance(given, str) else (given or [])):
                     oid = q.id_of_letter(g) if len(g) == 1 else g
                     options[oid] = options.get(oid, 0) + 1
-        flags = []
-        if n and p == 1.0:
-            flags.append("everyone-right")
-        if n and p == 0.0:
-            flags.append("nobody-right")
-        if (r_val is not None and r_val < 0) or (
-                upper_p is not None and lower_p is not None and upper_p < lower_p):
-            flags.append("strongest-miss")
-        elif r_val is not None and r_val < 0.2 and n >= 10:
-            flags.append("weak")
-        if n >= 10 and any(c == 0 for oid, c in options.items() if oid not in q.key_ids):
-            flags.append("unused-distractor")
-        if n < 5:
-            flags.append("few-learners")
+        miss = (r_val is not None and r_val < 0) or (upper_p is not None and upper_p < lower_p)
+        flags = [f for f, on in (
+            ("everyone-right", n and p == 1.0), ("nobody-right", n and p == 0.0), ("strongest-miss", miss),
+            ("weak", not miss and r_val is not None and r_val < 0.2 and n >= 10),
+            ("unused-distractor", n >= 10 and 0 in [c for oid, c in options.items() if oid not in q.key_ids]),
+            ("few-learners", n < 5)) if on]
         out.append({"id": q.id, "kind": q.kind, "n": n, "p": p, "r": r_val, "upper_p": upper_p,
                     "lower_p": lower_p, "options": options, "flags": flags})
     return out
@@ -112,10 +83,7 @@ def stats_table(rows: Sequence[dict[str, Any]], bank: Bank, learners: int) -> st
         lines.append(f"{s['id']:<10}{s['n']:>5}{_f(s['p']):>8}{_f(s['r'], '{:+.2f}'):>9}"
                      f"{_f(s['upper_p']):>7}{_f(s['lower_p']):>7}  {', '.join(s['flags'])}")
     used = sorted({f for s in rows for f in s["flags"]}, key=list(FLAG_TEXT).index)
-    if used:
-        lines.append("")
-        lines += [f"  {f}: {FLAG_TEXT[f]}" for f in used]
-    lines.append("")
-    lines.append("p = 难度（答对的比例）；r = 区分度（本题对错与其余题得分率的相关系数，点二列相关）；"
+    lines += [""] * bool(used) + [f"  {f}: {FLAG_TEXT[f]}" for f in used]
+    lines.append("\np = 难度（答对的比例）；r = 区分度（本题对错与其余题得分率的相关系数，点二列相关）；"
                  "top27/bot27 = 其余题得分最高/最低 27% 学员的答对率。")
     return "\n".join(lines) + "\n"

@@ -1,17 +1,8 @@
-"""The notebook quiz: an ipywidgets view over `QuizSession`.
-
-`Quiz(bank, learner=…)` builds one block per question (RadioButtons for single choice,
-Checkboxes for multi-choice, a text box for numbers), a 提交 button with feedback and the
-explanation, a running score and an 导出答案 button that writes the grader's submission JSON.
-With a learner id the options of chapter questions appear in that learner's seeded order; the
-widget's values are the stable option ids, so the export grades the same whatever order was
-shown. `display_chapter_quiz` uses the learner id the quiz notebook remembered
-(`batchlab.quiz.learner.current_learner`).
-CSS classes `batchlab-quiz`, `batchlab-question`, `batchlab-submit` and `batchlab-feedback` let
-browser tests find the parts. Displayed, it carries a `text/plain` rendering of the questions
-(no answers), so stored notebooks and headless runs show text. `show_quiz` prints that text instead of displaying a
-widget when there is no Jupyter kernel (plain Python, or `BATCHLAB_HEADLESS=1`). Nothing here
-ever waits for input.
+"""The notebook quiz: an ipywidgets view over `QuizSession` (one block per question, 提交 with
+feedback, a score and an 导出答案 button writing the grader's submission). Widget values are the
+stable option ids. CSS classes `batchlab-quiz`, `-question`, `-submit`, `-feedback` let browser
+tests find the parts; a displayed quiz carries its questions as `text/plain`, and `show_quiz`
+prints them when there is no kernel. Nothing here waits for input.
 """
 
 from __future__ import annotations
@@ -32,17 +23,11 @@ from batchlab.quiz.session import Feedback, QuizSession, question_header
 
 __all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
 
-_OK = "#e6f4ea"
-_BAD = "#fdecea"
-
 
 def headless() -> bool:
-    """True when no Jupyter kernel can show widgets: plain Python, a terminal IPython, or
-    `BATCHLAB_HEADLESS=1` in the environment."""
-    if os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes"):
-        return True
-    ip = get_ipython()
-    return ip is None or getattr(ip, "kernel", None) is None
+    """True when no Jupyter kernel can show widgets (or `BATCHLAB_HEADLESS=1`)."""
+    return (os.environ.get("BATCHLAB_HEADLESS", "").lower() in ("1", "true", "yes")
+            or getattr(get_ipython(), "kernel", None) is None)
 
 
 def _html_text(text: str) -> str:
@@ -99,17 +84,12 @@ class _QuestionView:
     def set_value(self, value: Any) -> None:
         """Enter an answer programmatically (used by tests and the notebook demo): displayed
         letters or option ids for choice questions."""
-        inst = self.quiz.session.instances[self.qid]
-
-        def oid(v: Any) -> Any:
-            return inst.option_ids.get(v.strip().upper(), v) if isinstance(v, str) else v
-
+        value = self.quiz.session.to_ids(self.qid, value)
         if self.kind == "single":
-            self.input.value = oid(value)
+            self.input.value = value
         elif self.kind == "multi":
-            chosen = {oid(v) for v in value}
             for k, b in self.boxes.items():
-                b.value = k in chosen
+                b.value = k in value
         else:
             self.input.value = "" if value is None else str(value)
 
@@ -127,7 +107,7 @@ class _QuestionView:
         except (SubmissionError, ValueError) as e:
             self.feedback.value = f"<i>{html.escape(str(e))}</i>"
             return None
-        color = _OK if fb.correct else _BAD
+        color = "#e6f4ea" if fb.correct else "#fdecea"
         self.feedback.value = (f"<div style='background:{color};padding:6px'>"
                                f"{_html_text(fb.text())}</div>")
         self.button.disabled = True
@@ -138,13 +118,8 @@ class _QuestionView:
 
 
 class Quiz:
-    """An interactive quiz over one bank; `session` holds the state, `widget` is the view.
-
-    `learner` (an id) fixes the numbers, the question draw and the option order; without one a
-    `seed` does. `n` keeps `n` questions (drawn by that seed, else the first `n`).
-    `export_path` is the default file the 导出答案 button writes; `article_order` shows the
-    options in the bank file's order.
-    """
+    """An interactive quiz over one bank (arguments as `QuizSession`'s); `session` holds the
+    state, `widget` is the view, `export_path` the file 导出答案 writes by default."""
 
     def __init__(
         self, bank: Bank | str = "interview", seed: int | None = None,
@@ -153,10 +128,8 @@ class Quiz:
     ) -> None:
         b = bank if isinstance(bank, Bank) else load_bank(bank)
         self.session = QuizSession(b, seed=seed, learner=learner, n=n, article_order=article_order)
-        ids = [q.id for q in self.session.questions]
-        who = self.session.learner or "me"
-        self.export_path = Path(export_path or f"answers_{b.name}_{who}.json")
-        self.views = {qid: _QuestionView(self, qid) for qid in ids}
+        self.export_path = Path(export_path or f"answers_{b.name}_{self.session.learner or 'me'}.json")
+        self.views = {q.id: _QuestionView(self, q.id) for q in self.session.questions}
         self.score = W.HTML(f"<b>{self.session.score_text()}</b>")
         self.path_box = W.Text(value=str(self.export_path), description="文件",
                                layout=W.Layout(width="28em"))
@@ -165,7 +138,7 @@ class Quiz:
         self.export_msg = W.HTML("")
         who_text = (f"学员 {html.escape(self.session.learner)}" if self.session.learner
                     else "未设置学员 id（导出前先在 quiz/quiz.ipynb 里设置）")
-        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(ids)} 题 · {who_text}</h4>")
+        title = W.HTML(f"<h4>题库 {html.escape(b.name)}：{len(self.views)} 题 · {who_text}</h4>")
         self.widget = W.VBox([title, *[v.box for v in self.views.values()], self.score,
                               W.HBox([self.path_box, self.export_button]), self.export_msg])
         self.widget.add_class("batchlab-quiz")  # CSS hooks: quiz, question, submit, feedback
@@ -184,9 +157,8 @@ class Quiz:
 
     def answer(self, qid: str, value: Any) -> Feedback | None:
         """Enter `value` for `qid` in the widget and press 提交 (what a learner's click does)."""
-        view = self.views[qid]
-        view.set_value(value)
-        return view.submit()
+        self.views[qid].set_value(value)
+        return self.views[qid].submit()
 
     def export(self, path: str | Path | None = None) -> Path:
         """Write the answers so far in the grader's submission format; returns the path."""
@@ -209,8 +181,7 @@ def show_quiz(
     bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
     n: int | None = None, export_path: str | Path | None = None, article_order: bool = False,
 ) -> str | None:
-    """Show a quiz: the widget in a Jupyter kernel (returns None), or print and return its
-    text when headless. Never blocks."""
+    """Show a quiz: the widget in a Jupyter kernel (returns None), else print and return its text."""
     quiz = Quiz(bank, seed=seed, learner=learner, n=n, export_path=export_path,
                 article_order=article_order)
     if headless():
@@ -225,13 +196,8 @@ def display_chapter_quiz(
     chapter: str | int, n: int | None = None, seed: int | None = None,
     learner: str | None = None,
 ) -> str | None:
-    """The 自测题 at the end of a chapter: `show_quiz` on bank `chNN` (e.g. `"03"` or 3).
-
-    The learner is `learner`, else the id the quiz notebook remembered (`current_learner()`:
-    `$BATCHLAB_LEARNER` or the config file). With a learner the numbers, the `n` questions and
-    the option order derive from the id and `seed` is ignored; without one `seed` draws them
-    (so a chapter's stored output is the same on every machine) and the export button asks for
-    an id."""
+    """A chapter's 自测题: `show_quiz` on bank `chNN` for `learner`, else the remembered one
+    (`current_learner()`); without a learner `seed` draws, so stored outputs match everywhere."""
     ch = f"{int(chapter):02d}" if str(chapter).isdigit() else str(chapter)
     if ch not in {f"{i:02d}" for i in range(11)}:
         raise ValueError(f"chapter must be 00 … 10, got {chapter!r}")
