@@ -396,6 +396,11 @@ def _lm_stream_default(tree: ast.AST) -> list[int]:
     return out
 
 
+def _cjk_width(tree: ast.AST) -> list[int]:
+    """Measuring text in terminal columns: a call of `unicodedata.east_asian_width`."""
+    return [n.lineno for n in ast.walk(tree) if _call_name(n).endswith("east_asian_width")]
+
+
 #: concept -> (its one home, the detector, a planted second home the detector must catch)
 CONCEPTS = {
     "affine fit t(B) = a + b·B": ("batchlab.theory.formulas", _affine_fit,
@@ -420,11 +425,11 @@ CONCEPTS = {
                        "def err(pred, meas):\n    return (pred - meas) / meas if meas else float('nan')\n"),
     "config parse error explained": ("batchlab.config_pbtxt", _config_error_text,
                                      "import re\nNO_FIELD = re.compile(r'has no field named \"(\\w+)\"')\n"),
+    "CJK text width": ("batchlab.quiz.audit", _cjk_width,
+                       "import unicodedata\ndef w(t):\n    return sum(1 + (unicodedata.east_asian_width(c) == 'W') for c in t)\n"),
     "lm_stream defaults": ("batchlab.lm.scheduler", _lm_stream_default,
                            "def admit(waiting, max_active=8, kv_token_budget=4096):\n    return waiting\n"),
 }
-
-
 
 
 def _concept_sites(detector: Callable[[ast.AST], list[int]]) -> dict[str, list[int]]:
