@@ -1,9 +1,5 @@
-"""KV-cache capacity checked on the course's own LM and server, and serving cost (chapters 03, 06, 09).
-
-The capacity arithmetic lives in `batchlab.theory.kv`; here it is checked against the bytes the
-toy LM's caches hold, its continuous batcher's admissions and the `lm_stream` model. Cost: the
-article's Cost_per = C_GPU·T_busy/N_req next to the rented view C_GPU·T_wall/N_req = Cost_per/U.
-"""
+"""KV-cache capacity (`batchlab.theory.kv`) checked on the toy LM, its batcher and `lm_stream`, and
+serving cost by busy time (the article's Cost_per) and by wall time (chapters 03, 06, 09)."""
 
 from __future__ import annotations
 
@@ -27,11 +23,8 @@ __all__ = ["CostBreakdown", "toy_kv_accounting", "toy_admission_check", "cost_fr
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
                       steps: int = 16) -> list[dict[str, Any]]:
-    """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in `concurrency`.
-
-    Each cache then holds prompt + steps − 1 tokens. Rows: n, tokens_per_seq, bytes_per_token,
-    formula_bytes (n · tokens · bytes_per_token), used_bytes, allocated_bytes (grown in blocks).
-    """
+    """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in
+    `concurrency`: formula_bytes (n · tokens · bytes_per_token) next to used and allocated bytes."""
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
     cfg = lm.config

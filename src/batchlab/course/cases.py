@@ -1,9 +1,5 @@
-"""The article's two case studies re-created, with every assumption stated (chapter 07).
-
-Case 1 (e-commerce, dynamic batcher 8 / 50 ms: P95 6 s → 2 s, GPU utilisation 22 % → 67 %) and
-case 2 (12-tenant SaaS: utilisation 35 % → 70 %) give no model, GPU or fleet size: closed-form
-checks use only the article's numbers, and simulations (`batchlab.sim`) take their assumptions
-from a dataclass or tenant table a reader can change. Nothing here plots.
+"""The article's two case studies (chapter 07): closed-form checks on the article's numbers, and
+simulations whose unstated assumptions sit in a dataclass or tenant table a reader can change.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ import numpy as np
 from batchlab.course.presets import LLM_COST
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
+from batchlab.quiz.audit import width
 from batchlab.sim import workload as W
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -85,12 +82,9 @@ def compute_utilisation_at_batch(batch: float, ridge_flop_per_byte: float) -> fl
 
 @dataclass(frozen=True)
 class EcommerceAssumptions:
-    """What case 1 leaves unsaid, stated; change any field and re-run `ecommerce_scenarios`.
-
-    One Triton server per 8-GPU node (one instance per GPU, one shared queue), the 5000 QPS spread
-    over the nodes; one request = one whole generation, an execution of B takes a + b·B with
-    b = `gpu_ms_per_request` and a host time during which the GPU idles; before batching every
-    instance is `busy_before` busy, so a/b = busy_before/util_before − 1; Poisson arrivals.
+    """What case 1 leaves unsaid: one server per node of `gpus_per_node` instances sharing a queue,
+    Poisson arrivals, one request = one generation taking a + b·B (b = `gpu_ms_per_request`, the GPU
+    idle during a), each instance `busy_before` busy before batching: a/b = busy_before/util_before − 1.
     """
 
     rate_qps: float = 5000.0
@@ -348,10 +342,6 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
         return str(v)
 
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-
-    def width(s: str) -> int:
-        return sum(2 if ord(ch) > 0x2E7F else 1 for ch in s)
-
     widths = [max(width(h), *(width(row[i]) for row in cells)) for i, h in enumerate(heads)]
 
     def line(vals: Sequence[str]) -> str:

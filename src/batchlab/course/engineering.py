@@ -1,7 +1,5 @@
-"""Chapter 06 (工程实战) experiments: the live metrics endpoint (`live_metrics_run`), starvation
-and its fixes (`starvation_experiment`), what `max_queue_delay` bounds (`delay_bound_experiment`),
-and online versus offline settings (`online_offline_grid`). Nothing here plots.
-"""
+"""Chapter 06 (工程实战) experiments: live metrics, starvation and its fixes, what
+`max_queue_delay` bounds, online versus offline settings."""
 
 from __future__ import annotations
 
@@ -133,8 +131,6 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
                      "p50_ms": s["latency_ms"]["p50"], "p99_ms": s["latency_ms"]["p99"], "stable": s["stable"],
                      "capacity_rps": o["throughput_rps"], "mean_batch_offline": o["batch_size_mean"]})
     return rows
-
-
 
 
 def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_per_phase: float = 1.5,

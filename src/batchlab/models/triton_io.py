@@ -188,7 +188,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-
 def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
                      compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
     """Responses of a stateless row model: each request's `name` rows checked, all computed in one call.
