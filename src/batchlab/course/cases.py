@@ -137,9 +137,7 @@ def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
                         extra_delays_ms: Sequence[float] = ()) -> list[dict[str, Any]]:
     """Simulate case 1 on one node: ``before`` (no batching), ``after_same_fleet`` (8 / 50 ms),
     ``after_third_fleet`` (nodes divided by util_after/util_before), ``after_same_fleet_delay_<d>ms``
-    per extra delay. Rows: scenario, nodes, gpus, node_rate, p50_s, p95_s, p99_s, mean_batch,
-    busy, gpu_util (reading A), stable.
-    """
+    per extra delay; gpu_util is reading A."""
     a = assume or EcommerceAssumptions()
     svc = a.service
     b_s = a.gpu_ms_per_request * 1e-3

@@ -58,13 +58,9 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
                           service: Affine = EMBED_LIKE, max_batch_size: int = 32,
                           low_timeout_ms: float = 200.0, low_max_queue: int = 64,
                           delay_ms: float = 5.0, seed: int = 21) -> list[StarvationRun]:
-    """Online (priority 1) and offline (priority 2) traffic together over one instance's capacity.
-
-    Policies: ``fifo``; ``fifo_delay`` (max_queue_delay = `delay_ms`: bounds nothing);
-    ``priority`` (priority_levels 2: offline starves); ``priority_timeout`` (REJECT after
-    `low_timeout_ms`); ``priority_delay_action`` (the same with DELAY); ``priority_max_queue``
-    (max_queue_size `low_max_queue` on level 2); ``priority_2_instances`` (the fix: capacity).
-    """
+    """Online (priority 1) and offline (priority 2) traffic together over one instance's capacity,
+    per policy: fifo, fifo_delay, priority, and priority with a timeout (REJECT or DELAY), a queue
+    cap or a second instance (the fix: capacity)."""
     cap = service.throughput(max_batch_size)
     rng = np.random.default_rng(seed)
     hi = W.poisson(high_load * cap, int(n * high_load / (high_load + low_load)), seed=rng)

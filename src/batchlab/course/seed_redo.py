@@ -1,10 +1,5 @@
-"""The article's Python demo (`batchlab.course.seed_demo`) redone in `batchlab.sim` (chapter 08).
-
-Its 「朴素」 mode is `simulate_static_generation` (``naive``), its 「序列」 mode the same with
-``early_return=True`` (``seq``); ``continuous`` refills a finished slot at the next step.
-`ARTICLE_COST` is the article's service model (a step takes 0.1 s whatever the batch);
-`BATCH_COST` charges for batch size.
-"""
+"""The article's Python demo (`seed_demo`) redone in `batchlab.sim` (chapter 08): 「朴素」 is ``naive``,
+「序列」 ``seq`` (early returns), and ``continuous`` refills a finished slot at the next step."""
 
 from __future__ import annotations
 
