@@ -15,9 +15,6 @@ from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
 
-__all__ = ["CostBreakdown", "toy_kv_accounting", "toy_admission_check", "cost_from_run", "cost_table",
-           "stream_model_limits", "server_kv_admission"]
-
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
                       steps: int = 16) -> list[dict[str, Any]]:

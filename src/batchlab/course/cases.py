@@ -22,14 +22,6 @@ from batchlab.sim.results import SimResult
 from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
-__all__ = [
-    "ECOMMERCE", "fill_time_s", "replicas_where_delay_matters",
-    "overhead_ratio", "kernel_share", "batch_for_share",
-    "compute_utilisation_at_batch", "EcommerceAssumptions", "ecommerce_scenarios",
-    "Tenant", "TENANTS", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
-    "fairness_experiment", "per_group_latency", "text_table", "before_p95_sweep", "real_fairness",
-]
-
 #: The article's case 1, exactly as stated.
 ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0,
              "p95_before_s": 6.0, "p95_after_s": 2.0, "util_before": 0.22, "util_after": 0.67}

@@ -19,11 +19,6 @@ from batchlab.sim.results import SimResult
 from batchlab.sim.rule import QueuePolicy
 from batchlab.sim.service import Affine
 
-__all__ = [
-    "starvation_experiment", "StarvationRun", "delay_bound_experiment", "online_offline_grid",
-    "live_metrics_run",
-]
-
 
 @dataclass
 class StarvationRun:

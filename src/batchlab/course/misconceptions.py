@@ -23,12 +23,6 @@ from batchlab.sim.static_generation import simulate_static_generation
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_for
 
-__all__ = [
-    "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
-    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult",
-    "measure_delay_pair", "overload_throughput",
-]
-
 #: An LLM workload with long contexts: prompts 500–2500 tokens, outputs ~ 400 (capped at 1500).
 LONG_CHAT = (uniform(500, 2500), capped_exponential(400, 1500))
 

@@ -14,8 +14,6 @@ from batchlab.sim.lengths import uniform
 from batchlab.sim.service import TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
 
-__all__ = ["ARTICLE_COST", "BATCH_COST", "workload_from_trace", "article_workload", "redo", "SCHEDULERS"]
-
 #: The article's model: every sequence advances 10 tokens per second whatever the batch size
 #: (a prompt of 1 token; a request of L tokens takes L steps of 0.1 s).
 ARTICLE_COST = TokenCost(prefill_per_token=0.0, decode_base=100_000.0, decode_per_seq=0.0)

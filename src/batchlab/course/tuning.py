@@ -13,11 +13,6 @@ from batchlab._validate import count, positive
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
 
-__all__ = [
-    "config_grid", "unit_arrivals", "evaluate", "sweep", "as_matrix",
-    "SLOCapacity", "capacity_under_slo", "search",
-]
-
 #: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
 SLO_PERCENTILES = (50, 95, 99)
 
