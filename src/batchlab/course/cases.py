@@ -362,9 +362,7 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
                   models: Sequence[tuple[str, str]] = (("generate", "grpc"), ("lm_stream", "grpc-stream"))
                   ) -> list[dict[str, Any]]:
     """Short and long generations (EOS ignored) share the toy LM on the real server, once per model
-    (`generate`: request-level batches; `lm_stream`: continuous batching), on one Poisson schedule.
-    Rows: model, tenant, n, p50_s, p95_s, max_s, errors.
-    """
+    (`generate`: request-level batches; `lm_stream`: continuous batching), on one Poisson schedule."""
     rng = np.random.default_rng(seed)
     a_s = W.rate_curve([rate_short], seconds, seed=rng)
     a_l = W.rate_curve([rate_long], seconds, seed=rng)

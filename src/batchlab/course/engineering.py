@@ -87,10 +87,8 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
 
 def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
                            max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
-    """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay``
-    = `delay_ms`. Rows: load, delay_ms, queue_p50_ms, queue_p99_ms, queue_max_ms, over_delay_pct,
-    stable.
-    """
+    """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay`` =
+    `delay_ms`; over_delay_pct is the share of requests that waited longer."""
     cap = service.throughput(max_batch_size)
     rows = []
     for i, load in enumerate(loads):
