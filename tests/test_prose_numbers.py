@@ -35,11 +35,11 @@ def _load(path: Path) -> dict:
 
 
 def test_the_article_copy_is_the_article() -> None:
-    copy_text = (NB_DIR / pn.ARTICLE_NAME).read_text(encoding="utf-8")
+    copy_text = pn.ARTICLE
     assert "「一口锅」" in copy_text and len(copy_text) > 10_000
     if not SHARED_ARTICLE.is_file():
         pytest.skip("no ../shared beside the repository: the shipped copy is the reference")
-    assert copy_text == SHARED_ARTICLE.read_text(encoding="utf-8"), "notebooks/source_article.txt is stale"
+    assert copy_text == SHARED_ARTICLE.read_text(encoding="utf-8"), "src/batchlab/lm/article.txt is stale"
 
 
 def test_allow_list_entries_name_what_and_source() -> None:
@@ -140,7 +140,6 @@ GLUED_UNIT = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?(ms|µs|us|s)(?![A-Za-z
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_units_are_spaced(path: Path) -> None:
     """One unit style: 「5 ms」, not 「5ms」 (quotes of the article keep the article's spelling)."""
-    article = (NB_DIR / pn.ARTICLE_NAME).read_text(encoding="utf-8")
     bad = []
     for i, cell in enumerate(_load(path)["cells"]):
         if cell["cell_type"] != "markdown":
@@ -148,7 +147,7 @@ def test_units_are_spaced(path: Path) -> None:
         text = re.sub(r"`[^`\n]*`|\$[^$]*\$", " ", "".join(cell["source"]))
         for m in GLUED_UNIT.finditer(text):
             quoted = text[max(0, m.start() - 6):m.end() + 2]
-            if quoted not in article:
+            if quoted not in pn.ARTICLE:
                 bad.append(f"cell {i}: {m.group(0)!r}")
     assert not bad, f"{path.name}: write a space between number and unit: {bad}"
 

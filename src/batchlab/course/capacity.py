@@ -1,37 +1,25 @@
-"""KV-cache capacity checked on the course's own LM and server, and serving cost (chapters 03, 06, 09).
-
-The capacity arithmetic lives in `batchlab.theory.kv`; here it is checked against the bytes the
-toy LM's caches hold, its continuous batcher's admissions and the `lm_stream` model. Cost: the
-article's Cost_per = C_GPU·T_busy/N_req next to the rented view C_GPU·T_wall/N_req = Cost_per/U.
-"""
+"""KV-cache capacity (`batchlab.theory.kv`) checked on the toy LM, its batcher and `lm_stream`, and
+serving cost by busy time (the article's Cost_per) and by wall time (chapters 03, 06, 09)."""
 
 from __future__ import annotations
 
-import queue
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import tritonclient.grpc as grpcclient
 
 from batchlab.config_pbtxt import parse_config
 from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
-from batchlab.load.transport import triton_dtype
+from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
 
-__all__ = ["CostBreakdown", "toy_kv_accounting", "toy_admission_check", "cost_from_run", "cost_table",
-           "stream_model_limits", "server_kv_admission"]
-
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
                       steps: int = 16) -> list[dict[str, Any]]:
-    """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in `concurrency`.
-
-    Each cache then holds prompt + steps − 1 tokens. Rows: n, tokens_per_seq, bytes_per_token,
-    formula_bytes (n · tokens · bytes_per_token), used_bytes, allocated_bytes (grown in blocks).
-    """
+    """Step n sequences of a `prompt_tokens` prompt together `steps` times, for each n in
+    `concurrency`: formula_bytes (n · tokens · bytes_per_token) next to used and allocated bytes."""
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
     cfg = lm.config
@@ -145,57 +133,21 @@ def stream_model_limits(config: Any) -> dict[str, int]:
 
 def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int,
                         timeout_s: float = 60.0) -> dict[str, Any]:
-    """Send `n_requests` generations at once over one gRPC stream to an `lm_stream`-like model;
+    """Send `n_requests` generations at once over gRPC streams to an `lm_stream`-like model;
     report the largest ACTIVE and KV_TOKENS it streamed back, and the tokens received."""
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")
-    results: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    finals = 0
+    peak = {"ACTIVE": 0, "KV_TOKENS": 0}
 
-    def callback(result: Any, error: Any) -> None:
-        results.put((result, error))
+    def track(responses: list[dict[str, np.ndarray]]) -> None:
+        for outs in responses:
+            for key in peak:
+                peak[key] = max(peak[key], int(outs[key].reshape(-1)[0]))
 
-    try:
-        client.start_stream(callback=callback)
-        rng = np.random.default_rng(0)
-        for i in range(n_requests):
-            prompt = np.concatenate([[1], rng.integers(4, 200, prompt_tokens - 1)]).astype(np.int32)
-            inputs = []
-            for name, arr in generate_inputs(prompt, max_tokens, ignore_eos=True, batched=False).items():
-                t = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
-                t.set_data_from_numpy(arr)
-                inputs.append(t)
-            client.async_stream_infer(model, inputs, request_id=str(i), enable_empty_final_response=True)
-        max_active = 0
-        max_kv = 0
-        tokens = 0
-        errors: list[str] = []
-        while finals < n_requests:
-            try:
-                result, error = results.get(timeout=timeout_s)
-            except queue.Empty:
-                errors.append("timed out waiting for responses")
-                break
-            if error is not None:
-                errors.append(str(error))
-                finals += 1
-                continue
-            resp = result.get_response()
-            if resp.parameters.get("triton_final_response") and resp.parameters["triton_final_response"].bool_param:
-                finals += 1
-            if resp.outputs:
-                act = result.as_numpy("ACTIVE")
-                kv = result.as_numpy("KV_TOKENS")
-                if act is not None:
-                    max_active = max(max_active, int(act.reshape(-1)[0]))
-                if kv is not None:
-                    max_kv = max(max_kv, int(kv.reshape(-1)[0]))
-                tokens += 1
-    finally:
-        try:
-            client.stop_stream()
-        finally:
-            client.close()
-    return {"requests": n_requests, "tokens": tokens, "max_active_seen": max_active,
-            "max_kv_tokens_seen": max_kv, "errors": errors}
+    rng = np.random.default_rng(0)
+    prompts = [np.concatenate([[1], rng.integers(4, 200, prompt_tokens - 1)]).astype(np.int32) for _ in range(n_requests)]
+    specs = [RequestSpec(generate_inputs(p, max_tokens, ignore_eos=True, batched=False), check=track) for p in prompts]
+    rec = run_open_loop(server, model, specs, arrivals=np.zeros(n_requests), protocol="grpc-stream",
+                        request_timeout_s=timeout_s, stats=False, progress=False, warn=False).records
+    return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": peak["ACTIVE"],
+            "max_kv_tokens_seen": peak["KV_TOKENS"], "errors": [e for e in rec.error if e is not None]}

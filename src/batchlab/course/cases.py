@@ -1,9 +1,5 @@
-"""The article's two case studies re-created, with every assumption stated (chapter 07).
-
-Case 1 (e-commerce, dynamic batcher 8 / 50 ms: P95 6 s → 2 s, GPU utilisation 22 % → 67 %) and
-case 2 (12-tenant SaaS: utilisation 35 % → 70 %) give no model, GPU or fleet size: closed-form
-checks use only the article's numbers, and simulations (`batchlab.sim`) take their assumptions
-from a dataclass or tenant table a reader can change. Nothing here plots.
+"""The article's two case studies (chapter 07): closed-form checks on the article's numbers, and
+simulations whose unstated assumptions sit in a dataclass or tenant table a reader can change.
 """
 
 from __future__ import annotations
@@ -25,14 +21,6 @@ from batchlab.sim.lengths import LengthDist, capped_exponential, fixed, uniform
 from batchlab.sim.results import SimResult
 from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
-
-__all__ = [
-    "ECOMMERCE", "fill_time_s", "replicas_where_delay_matters",
-    "overhead_ratio", "kernel_share", "batch_for_share",
-    "compute_utilisation_at_batch", "EcommerceAssumptions", "ecommerce_scenarios",
-    "Tenant", "TENANTS", "tenant_requests", "padding_eta", "saas_comparison", "saas_capacity",
-    "fairness_experiment", "per_group_latency", "text_table", "before_p95_sweep", "real_fairness",
-]
 
 #: The article's case 1, exactly as stated.
 ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0,
@@ -86,12 +74,9 @@ def compute_utilisation_at_batch(batch: float, ridge_flop_per_byte: float) -> fl
 
 @dataclass(frozen=True)
 class EcommerceAssumptions:
-    """What case 1 leaves unsaid, stated; change any field and re-run `ecommerce_scenarios`.
-
-    One Triton server per 8-GPU node (one instance per GPU, one shared queue), the 5000 QPS spread
-    over the nodes; one request = one whole generation, an execution of B takes a + b·B with
-    b = `gpu_ms_per_request` and a host time during which the GPU idles; before batching every
-    instance is `busy_before` busy, so a/b = busy_before/util_before − 1; Poisson arrivals.
+    """What case 1 leaves unsaid: one server per node of `gpus_per_node` instances sharing a queue,
+    Poisson arrivals, one request = one generation taking a + b·B (b = `gpu_ms_per_request`, the GPU
+    idle during a), each instance `busy_before` busy before batching: a/b = busy_before/util_before − 1.
     """
 
     rate_qps: float = 5000.0
@@ -144,9 +129,7 @@ def ecommerce_scenarios(assume: EcommerceAssumptions | None = None,
                         extra_delays_ms: Sequence[float] = ()) -> list[dict[str, Any]]:
     """Simulate case 1 on one node: ``before`` (no batching), ``after_same_fleet`` (8 / 50 ms),
     ``after_third_fleet`` (nodes divided by util_after/util_before), ``after_same_fleet_delay_<d>ms``
-    per extra delay. Rows: scenario, nodes, gpus, node_rate, p50_s, p95_s, p99_s, mean_batch,
-    busy, gpu_util (reading A), stable.
-    """
+    per extra delay; gpu_util is reading A."""
     a = assume or EcommerceAssumptions()
     svc = a.service
     b_s = a.gpu_ms_per_request * 1e-3
@@ -380,9 +363,7 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
                   models: Sequence[tuple[str, str]] = (("generate", "grpc"), ("lm_stream", "grpc-stream"))
                   ) -> list[dict[str, Any]]:
     """Short and long generations (EOS ignored) share the toy LM on the real server, once per model
-    (`generate`: request-level batches; `lm_stream`: continuous batching), on one Poisson schedule.
-    Rows: model, tenant, n, p50_s, p95_s, max_s, errors.
-    """
+    (`generate`: request-level batches; `lm_stream`: continuous batching), on one Poisson schedule."""
     rng = np.random.default_rng(seed)
     a_s = W.rate_curve([rate_short], seconds, seed=rng)
     a_l = W.rate_curve([rate_long], seconds, seed=rng)

@@ -1,7 +1,5 @@
-"""Chapter 06 (工程实战) experiments: the live metrics endpoint (`live_metrics_run`), starvation
-and its fixes (`starvation_experiment`), what `max_queue_delay` bounds (`delay_bound_experiment`),
-and online versus offline settings (`online_offline_grid`). Nothing here plots.
-"""
+"""Chapter 06 (工程实战) experiments: live metrics, starvation and its fixes, what
+`max_queue_delay` bounds, online versus offline settings."""
 
 from __future__ import annotations
 
@@ -20,11 +18,6 @@ from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
 from batchlab.sim.rule import QueuePolicy
 from batchlab.sim.service import Affine
-
-__all__ = [
-    "starvation_experiment", "StarvationRun", "delay_bound_experiment", "online_offline_grid",
-    "live_metrics_run",
-]
 
 
 @dataclass
@@ -60,13 +53,9 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
                           service: Affine = EMBED_LIKE, max_batch_size: int = 32,
                           low_timeout_ms: float = 200.0, low_max_queue: int = 64,
                           delay_ms: float = 5.0, seed: int = 21) -> list[StarvationRun]:
-    """Online (priority 1) and offline (priority 2) traffic together over one instance's capacity.
-
-    Policies: ``fifo``; ``fifo_delay`` (max_queue_delay = `delay_ms`: bounds nothing);
-    ``priority`` (priority_levels 2: offline starves); ``priority_timeout`` (REJECT after
-    `low_timeout_ms`); ``priority_delay_action`` (the same with DELAY); ``priority_max_queue``
-    (max_queue_size `low_max_queue` on level 2); ``priority_2_instances`` (the fix: capacity).
-    """
+    """Online (priority 1) and offline (priority 2) traffic together over one instance's capacity,
+    per policy: fifo, fifo_delay, priority, and priority with a timeout (REJECT or DELAY), a queue
+    cap or a second instance (the fix: capacity)."""
     cap = service.throughput(max_batch_size)
     rng = np.random.default_rng(seed)
     hi = W.poisson(high_load * cap, int(n * high_load / (high_load + low_load)), seed=rng)
@@ -98,10 +87,8 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
 
 def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
                            max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
-    """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay``
-    = `delay_ms`. Rows: load, delay_ms, queue_p50_ms, queue_p99_ms, queue_max_ms, over_delay_pct,
-    stable.
-    """
+    """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay`` =
+    `delay_ms`; over_delay_pct is the share of requests that waited longer."""
     cap = service.throughput(max_batch_size)
     rows = []
     for i, load in enumerate(loads):
@@ -133,8 +120,6 @@ def online_offline_grid(online_rate: float, settings: Sequence[tuple[int, float]
                      "p50_ms": s["latency_ms"]["p50"], "p99_ms": s["latency_ms"]["p99"], "stable": s["stable"],
                      "capacity_rps": o["throughput_rps"], "mean_batch_offline": o["batch_size_mean"]})
     return rows
-
-
 
 
 def live_metrics_run(server: Any, model: str, rates: Sequence[float], seconds_per_phase: float = 1.5,

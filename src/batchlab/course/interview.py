@@ -19,8 +19,6 @@ from batchlab.lm import ToyLM
 from batchlab.quiz import load_bank
 from batchlab.theory.kv import kv_bytes_for
 
-__all__ = ["Evidence", "EVIDENCE", "run", "evidence_rows", "link_markdown", "answer_card"]
-
 
 @dataclass(frozen=True)
 class Evidence:

@@ -1,11 +1,6 @@
-"""The article's five misconceptions (常见误区), each an experiment (chapter 09); nothing here plots.
-
-1. `batch_size_sweep` / `llm_batch_sweep`: "max_batch_size at its maximum is always best";
-2. `combination_comparison`: "dynamic and sequence batching exclude each other";
-3. `delay_sweep`: "a tiny max_queue_delay makes throughput collapse";
-4. `kv_growth`: "the KV cache costs no memory";
-5. `day_experiment`: "tune once, never again".
-"""
+"""The article's five misconceptions (chapter 09) as experiments: the largest batch
+(`batch_size_sweep`, `llm_batch_sweep`), dynamic vs sequence batching (`combination_comparison`),
+a tiny delay (`delay_sweep`), KV memory (`kv_growth`), tuning once (`day_experiment`)."""
 
 from __future__ import annotations
 
@@ -28,12 +23,6 @@ from batchlab.sim.static_generation import simulate_static_generation
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_for
 
-__all__ = [
-    "LONG_CHAT", "batch_size_sweep", "llm_batch_sweep", "combination_comparison",
-    "delay_sweep", "kv_growth", "day_rates", "day_experiment", "DayResult",
-    "measure_delay_pair", "overload_throughput",
-]
-
 #: An LLM workload with long contexts: prompts 500–2500 tokens, outputs ~ 400 (capped at 1500).
 LONG_CHAT = (uniform(500, 2500), capped_exponential(400, 1500))
 
@@ -44,11 +33,8 @@ def _lat(s: dict[str, Any], key: str = "p99") -> float | None:
 
 def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_LIKE,
                      delays_us: Sequence[float] = (0.0,), n: int = 20_000, seed: int = 1) -> list[dict[str, Any]]:
-    """Dynamic batcher on one instance at Poisson `rate`, per max_batch_size and delay.
-
-    Rows: max_batch_size, delay_us, t_full_ms, capacity_rps (B/t(B)), amdahl_ceiling_rps (1/b),
-    mean_batch, p50_ms, p99_ms, stable.
-    """
+    """Dynamic batcher on one instance at Poisson `rate`, per max_batch_size and delay. Rows include
+    capacity_rps (B/t(B)) and amdahl_ceiling_rps (1/b)."""
     arr = W.poisson(rate, n, seed=seed)
     rows = []
     for d in delays_us:
@@ -64,11 +50,8 @@ def batch_size_sweep(sizes: Sequence[int], rate: float, service: Affine = EMBED_
 def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_token: int,
                     kv_budget_bytes: float | None, overload_rate: float = 30.0, n: int = 600,
                     lengths=LONG_CHAT, kv_policy: str = "on_demand", seed: int = 2) -> list[dict[str, Any]]:
-    """Continuous batching offered more than it can serve, per cap on running sequences.
-
-    Rows: max_active, tokens_per_s, itl_ms (mean iteration time), mean_running, kv_peak_gib,
-    kv_need_gib (max_active mean-length sequences), fits (within budget), preemptions.
-    """
+    """Continuous batching offered more than it can serve, per cap on running sequences. Rows
+    include itl_ms (mean iteration time) and kv_need_gib (max_active mean-length sequences)."""
     rng = np.random.default_rng(seed)
     arr = W.poisson(overload_rate, n, seed=rng)
     p = lengths[0].sample(n, rng)
@@ -95,12 +78,8 @@ def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batc
                            lengths=(uniform(50, 400), capped_exponential(150, 600)),
                            overload_rate: float | None = None, seed: int = 4) -> list[dict[str, Any]]:
     """The same requests under ``dynamic_only`` (padded request-level batches), ``sequence_only``
-    (the same, each request returned when its own tokens are out: the article's 「序列模式」) and
-    ``combined`` (continuous batching, at most `max_batch_size` running).
-
-    Rows: scheduler, p50_s, p99_s, eta, tokens_per_s, stable, capacity_tokens_per_s (at
-    `overload_rate`, if given).
-    """
+    (the same with early returns: the article's 「序列模式」) and ``combined`` (continuous batching,
+    at most `max_batch_size` running); capacity_tokens_per_s at `overload_rate`, if given."""
     rng = np.random.default_rng(seed)
 
     def draw(r: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,11 +106,8 @@ def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batc
 
 def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Affine = EMBED_LIKE,
                 max_batch_size: int = 32, instances: int = 1, n: int = 20_000, seed: int = 3) -> list[dict[str, Any]]:
-    """Triton's dynamic batcher per (load, delay); load is a fraction of the full-batch capacity.
-
-    Rows: load, rate, delay_us, throughput_rps, mean_batch, p50_ms, p99_ms, busy,
-    gpu_ms_per_req (busy time per completed request), stable.
-    """
+    """Triton's dynamic batcher per (load, delay); load is a fraction of the full-batch capacity,
+    gpu_ms_per_req the busy time per completed request."""
     cap = instances * service.throughput(max_batch_size)
     rows = []
     for i, load in enumerate(loads):
@@ -206,10 +182,8 @@ def _hour_p99(rate: float, k: int, service: Affine, max_batch_size: int, delay_u
 def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: Sequence[int],
                    service: Affine = EMBED_LIKE, max_batch_size: int = 32, delay_us: float = 0.0,
                    max_instances: int = 16, seconds_per_hour: float = 4.0, seed: int = 5) -> list[DayResult]:
-    """Each hour simulated at its rate: ``fixed_k`` per k in `fixed_instances`, and ``retuned``
-    (each hour the fewest instances meeting `slo_p99_ms`, as an external controller would set).
-    An unstable hour counts as p99 = inf.
-    """
+    """Each hour simulated at its rate: ``fixed_k`` per k in `fixed_instances`, and ``retuned`` (each
+    hour the fewest instances meeting `slo_p99_ms`); an unstable hour counts as p99 = inf."""
     results = []
     for k in fixed_instances:
         p99 = [_hour_p99(r, int(k), service, max_batch_size, delay_us, seconds_per_hour, seed + h)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from batchlab.sim.service import Affine, TokenCost
 
-__all__ = ["EMBED_LIKE", "LLM_COST"]
-
 #: t(B) = 4000 + 1300·B µs, the shape of the course's CPU `embed` model (chapter 09 re-measures it).
 EMBED_LIKE = Affine(4000.0, 1300.0)
 

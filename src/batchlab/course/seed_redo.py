@@ -1,10 +1,5 @@
-"""The article's Python demo (`batchlab.course.seed_demo`) redone in `batchlab.sim` (chapter 08).
-
-Its 「朴素」 mode is `simulate_static_generation` (``naive``), its 「序列」 mode the same with
-``early_return=True`` (``seq``); ``continuous`` refills a finished slot at the next step.
-`ARTICLE_COST` is the article's service model (a step takes 0.1 s whatever the batch);
-`BATCH_COST` charges for batch size.
-"""
+"""The article's Python demo (`seed_demo`) redone in `batchlab.sim` (chapter 08): 「朴素」 is ``naive``,
+「序列」 ``seq`` (early returns), and ``continuous`` refills a finished slot at the next step."""
 
 from __future__ import annotations
 
@@ -18,8 +13,6 @@ from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.lengths import uniform
 from batchlab.sim.service import TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
-
-__all__ = ["ARTICLE_COST", "BATCH_COST", "workload_from_trace", "article_workload", "redo", "SCHEDULERS"]
 
 #: The article's model: every sequence advances 10 tokens per second whatever the batch size
 #: (a prompt of 1 token; a request of L tokens takes L steps of 0.1 s).

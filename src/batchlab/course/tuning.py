@@ -1,9 +1,5 @@
 """Tuning the dynamic batcher in the simulator (chapter 04): grids, heatmaps, capacity under an SLO.
-
-`sweep` simulates each `BatchRule` at one rate, `capacity_under_slo` finds a rule's highest rate
-within a latency SLO and `search` ranks rules by it. All runs share one seeded unit-rate Poisson
-stream scaled to each rate (common random numbers). Nothing here plots.
-"""
+All runs share one seeded unit-rate Poisson stream scaled to each rate (common random numbers)."""
 
 from __future__ import annotations
 
@@ -16,11 +12,6 @@ import numpy as np
 from batchlab._validate import count, positive
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
-
-__all__ = [
-    "config_grid", "unit_arrivals", "evaluate", "sweep", "as_matrix",
-    "SLOCapacity", "capacity_under_slo", "search",
-]
 
 #: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
 SLO_PERCENTILES = (50, 95, 99)
@@ -93,11 +84,8 @@ def as_matrix(rows: Sequence[dict[str, Any]], value: str, x: str = "max_queue_de
 
 @dataclass
 class SLOCapacity:
-    """The highest Poisson rate at which ``config`` meets the SLO (0 if none scanned did).
-
-    ``holds_below``: the SLO also held at every lower scanned rate (a long delay can miss it at
-    light load). ``row`` is the `evaluate` row at ``rate_rps``.
-    """
+    """The highest Poisson rate at which ``config`` meets the SLO (0 if none scanned did);
+    ``holds_below``: it also held at every lower scanned rate; ``row``: `evaluate` at ``rate_rps``."""
 
     config: BatchRule
     slo_ms: float
@@ -163,12 +151,9 @@ def search(configs: Sequence[BatchRule], service: Any, slo_ms: float, percentile
            n_requests: int = 3000, seed: int = 0, points: int = 16, refine: int = 6,
            extra_latency_ms: float = 0.0, require_holds_below: bool = True,
            tie_tolerance: float = 0.02) -> list[SLOCapacity]:
-    """`capacity_under_slo` for every config, best first.
-
-    Configs failing at a lower load rank last (``require_holds_below``). Rates within
-    ``tie_tolerance`` of the best tie; then the simplest wins: shortest delay, no preferred
-    sizes, fewer instances, smaller ``max_batch_size``.
-    """
+    """`capacity_under_slo` for every config, best first; with ``require_holds_below`` those failing at
+    a lower load rank last. Rates within ``tie_tolerance`` of the best tie, then the simplest wins:
+    shortest delay, no preferred sizes, fewer instances, smaller ``max_batch_size``."""
     if not configs:
         raise ValueError("configs is empty")
     if not 0 <= tie_tolerance < 1:

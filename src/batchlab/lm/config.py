@@ -13,11 +13,8 @@ EXACT_FLOAT32_INT = 2**24
 
 @dataclass(frozen=True)
 class LMConfig:
-    """Shape and seed of a `ToyLM`.
-
-    Integer weights in ±weight_levels, activations rounded per token to ±act_levels: every
-    partial sum is an integer below 2**24, exact in float32 (batch invariance; see `model`).
-    """
+    """Shape and seed of a `ToyLM`: weights in ±weight_levels and activations in ±act_levels keep
+    every partial sum an integer below 2**24, exact in float32 (batch invariance)."""
 
     vocab_size: int = VOCAB_SIZE
     d_model: int = 256

@@ -1,8 +1,5 @@
-"""Generation on `ToyLM`: one sequence's state, a batched `step`, solo and static batches.
-
-Every course model generates through `step()`, so a prompt yields the same tokens however it is
-batched.
-"""
+"""Generation on `ToyLM`: one sequence's state, a batched `step` (every course model generates
+through it), solo and static batches."""
 
 from __future__ import annotations
 
@@ -39,12 +36,8 @@ def check_prompt(prompt, vocab_size: int, max_len: int) -> np.ndarray:
 
 
 class Sequence:
-    """One generation in progress: prompt, KV cache (allocated at its first step, freed by
-    `release()` / `cancel()`), generated tokens and sampling state.
-
-    It stops at ``<eos>`` (unless `ignore_eos`) or after `max_tokens` generated tokens (the first
-    comes from the prefill); `finish_reason` says which.
-    """
+    """One generation in progress: prompt, KV cache (allocated at its first step), tokens and
+    sampling state; it stops at ``<eos>`` (unless `ignore_eos`) or after `max_tokens` tokens."""
 
     __slots__ = ("seq_id", "prompt", "max_tokens", "temperature", "seed", "ignore_eos",
                  "cache", "tokens", "finish_reason", "_rng", "_fed", "_released")
@@ -152,11 +145,8 @@ class StaticBatchResult:
 
 
 def generate_static_batch(lm: ToyLM, seqs: Seq[Sequence]) -> StaticBatchResult:
-    """Decode a whole batch until its longest member finishes (request-level batching).
-
-    Finished rows keep their place in every step (token computed and discarded, cache rolled
-    back): the padding cost the article's η measures.
-    """
+    """Decode a whole batch until its longest member finishes (request-level batching); finished
+    rows keep their place, computed and discarded: the padding the article's η measures."""
     seqs = list(seqs)
     steps = 0
     max_len = lm.config.max_seq_len

@@ -27,10 +27,8 @@ def kv_report(config: Any) -> list[dict]:
 
 
 class KVCache:
-    """Keys and values of one sequence, float32 (layers, kv_heads, capacity, head_dim).
-
-    Capacity grows in blocks of `BLOCK_TOKENS` (doubling): allocated ≥ used bytes.
-    """
+    """Keys and values of one sequence, float32 (layers, kv_heads, capacity, head_dim); capacity grows
+    by doubling, in blocks of `BLOCK_TOKENS`."""
 
     __slots__ = ("k", "v", "length", "max_len", "_shape")
 

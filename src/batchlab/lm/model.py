@@ -203,11 +203,8 @@ class ToyLM:
         return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.max_seq_len, capacity)
 
     def forward(self, caches: Sequence[KVCache], chunks: Sequence[np.ndarray]) -> np.ndarray:
-        """Append `chunks[i]` to sequence i's cache; next-token logits (B, V).
-
-        A chunk of a whole prompt is a prefill, one token a decode step; each sequence attends to
-        its own cache only. On a ValueError no cache is changed.
-        """
+        """Append `chunks[i]` (a prompt or one token) to sequence i's cache; next-token logits (B, V).
+        On a ValueError no cache is changed."""
         if len(caches) != len(chunks):
             raise ValueError(f"{len(caches)} caches but {len(chunks)} token chunks")
         if not caches:
@@ -316,11 +313,8 @@ class ToyLM:
         return self.forward(caches, [tokens[i:i + 1] for i in range(len(caches))])
 
     def decode_shared(self, prefix: KVCache, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-        """One decode step for B rows sharing one cached prefix: row i appends tokens[i]; logits (B, V).
-
-        Bit-identical to `decode_step` on B copies of `prefix`, but the prefix is stored and read
-        once per layer for the whole batch, and not changed (a prefix-cached KV).
-        """
+        """One decode step for B rows sharing one cached prefix (not changed): row i appends tokens[i];
+        logits (B, V), bit-identical to `decode_step` on B copies of `prefix`."""
         tokens = np.asarray(tokens)
         cfg = self.config
         if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):

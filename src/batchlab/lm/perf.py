@@ -15,11 +15,8 @@ DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 def decode_step_times(lm: ToyLM, batch_sizes: Iterable[int] = DEFAULT_BATCH_SIZES,
                       context: int = 32, repeats: int = 20, seed: int = 0
                       ) -> dict[int, float]:
-    """Median seconds of one decode step of B sequences holding `context` tokens, per B.
-
-    Each timed step is rolled back (same context every repeat); sizes are timed round-robin so
-    outside load hits all alike.
-    """
+    """Median seconds of one decode step of B sequences holding `context` tokens, per B (each step
+    rolled back; sizes timed round-robin so outside load hits all alike)."""
     sizes = [int(b) for b in batch_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"batch sizes must be positive ints, got {sizes}")

@@ -1,9 +1,5 @@
-"""Iteration-level (continuous) batching: the scheduler loop the `lm_stream` model runs.
-
-Each `ContinuousBatcher.step()` is one model execution: admit waiting sequences (a replaceable
-admission policy decides), prefill them and decode the active ones in one forward pass, retire
-the finished.
-"""
+"""Iteration-level (continuous) batching, the scheduler loop of the `lm_stream` model: each step
+admits waiting sequences (by a replaceable policy), prefills and decodes in one forward pass."""
 
 from __future__ import annotations
 
@@ -49,29 +45,24 @@ class AdmissionPolicy(Protocol):
         """Indices into `waiting` (arrival order) of the sequences to admit now."""
 
 
+#: lm_stream's defaults (config parameters of the same names): sequences generating at once,
+#: KV tokens (prompt + max_tokens) the active ones may reserve, requests that may wait.
 MAX_ACTIVE = 8
-"""lm_stream's default cap on sequences generating at once (its config.pbtxt `max_active`)."""
 KV_TOKEN_BUDGET = 4096
-"""lm_stream's default KV-token budget (`kv_token_budget`): prompt + max_tokens reserved by active sequences."""
 MAX_WAITING = 256
-"""lm_stream's default cap on waiting requests (`max_waiting`); more are refused."""
 
 
 @dataclass
 class FCFSAdmission:
-    """First come, first served under a cap on active sequences and a KV-token budget.
-
-    Each sequence reserves prompt + max_tokens tokens for its life (no eviction); the head of the
-    queue waits until both limits allow it and nobody overtakes it.
-    """
+    """First come, first served under a cap on active sequences and a KV-token budget (each
+    reserves prompt + max_tokens for its life); nobody overtakes the head of the queue."""
 
     max_active: int = MAX_ACTIVE
     kv_token_budget: int = KV_TOKEN_BUDGET
 
     def __post_init__(self) -> None:
         for name in ("max_active", "kv_token_budget"):
-            value = getattr(self, name)
-            count(name, value)
+            count(name, getattr(self, name))
 
     def check(self, candidate: SeqInfo) -> None:
         """Reject a sequence that needs more KV tokens than the whole budget."""
@@ -119,10 +110,8 @@ def info_of(seq: Sequence, now: float | None = None, since: float | None = None)
 
 
 class ContinuousBatcher:
-    """Waiting queue, running batch and admission policy; `step()` runs one iteration.
-
-    `submit` and `cancel` may be called from other threads; with `max_waiting` the queue is bounded.
-    """
+    """Waiting queue (bounded by `max_waiting`), running batch and admission policy; `step()` runs one
+    iteration. `submit` and `cancel` may be called from other threads."""
 
     def __init__(self, lm: ToyLM, policy: AdmissionPolicy | None = None,
                  max_waiting: int | None = None) -> None:

@@ -68,10 +68,8 @@ def corpus_ids() -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def bigram_log_prior(smoothing: float = 0.1) -> np.ndarray:
-    """log P(next | current) from the article, add-`smoothing`, float32 (V, V), read-only.
-
-    ``<pad>`` and ``<bos>`` are never generated (-inf columns).
-    """
+    """log P(next | current) from the article, add-`smoothing`, float32 (V, V), read-only; ``<pad>``
+    and ``<bos>`` columns are -inf (never generated)."""
     ids = corpus_ids()
     counts = np.zeros((VOCAB_SIZE, VOCAB_SIZE), dtype=np.float64)
     pairs = ids[:-1], ids[1:]

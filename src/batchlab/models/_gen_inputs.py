@@ -37,18 +37,13 @@ def read_sequences(lm: ToyLM, request: Any, batched: bool, max_prompt: int, max_
     max_tokens = require(request, "MAX_TOKENS")
     expect_dtype(max_tokens, "MAX_TOKENS", "iu")
     max_tokens = per_row_scalar(max_tokens, "MAX_TOKENS", rows, 0)
-    temperature = get(request, "TEMPERATURE")
-    if temperature is not None:
-        expect_dtype(temperature, "TEMPERATURE", "f")
-    temperature = per_row_scalar(temperature, "TEMPERATURE", rows, 0.0)
-    seed = get(request, "SEED")
-    if seed is not None:
-        expect_dtype(seed, "SEED", "iu")
-    seed = per_row_scalar(seed, "SEED", rows, 0)
-    ignore_eos = get(request, "IGNORE_EOS")
-    if ignore_eos is not None:
-        expect_dtype(ignore_eos, "IGNORE_EOS", "b")
-    ignore_eos = per_row_scalar(ignore_eos, "IGNORE_EOS", rows, False)
+    optional = []
+    for name, kinds, default in (("TEMPERATURE", "f", 0.0), ("SEED", "iu", 0), ("IGNORE_EOS", "b", False)):
+        arr = get(request, name)
+        if arr is not None:
+            expect_dtype(arr, name, kinds)
+        optional.append(per_row_scalar(arr, name, rows, default))
+    temperature, seed, ignore_eos = optional
     seqs = []
     for r in range(rows):
         if prompts[r].size > max_prompt:

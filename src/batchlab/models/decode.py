@@ -1,10 +1,6 @@
-"""`decode`: one stateless toy-LM decode step per row over a fixed KV context (the weight-bound regime).
-
-Input TOKEN INT32 [1]; outputs NEXT_TOKEN INT32 [1] (greedy, after the context and the token) and
-BATCH_SIZE INT32 [1]. The context of `context_tokens` (default 32) is prefilled once at load into
-one shared cache (`ToyLM.decode_shared`), so an answer depends on its token only. A step reads
-all weights once whatever the batch: t(B) = a + b·B with a large a. Parameters `d_model`/`d_ff`
-widen the LM so its weights outgrow the CPU caches, as an LLM's outgrow a GPU's on-chip memory.
+"""`decode`: one stateless decode step per row over a fixed context prefilled at load into one shared
+cache (TOKEN -> greedy NEXT_TOKEN, BATCH_SIZE): the weight-bound regime, t(B) = a + b·B with a large a.
+Parameters `d_model`/`d_ff` widen the LM so its weights outgrow the CPU caches.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""`lm_iterative`: continuous batching by Triton's own scheduler (`iterative_sequence: true`).
+"""`lm_iterative`: continuous batching by Triton's own scheduler (`iterative_sequence: true`, decoupled).
 
-Decoupled. A client opens a sequence with one request (`sequence_start=True`, no end); each
-execution advances every sequence in the batch by one token (prefilling new ones), streams it and
-hands the request back with RELEASE_RESCHEDULE until <eos> or MAX_TOKENS, when the last token
-goes out FINAL and the slot is freed. State is keyed by correlation id; a cancelled request is
-never executed again, so state idle past `max_sequence_idle_microseconds` (+ margin) is reaped.
-
-Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
-IGNORE_EOS BOOL [1]; controls START, READY, CORRID. Outputs per response (INT32 [1]): TOKEN,
-INDEX (position in the generation), BATCH_SIZE (sequences in the execution).
+One request (`sequence_start=True`, no end) per sequence; each execution advances every sequence
+by one token, streams it (TOKEN, INDEX, BATCH_SIZE) and hands the request back with
+RELEASE_RESCHEDULE until <eos> or MAX_TOKENS. State is keyed by correlation id; a cancelled request
+never runs again, so state idle past `max_sequence_idle_microseconds` (+ margin) is reaped.
 """
 
 from __future__ import annotations

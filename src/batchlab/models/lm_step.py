@@ -1,14 +1,8 @@
-"""`lm_step` / `lm_step_oldest`: a stateful decode step behind Triton's sequence batcher.
-
-One request is one step of one sequence. The START request carries the prompt in TOKENS; later
-ones carry one token or none (the last returned token is fed back). KV caches live here, keyed
-by correlation id: END frees one, and a reaper frees caches idle longer than
-`max_sequence_idle_microseconds` plus a margin (Triton sends no END for a sequence it drops).
-
-Inputs: TOKENS INT32 [-1] (optional), TEMPERATURE FP32 [1] and SEED INT64 [1] (optional, read at
-START), controls START/END/READY INT32 and CORRID UINT64. Outputs (INT32 [1]): TOKEN, LENGTH
-(tokens in this cache), BATCH_SIZE (live sequences in the execution), LIVE_SEQUENCES and
-KV_TOKENS (caches held by this instance after the step, and their tokens).
+"""`lm_step` / `lm_step_oldest`: one decode step of one sequence per request, behind Triton's
+sequence batcher. START carries the prompt in TOKENS (and TEMPERATURE, SEED); later requests one
+token or none (the last one is fed back). KV caches are keyed by correlation id: END frees one, a
+reaper those idle past `max_sequence_idle_microseconds` plus a margin (Triton sends no END then).
+Outputs: TOKEN, LENGTH (of this cache), BATCH_SIZE, LIVE_SEQUENCES and KV_TOKENS (after the step).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way.
+"""`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way (decoupled).
 
-Decoupled, `max_batch_size: 0`: `execute` only queues each request. A scheduler thread runs
-`batchlab.lm.scheduler.ContinuousBatcher` with `FCFSAdmission` (parameters `max_active`,
-`kv_token_budget`; at most `max_waiting` may wait): each step prefills the admitted sequences,
-decodes the active ones and streams every token at once, FINAL at <eos> or MAX_TOKENS. Every
-`cancel_check_ms` the running requests and `CANCEL_CHECK_WAITING` waiting ones (in turn) are
-asked whether their client cancelled; a cancelled sequence is dropped and its KV cache freed.
-
-Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
-IGNORE_EOS BOOL [1]. Outputs per response (INT32 [1]): TOKEN, INDEX (position in the generation),
-ACTIVE (sequences in the step), WAITING (queued after its admissions), KV_TOKENS (held after it).
+`execute` only queues; a scheduler thread steps a `ContinuousBatcher` (parameters `max_active`,
+`kv_token_budget`, `max_waiting`) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
+`cancel_check_ms` it asks the running and some waiting clients whether they cancelled. Outputs per
+response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it).
 """
 
 from __future__ import annotations

@@ -48,11 +48,8 @@ def generate_inputs(prompt: str | Seq[int] | np.ndarray, max_tokens: int,
                     temperature: float | None = None, seed: int | None = None,
                     ignore_eos: bool | None = None, batched: bool = True, rows: int = 1
                     ) -> dict[str, np.ndarray]:
-    """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`).
-
-    Optional inputs only when given (the dynamic batcher batches only requests with the same set);
-    ``rows`` > 1 repeats the prompt in one batched request.
-    """
+    """Inputs of `generate` / `lm_iterative` (batched) or `lm_stream` (`batched=False`); optional ones
+    only when given; ``rows`` > 1 repeats the prompt in one batched request."""
     ids = prompt_ids(prompt)
     if ids.size == 0:
         raise ValueError("a generate prompt holds at least one token")

@@ -188,14 +188,10 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-
 def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
                      compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
-    """Responses of a stateless row model: each request's `name` rows checked, all computed in one call.
-
-    A bad request gets its own error response; ``compute`` (rows, length) -> (rows, ...) runs once on
-    the good rows, split back as `output` plus BATCH_SIZE. An exception in it fails the batch only.
-    """
+    """Responses of a stateless row model: a bad request gets its own error; ``compute`` runs once on
+    all good rows, split back as `output` plus BATCH_SIZE; an exception in it fails this batch only."""
     responses: list = [None] * len(requests)
     batch: list[tuple[int, np.ndarray]] = []
     for i, request in enumerate(requests):

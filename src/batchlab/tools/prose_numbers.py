@@ -1,7 +1,7 @@
 """Every number the prose of a notebook states must come from somewhere a reader can check.
 
 A number in a markdown cell passes when it appears, as written or rounded to the digits shown, in
-the source article (`notebooks/source_article.txt`), the notebook's own code or stored outputs, or
+the source article (`batchlab.lm.vocab.ARTICLE`), the notebook's own code or stored outputs, or
 the allow-list of cited constants (`notebooks/cited_numbers.yaml`: value, what, source). Not
 numbers: chapter/section/question references, heading and list numbering, identifiers (`H100`,
 `fp16`), issue numbers, a lab's time estimate, citation years and pages, inline code, link targets,
@@ -24,9 +24,9 @@ from typing import Iterable, Sequence
 
 import yaml
 
+from batchlab.lm.vocab import ARTICLE
 from batchlab.paths import repo_root
 
-ARTICLE_NAME = "source_article.txt"  # the source article's copy, next to the notebooks
 ALLOW_LIST_NAME = "cited_numbers.yaml"  # the allow-list of cited constants, next to the notebooks
 
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
@@ -214,9 +214,8 @@ def unsourced_numbers(nb: dict, name: str, shared: set[Decimal]) -> list[ProseNu
 
 
 def shared_sources(notebooks_dir: Path) -> set[Decimal]:
-    """Numbers of the article copy and the allow-list that sit in `notebooks_dir`."""
-    article = (notebooks_dir / ARTICLE_NAME).read_text(encoding="utf-8")
-    return numbers_in_source(article) | load_allow_list(notebooks_dir / ALLOW_LIST_NAME)
+    """Numbers of the source article and of the allow-list that sits in `notebooks_dir`."""
+    return numbers_in_source(ARTICLE) | load_allow_list(notebooks_dir / ALLOW_LIST_NAME)
 
 
 def check_notebooks(paths: Iterable[Path], notebooks_dir: Path) -> list[ProseNumber]:
@@ -231,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m batchlab.tools.prose_numbers")
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--notebooks-dir", type=Path, default=None,
-                   help="folder with source_article.txt and cited_numbers.yaml (default: notebooks/ of the repo)")
+                   help="folder with cited_numbers.yaml (default: notebooks/ of the repo)")
     args = p.parse_args(argv)
     folder = args.notebooks_dir or repo_root() / "notebooks"
     missing = [q for q in args.paths if not q.is_file()]
