@@ -52,7 +52,7 @@ def test_records_columns_and_arrays(results):
     assert set(RECORD_DTYPE.names) | {"latency", "queue", "ttft"} == set(d)
     assert np.allclose(d["latency"], d["finish"] - d["arrival"])
     assert np.all(d["ttft"] <= d["latency"])
-    b = res.batch_arrays()
+    b = res.batches
     assert np.all(b["end"] > b["start"])
     assert res.records["output_tokens"].sum() == pytest.approx(res.summary(warmup=0)["tokens_per_s"] * (
         np.nanmax(res.records["finish"]) - res.records["arrival"][0]), rel=1e-12)

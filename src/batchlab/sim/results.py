@@ -1,7 +1,6 @@
 """Simulation results: per-request and per-execution records (numpy structured arrays), and `SimResult`.
 
-Times are seconds from the start of the run; NaN marks "did not happen"; integer columns hold
--1 where they do not apply.
+Times in seconds from the start of the run; NaN: did not happen; -1 in integer columns: does not apply.
 """
 
 from __future__ import annotations
@@ -99,10 +98,6 @@ class SimResult:
         out["queue"] = out["start"] - out["arrival"]
         out["ttft"] = out["first_token"] - out["arrival"]
         return out
-
-    def batch_arrays(self) -> dict[str, np.ndarray]:
-        """Per-execution columns as a dict of plain arrays."""
-        return {name: np.asarray(self.batches[name]) for name in BATCH_DTYPE.names}
 
     def queue_length_at(self, times: np.ndarray) -> np.ndarray:
         """Requests waiting (arrived, not started, not dropped yet) at each of ``times``."""
