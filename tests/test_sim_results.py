@@ -7,7 +7,7 @@ import pytest
 
 from batchlab.sim import (
     BATCH_DTYPE, RECORD_DTYPE, Affine, TokenCost, simulate_continuous, simulate_dynamic,
-    simulate_nobatch, simulate_sequence, simulate_static_generation,
+    simulate_sequence, simulate_static_generation,
 )
 from batchlab.sim import workload as wl
 
@@ -20,7 +20,6 @@ def results():
     p, o = wl.uniform(16, 256).sample(n, 3), wl.uniform(1, 128).sample(n, 4)
     cost = TokenCost(10, 5000, 80)
     return {
-        "nobatch": simulate_nobatch(a, Affine(0, 300)),
         "dynamic": simulate_dynamic(a, Affine(200, 50), 8, 200),
         "static_generation": simulate_static_generation(la, p, o, cost, 8),
         "continuous": simulate_continuous(la, p, o, cost, 16),
