@@ -146,12 +146,8 @@ def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
 
 
 class CpuWatch:
-    """How busy the machine was during a benchmark, and how much of that was someone else.
-
-    The course's 2 cores are shared; a benchmark states what else ran beside it: the CPU cores
-    used by this process and its server (process group), and by everything else, on average.
-    Linux only (reads /proc); elsewhere it reports nothing.
-    """
+    """Average CPU cores used during a benchmark by this process and its server's process group, and by
+    everything else (Linux /proc; elsewhere it reports nothing)."""
 
     def __init__(self, server: Any = None) -> None:
         pid = getattr(server, "pid", None)
@@ -190,12 +186,8 @@ BUSY_CORES = 0.3
 
 
 def verdict(measured_met: bool, mach: dict[str, Any]) -> dict[str, Any]:
-    """The goal fields of a benchmark's JSON: a goal is claimed only on a quiet machine.
-
-    `measured_met` is what the figures of this run say; `mach` is `machine(watch)`. When other
-    processes used more than `BUSY_CORES` cores (or the load could not be measured), `goal_met` is
-    false and `goal_verdict` says the run cannot decide; `goal_met_as_measured` keeps the figures' answer.
-    """
+    """The goal fields of a benchmark's JSON: `goal_met` only when `measured_met` and the machine was quiet
+    (`mach` = `machine(watch)`: other processes used <= `BUSY_CORES`); `goal_met_as_measured` keeps the figures'."""
     other = mach.get("cpu_cores_used_by_other_processes")
     if other is None:
         quiet, why = False, "machine load not measured (no /proc): goal not claimed"
