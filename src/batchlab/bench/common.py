@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec
 from batchlab.load.report import json_ready
 from batchlab.models.requests import random_embed_inputs
@@ -78,26 +79,21 @@ def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
     return random_embed_inputs(n, length, seed, low=3)["TOKENS"]
 
 
-def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Callable[[int], RequestSpec]:
-    """Request i sends prompts[i % n]; with `expected`, its EMBEDDING must equal expected[i % n]."""
-    n = len(prompts)
-    rows = [prompts[k:k + 1] for k in range(n)]
-    if expected is None:
-        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",)) for r in rows]
-    else:
-        def check_for(k: int):
-            want = expected[k]
+def row_source(rows: np.ndarray, name: str, output: str) -> Callable[[int], RequestSpec]:
+    """Request i sends ``rows[i % n]`` (batch of 1) as input `name` and asks for `output`."""
+    specs = [RequestSpec({name: rows[k:k + 1]}, outputs=(output,)) for k in range(len(rows))]
+    return lambda i: specs[i % len(specs)]
 
-            def check(o: dict) -> str | None:
-                got = o.get("EMBEDDING")
-                if got is None or got.shape != (1, want.shape[0]):
-                    return f"no EMBEDDING of shape (1, {want.shape[0]})"
-                if not np.array_equal(got[0], want):
-                    return f"embedding of prompt {k} differs (max |Δ| {float(np.abs(got[0] - want).max()):.3g})"
-                return None
-            return check
-        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",), check=check_for(k)) for k, r in enumerate(rows)]
-    return lambda i: specs[i % n]
+
+def embed_source(prompts: np.ndarray) -> Callable[[int], RequestSpec]:
+    """Request i sends prompts[i % n] to `embed`."""
+    return row_source(prompts, "TOKENS", "EMBEDDING")
+
+
+def int_parameters(model: str, keys: Sequence[str]) -> dict[str, int]:
+    """Integer `parameters` of a course model's config.pbtxt."""
+    params = parse_config(load_config_text(model)).parameters
+    return {k: int(params[k].string_value) for k in keys}
 
 
 def emit(obj: dict[str, Any]) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from batchlab._validate import count, positive
-from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
-from batchlab.config_pbtxt import edit_config, load_config_text, parse_config, stage_model, to_text
+from batchlab.bench.common import CpuWatch, Timer, bench_server, int_parameters, log, machine, r3, verdict
+from batchlab.config_pbtxt import edit_config, load_config_text, stage_model, to_text
 from batchlab.lm import BOS_ID, VOCAB_SIZE, LMConfig, ToyLM
 from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
@@ -61,8 +61,7 @@ LM_WHY = (
 
 def decode_width() -> dict[str, int]:
     """d_model / d_ff of the `decode` model's config.pbtxt: the one place the decode-regime width is set."""
-    params = parse_config(load_config_text("decode")).parameters
-    return {k: int(params[k].string_value) for k in WIDTH_KEYS}
+    return int_parameters("decode", WIDTH_KEYS)
 
 
 def stage_width(dest: str | Path, models: tuple[str, ...], width: dict[str, int]) -> Path:

@@ -12,7 +12,8 @@ import math
 import os
 from typing import Any, Callable
 
-from batchlab.bench.common import CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3, verdict
+from batchlab.bench.common import (CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3,
+                                   row_source, verdict)
 from batchlab.load import RequestSpec, run_closed_loop
 from batchlab.load.report import pool_reports
 from batchlab.models.requests import random_decode_inputs
@@ -43,9 +44,7 @@ HEADLINE = "decode"
 
 def decode_source(n: int = 512, seed: int = 1) -> Callable[[int], RequestSpec]:
     """Request i sends one real token id (n of them, seeded) to `decode`."""
-    ids = random_decode_inputs(n, seed)["TOKEN"]
-    specs = [RequestSpec({"TOKEN": ids[k:k + 1]}, outputs=("NEXT_TOKEN",)) for k in range(n)]
-    return lambda i: specs[i % n]
+    return row_source(random_decode_inputs(n, seed)["TOKEN"], "TOKEN", "NEXT_TOKEN")
 
 
 def _entry(rep: Any, model: str, desc: str, cpu_s: float) -> dict[str, Any]:
