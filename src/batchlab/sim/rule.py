@@ -1,5 +1,7 @@
 """Triton's dynamic-batcher decision (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``).
 
+Of the first n = min(pending, max_batch_size) requests: the largest preferred size <= n while the oldest
+is within ``max_queue_delay``, all n once the delay is 0 or past, else wait for an arrival or the deadline.
 Decisions are taken when an instance can take work; Triton pre-forms payloads while instances are
 busy, which differs only with several preferred sizes and busy instances (it may close a payload at
 the first preferred size reached; this model sends the largest one pending).
