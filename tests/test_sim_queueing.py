@@ -9,7 +9,6 @@ import pytest
 
 from batchlab.sim import workload as wl
 from batchlab.sim.dynamic import simulate_dynamic
-from batchlab.sim.nobatch import simulate_nobatch
 from batchlab.sim.service import Affine
 
 S = 1e-3  # deterministic service time, seconds
@@ -35,7 +34,7 @@ def test_md1_equals_lindley_recursion_exactly():
     a = wl.poisson(800.0, 200_000, seed=5)
     i = np.arange(a.size)
     lindley = i * S + np.maximum.accumulate(a - i * S)
-    res = simulate_nobatch(a, Affine(0, S * 1e6))
+    res = simulate_dynamic(a, Affine(0, S * 1e6), 1)
     assert np.allclose(res.records["start"], lindley, rtol=0, atol=1e-9)
 
 
@@ -100,7 +99,7 @@ def test_batching_beats_no_batching_under_load():
     # 2,500 req/s is beyond one unbatched instance (1/400 us) but easy for batches of 8
     svc = Affine(300, 100)
     a = wl.poisson(2500.0, 100_000, seed=10)
-    nb = simulate_nobatch(a, svc).summary()
+    nb = simulate_dynamic(a, svc, 1).summary()
     db = simulate_dynamic(a, svc, 8).summary()
     assert nb["stable"] is False and db["stable"] is True
     assert db["latency_ms"]["p99"] < 5

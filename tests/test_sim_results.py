@@ -7,7 +7,7 @@ import pytest
 
 from batchlab.sim import (
     BATCH_DTYPE, RECORD_DTYPE, Affine, TokenCost, simulate_continuous, simulate_dynamic,
-    simulate_nobatch, simulate_sequence, simulate_static_generation,
+    simulate_sequence, simulate_static_generation,
 )
 from batchlab.sim import workload as wl
 
@@ -20,7 +20,6 @@ def results():
     p, o = wl.uniform(16, 256).sample(n, 3), wl.uniform(1, 128).sample(n, 4)
     cost = TokenCost(10, 5000, 80)
     return {
-        "nobatch": simulate_nobatch(a, Affine(0, 300)),
         "dynamic": simulate_dynamic(a, Affine(200, 50), 8, 200),
         "static_generation": simulate_static_generation(la, p, o, cost, 8),
         "continuous": simulate_continuous(la, p, o, cost, 16),
@@ -52,7 +51,7 @@ def test_records_columns_and_arrays(results):
     assert set(RECORD_DTYPE.names) | {"latency", "queue", "ttft"} == set(d)
     assert np.allclose(d["latency"], d["finish"] - d["arrival"])
     assert np.all(d["ttft"] <= d["latency"])
-    b = res.batch_arrays()
+    b = res.batches
     assert np.all(b["end"] > b["start"])
     assert res.records["output_tokens"].sum() == pytest.approx(res.summary(warmup=0)["tokens_per_s"] * (
         np.nanmax(res.records["finish"]) - res.records["arrival"][0]), rel=1e-12)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec
 from batchlab.load.report import json_ready
 from batchlab.models.requests import random_embed_inputs
@@ -78,26 +79,21 @@ def embed_prompts(n: int, length: int = 16, seed: int = 0) -> np.ndarray:
     return random_embed_inputs(n, length, seed, low=3)["TOKENS"]
 
 
-def embed_source(prompts: np.ndarray, expected: np.ndarray | None = None) -> Callable[[int], RequestSpec]:
-    """Request i sends prompts[i % n]; with `expected`, its EMBEDDING must equal expected[i % n]."""
-    n = len(prompts)
-    rows = [prompts[k:k + 1] for k in range(n)]
-    if expected is None:
-        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",)) for r in rows]
-    else:
-        def check_for(k: int):
-            want = expected[k]
+def row_source(rows: np.ndarray, name: str, output: str) -> Callable[[int], RequestSpec]:
+    """Request i sends ``rows[i % n]`` (batch of 1) as input `name` and asks for `output`."""
+    specs = [RequestSpec({name: rows[k:k + 1]}, outputs=(output,)) for k in range(len(rows))]
+    return lambda i: specs[i % len(specs)]
 
-            def check(o: dict) -> str | None:
-                got = o.get("EMBEDDING")
-                if got is None or got.shape != (1, want.shape[0]):
-                    return f"no EMBEDDING of shape (1, {want.shape[0]})"
-                if not np.array_equal(got[0], want):
-                    return f"embedding of prompt {k} differs (max |Δ| {float(np.abs(got[0] - want).max()):.3g})"
-                return None
-            return check
-        specs = [RequestSpec({"TOKENS": r}, outputs=("EMBEDDING",), check=check_for(k)) for k, r in enumerate(rows)]
-    return lambda i: specs[i % n]
+
+def embed_source(prompts: np.ndarray) -> Callable[[int], RequestSpec]:
+    """Request i sends prompts[i % n] to `embed`."""
+    return row_source(prompts, "TOKENS", "EMBEDDING")
+
+
+def int_parameters(model: str, keys: Sequence[str]) -> dict[str, int]:
+    """Integer `parameters` of a course model's config.pbtxt."""
+    params = parse_config(load_config_text(model)).parameters
+    return {k: int(params[k].string_value) for k in keys}
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -146,12 +142,8 @@ def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
 
 
 class CpuWatch:
-    """How busy the machine was during a benchmark, and how much of that was someone else.
-
-    The course's 2 cores are shared; a benchmark states what else ran beside it: the CPU cores
-    used by this process and its server (process group), and by everything else, on average.
-    Linux only (reads /proc); elsewhere it reports nothing.
-    """
+    """Average CPU cores used during a benchmark by this process and its server's process group, and by
+    everything else (Linux /proc; elsewhere it reports nothing)."""
 
     def __init__(self, server: Any = None) -> None:
         pid = getattr(server, "pid", None)
@@ -190,12 +182,8 @@ BUSY_CORES = 0.3
 
 
 def verdict(measured_met: bool, mach: dict[str, Any]) -> dict[str, Any]:
-    """The goal fields of a benchmark's JSON: a goal is claimed only on a quiet machine.
-
-    `measured_met` is what the figures of this run say; `mach` is `machine(watch)`. When other
-    processes used more than `BUSY_CORES` cores (or the load could not be measured), `goal_met` is
-    false and `goal_verdict` says the run cannot decide; `goal_met_as_measured` keeps the figures' answer.
-    """
+    """The goal fields of a benchmark's JSON: `goal_met` only when `measured_met` and the machine was quiet
+    (`mach` = `machine(watch)`: other processes used <= `BUSY_CORES`); `goal_met_as_measured` keeps the figures'."""
     other = mach.get("cpu_cores_used_by_other_processes")
     if other is None:
         quiet, why = False, "machine load not measured (no /proc): goal not claimed"

@@ -1,23 +1,10 @@
 """`python -m batchlab.bench continuous`: static vs continuous batching on chat-shaped generations.
 
-The ways (greedy, IGNORE_EOS: every way produces exactly as many tokens): `generate` (request-level
-batching: a batch decodes until its longest member is done), `lm_iterative` (Triton's iterative
-sequences, RESCHEDULE), `lm_stream` (continuous batching in a decoupled model) and, with
-``--lm-step``, `lm_step` (a client-driven sequence, one request per decode step: the slowest).
-
-Output lengths: a capped lognormal with the median and p90/p50 spread of the Azure LLM inference
-trace 2023, conversation part (`CHAT_TRACE`; Patel et al., Splitwise, ISCA 2024), every length
-divided by `scale` (default 8), which keeps the shape that decides padding.
-
-The LM: by default every way runs on the `decode` model's wider LM (staged copies of the course's
-configs with its d_model / d_ff), whose decode step is weight-bound as an LLM's is (`LM_WHY`);
-``--lm default`` runs the course's models as they are.
-
-Rounds: each runs every way once on a fresh workload (seed + round), in a rotated order; the
-headline `speedup_vs_static` is the median over rounds of best continuous tokens/s / generate
-tokens/s, beside the padding bound 1/η. Every way must return the same tokens as `generate`.
-Reported per way and round: tokens/s, TTFT and per-token latency p50/p99, η, and the decode
-step's cost (ms per step, rows per step, ms per row).
+Ways (greedy, IGNORE_EOS, so all produce the same tokens): `generate` (request-level), `lm_iterative`,
+`lm_stream` and, with ``--lm-step``, `lm_step`. Output lengths follow `CHAT_TRACE` divided by `scale`;
+by default every way runs on the `decode` model's wider LM (`LM_WHY`). Each round runs every way on a
+fresh workload in a rotated order; the headline is the median over rounds of best continuous tokens/s
+over generate's.
 """
 
 from __future__ import annotations
@@ -32,8 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from batchlab._validate import count, positive
-from batchlab.bench.common import CpuWatch, Timer, bench_server, log, machine, r3, verdict
-from batchlab.config_pbtxt import edit_config, load_config_text, parse_config, stage_model, to_text
+from batchlab.bench.common import CpuWatch, Timer, bench_server, int_parameters, log, machine, r3, verdict
+from batchlab.config_pbtxt import edit_config, load_config_text, stage_model, to_text
 from batchlab.lm import BOS_ID, VOCAB_SIZE, LMConfig, ToyLM
 from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
@@ -65,20 +52,16 @@ WIDTH_KEYS = ("d_model", "d_ff")
 
 LM_WHY = (
     "a continuous way streams a response per token per sequence (Python backend IPC, a gRPC message, the "
-    "client's callback, all on the same 2 cores). With the course's default LM (d_model 256, 13 MB of weights, "
-    "within the CPU caches) its step is so cheap that this decides the comparison: the recorded run "
-    "(continuous_default_lm.json) measured generate's step at 2.5 ms for 4.4 rows (0.57 ms a row) and "
-    "lm_stream's at 5.8 ms for 7.8 rows (0.73 ms a row), wider yet dearer per row; speedup 1.54x, "
-    "row_cost_ratio 0.75. An LLM's decode step is weight-bound: a 7B model's reads 14 GB of weights, about "
-    "7 ms even at an A100's 2 TB/s, against one small message per streamed token. The `decode` model's width "
-    "(52 MB of weights, beyond the caches, streamed from memory every step) restores that proportion on a CPU. "
+    "client's callback, all on the same cores). With the course's default LM (13 MB of weights, within the CPU "
+    "caches) its step is so cheap that this decides the comparison (continuous_default_lm.json). An LLM's "
+    "decode step is weight-bound: a 7B model's reads 14 GB of weights, about 7 ms even at an A100's 2 TB/s. "
+    "The `decode` model's width (52 MB of weights, beyond the caches) restores that proportion on a CPU. "
     "--lm default measures the course's own models")
 
 
 def decode_width() -> dict[str, int]:
     """d_model / d_ff of the `decode` model's config.pbtxt: the one place the decode-regime width is set."""
-    params = parse_config(load_config_text("decode")).parameters
-    return {k: int(params[k].string_value) for k in WIDTH_KEYS}
+    return int_parameters("decode", WIDTH_KEYS)
 
 
 def stage_width(dest: str | Path, models: tuple[str, ...], width: dict[str, int]) -> Path:
@@ -165,7 +148,7 @@ def source(model: str, prompts: list[np.ndarray], lengths: np.ndarray,
         p, m = prompts[k], int(lengths[k])
 
         def check(o: dict) -> str | None:
-            got = int(o["NUM_TOKENS"].reshape(-1)[0])
+            got = _num_tokens(o)
             if got != m:
                 return f"{got} tokens, expected {m}"
             if col is not None:
@@ -219,13 +202,8 @@ def _protocol(model: str) -> str:
 
 
 def decode_step_cost(model: str, rep: Any, col: Collector) -> dict[str, Any]:
-    """How long one decode step took, over how many sequences: the mechanism behind the speedup.
-
-    `generate`: execution time (statistics extension) over the executions' decode steps (BATCH_STEPS
-    per request / BATCH_SIZE), rows = slot-steps per step (padding included). The others: the
-    median gap between a sequence's tokens, rows = the step's batch as the model reports it
-    (token-weighted mean).
-    """
+    """ms per decode step, rows per step and ms per row: for `generate` from the statistics extension
+    (padding rows included), for the others from the median gap between a sequence's tokens."""
     if model == "generate":
         if not col.generate or rep.server is None:
             return {}
@@ -250,8 +228,6 @@ def _eta(model: str, rep: Any, generate_steps: list[int]) -> tuple[float, str]:
         slots = rep.server.inference_count if rep.server else 0
         return (tokens / slots if slots else math.nan), "tokens / slots executed (statistics extension)"
     return 1.0, "model design: each step computes only active sequences"
-
-
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -286,14 +262,9 @@ def _measure(server: Any, model: str, prompts: list[np.ndarray], lengths: np.nda
 
 
 def round_summary(rounds: list[dict[str, Any]], models: tuple[str, ...]) -> dict[str, Any]:
-    """The headline figures over rounds (pure: testable on synthetic rounds).
-
-    Each round holds `results[model]["tokens_per_s"]`, `results["generate"]["eta"]` and
-    `same_tokens_as_generate`. The per-round ratio is the best continuous way's tokens/s over
-    generate's; the headline is its median, with min, max and every round's value. With both
-    ways' `decode_step.ms_per_row`, `row_cost_ratio` = generate's / the best way's: the speedup is
-    about (1/η) · row_cost_ratio (padding removed, times what a row-step costs in each way).
-    """
+    """The headline figures over rounds (pure): median, min and max of the per-round speedup (best
+    continuous tokens/s / generate's), the padding bound 1/η and `row_cost_ratio` (generate's
+    ms per row / the best way's); the rounds gain their per-round figures."""
     cont = [m for m in models if m != "generate"]
     ratios, bounds, of_bound, best, row_ratios = [], [], [], [], []
     for rd in rounds:
@@ -336,9 +307,7 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
         warmup_requests: int = 8, with_lm_step: bool = False, lm: str = "decode") -> dict[str, Any]:
     """Run generate and the continuous ways interleaved over `rounds`; return the benchmark's JSON object.
 
-    `lm`: "decode" (default) runs every way on the `decode` model's wider LM (staged copies, see
-    `LM_WHY`), "default" on the course's models as they are. With TRITON_URL the server's own
-    models are measured whatever `lm` says.
+    `lm`: "decode" (the `decode` model's wider LM) or "default" (the course's models); ignored with TRITON_URL.
     """
     if lm not in LMS:
         raise ValueError(f"--lm must be one of {', '.join(LMS)}, not {lm!r}")
@@ -418,13 +387,9 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
         "row_cost_ratio": summary["row_cost_ratio"],
         "note": ("speedup_vs_static = median over rounds of (best continuous tokens/s / generate tokens/s) in the "
                  "same round; padding_bound_speedup = 1 / eta(generate): what removing padding alone would give at "
-                 "equal cost per row-step; row_cost_ratio = generate's decode_step.ms_per_row (server compute) / "
-                 "the best continuous way's (client-seen gap between tokens over rows per step), so speedup ~ "
-                 "padding_bound_speedup x row_cost_ratio. Below 1, a continuous row-step costs more than a "
-                 "static one (a response per token per sequence, the per-step scheduling); above 1, it costs "
-                 "less: the continuous step is wider (rows_per_step), because a request that arrives while a "
-                 "static batch runs waits for the whole batch, and a weight-bound step's cost per row falls "
-                 "with its width"),
+                 "equal cost per row-step; row_cost_ratio = generate's decode_step.ms_per_row / the best continuous "
+                 "way's, so speedup ~ padding_bound_speedup x row_cost_ratio (above 1: the continuous step is wider "
+                 "and a weight-bound step's cost per row falls with its width)"),
         "goal": "speedup_vs_static (median over rounds) >= 2, every token as generate's, no errors",
         **verdict(measured_met, mach),
         "elapsed_s": r3(clock()),

@@ -1,16 +1,9 @@
 """`python -m batchlab.bench dynamic`: dynamic batching in both regimes, side by side in one run.
 
-`decode` (one decode step per row of the toy LM widened to d_model 512 / d_ff 2048: weight-bound,
-t(B) = a + b·B with a >> b) and `embed` (a 16-token prefill: compute-bound, a ~ b), each at
-concurrency 16 without batching and with `dynamic_batching {}`; `embed` also with a queue delay
-and preferred sizes. The headline `speedup` is the decode model's (anchor: Triton's conceptual
-guide, Part 2, 975 → 3188 infer/s, 3.3×, with `dynamic_batching {}`).
-
-Configurations run in interleaved rounds, pooled per configuration. Two ceilings: the batch-time
-curve's, max over b ≤ 16 of b · t(1) / t(b) (`batch_stats`), and the per-request overhead's,
-cores / (c_o + t(B)/B) with c_o the benchmark's CPU seconds per request minus the model's busy
-time; `speedup / ceiling` uses the smaller. In a closed loop with one instance the clients split
-into two alternating groups, so the mean batch (`mean_batch_size`) settles near concurrency / 2.
+`decode` (weight-bound, t(B) = a + b·B with a >> b) and `embed` (compute-bound, a ~ b), each without
+batching and with `dynamic_batching {}` (`embed` also with a delay and preferred sizes), in interleaved
+rounds. The headline `speedup` is decode's; two ceilings bound it: the batch-time curve's and the
+per-request overhead's, cores / (c_o + t(B)/B).
 """
 
 from __future__ import annotations
@@ -19,7 +12,8 @@ import math
 import os
 from typing import Any, Callable
 
-from batchlab.bench.common import CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3, verdict
+from batchlab.bench.common import (CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3,
+                                   row_source, verdict)
 from batchlab.load import RequestSpec, run_closed_loop
 from batchlab.load.report import pool_reports
 from batchlab.models.requests import random_decode_inputs
@@ -50,9 +44,7 @@ HEADLINE = "decode"
 
 def decode_source(n: int = 512, seed: int = 1) -> Callable[[int], RequestSpec]:
     """Request i sends one real token id (n of them, seeded) to `decode`."""
-    ids = random_decode_inputs(n, seed)["TOKEN"]
-    specs = [RequestSpec({"TOKEN": ids[k:k + 1]}, outputs=("NEXT_TOKEN",)) for k in range(n)]
-    return lambda i: specs[i % n]
+    return row_source(random_decode_inputs(n, seed)["TOKEN"], "TOKEN", "NEXT_TOKEN")
 
 
 def _entry(rep: Any, model: str, desc: str, cpu_s: float) -> dict[str, Any]:

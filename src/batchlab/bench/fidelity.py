@@ -16,10 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from batchlab.bench.common import (BenchError, CpuWatch, Timer, bench_server, embed_prompts, embed_source, log,
-                                   machine, r3, require_answers)
+from batchlab.bench.common import (BenchError, CpuWatch, Timer, bench_server, embed_prompts, embed_source,
+                                   int_parameters, log, machine, r3, require_answers)
 from batchlab.bench.continuous import workload
-from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
 from batchlab.probe.batch_time import calibrate_service, load_factor
 from batchlab.sim.continuous import simulate_continuous
@@ -167,8 +166,7 @@ def embed_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer
 
 def lm_policy() -> dict[str, int]:
     """lm_stream's scheduling parameters, read from its config.pbtxt."""
-    params = parse_config(load_config_text(LM)).parameters
-    return {k: int(params[k].string_value) for k in ("max_active", "kv_token_budget")}
+    return int_parameters(LM, ("max_active", "kv_token_budget"))
 
 
 def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,

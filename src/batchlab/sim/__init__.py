@@ -3,7 +3,8 @@
 * `workload` / `lengths` — arrival times and token lengths;
 * `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
 * `rule` — a dynamic-batcher setting and Triton's decision (`BatchRule`), the queue policy (`QueuePolicy`);
-* `engine` — the event heap; schedulers: `nobatch`, `dynamic`, `static_generation`, `sequence`, `continuous`;
+* `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
+  `sequence`, `continuous`;
 * `results` / `summary` — the records and their summary.
 
 Nothing here plots. Command line: ``python -m batchlab.sim dynamic --rate R --max-batch-size B ...``.
@@ -11,7 +12,6 @@ Nothing here plots. Command line: ``python -m batchlab.sim dynamic --rate R --ma
 
 from .continuous import simulate_continuous
 from .dynamic import simulate_dynamic, simulate_rule
-from .nobatch import simulate_nobatch
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
 from .rule import BatchRule, QueuePolicy
 from .sequence import simulate_sequence
@@ -19,7 +19,7 @@ from .service import Affine, Table, TokenCost
 from .static_generation import simulate_static_generation
 
 __all__ = [
-    "simulate_dynamic", "simulate_rule", "simulate_nobatch", "simulate_static_generation", "simulate_sequence",
+    "simulate_dynamic", "simulate_rule", "simulate_static_generation", "simulate_sequence",
     "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Table", "TokenCost",
     "BatchRule", "QueuePolicy",
 ]

@@ -1,15 +1,10 @@
 """Continuous (iteration-level) batching, as in Orca, vLLM and TensorRT-LLM's in-flight batching.
 
-One engine runs iterations back to back. Before each it admits waiting requests FCFS while
-fewer than ``max_active`` run and the KV budget allows; each iteration decodes one token per
-running sequence whose prompt is done and computes prompt tokens for the others (whole, or in
-chunks filling ``max_num_tokens``: chunked prefill). A sequence leaves when its last token is out.
-
-KV (tokens): a request with p prompt and o output tokens peaks at p + o - 1.
-``kv_policy="reserve"`` admits only when that fits (TensorRT-LLM's ``guaranteed_no_evict``);
-``"on_demand"`` admits when the prompt fits and, when a step does not fit, evicts the most
-recently admitted sequence to the front of the queue (vLLM's recompute preemption; the
-recomputation counts as waste in η = useful token-steps / computed token-steps).
+Before each iteration the engine admits waiting requests FCFS (``max_active``, KV budget); an
+iteration decodes one token per sequence past its prompt and computes prompt tokens for the others
+(whole, or chunked to ``max_num_tokens``). KV of p prompt + o output tokens peaks at p + o - 1:
+``kv_policy="reserve"`` admits only when that fits; ``"on_demand"`` admits when the prompt fits and
+evicts the newest sequence when a step does not (recomputed later, counted as waste in η).
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from batchlab._validate import choice, integer, int_array, times_array
 from .engine import INF
 from .results import SimResult, empty_records, make_batches
 from .service import TokenCost
+
 
 def simulate_continuous(
     arrivals: np.ndarray | Sequence[float],

@@ -1,10 +1,7 @@
 """Triton's dynamic batcher, field for field (`simulate_dynamic`); the decision is `batchlab.sim.rule`.
 
-Two engines: ``fast`` loops over batches (one priority level, no queue-policy limits: pending
-requests are a contiguous run of the sorted arrivals); ``events`` is the general event-driven
-engine with per-level queues, rejection, timeouts and priorities. Both give identical schedules
-where both apply (``tests/test_sim_dynamic.py``; an independent SimPy model in
-``tests/simpy_dynamic.py`` agrees).
+Engines: ``fast`` (one priority level, no queue-policy limits) and ``events`` (queues per level,
+rejection, timeouts, priorities); both give the same schedules where both apply.
 """
 
 from __future__ import annotations
@@ -44,12 +41,9 @@ def simulate_dynamic(
 ) -> SimResult:
     """Simulate Triton's dynamic batcher on sorted ``arrivals`` (seconds).
 
-    ``service`` gives the time of one execution of b elements (`Affine`, `Table`).
-    ``max_queue_size``, ``default_timeout_us`` and ``timeout_action`` form the
-    ``default_queue_policy`` (applied to every priority level, as in Triton);
-    ``priority_queue_policy`` overrides it per level. ``priorities`` gives each request's level
-    (1 = highest, up to ``priority_levels``); FIFO within a level. ``warmup`` is the fraction of
-    requests `SimResult.summary` leaves out. ``engine`` is "auto", "fast" or "events".
+    ``max_queue_size``, ``default_timeout_us`` and ``timeout_action`` form the default queue policy
+    of every priority level; ``priority_queue_policy`` overrides it per level. ``priorities``: each
+    request's level (1 = highest). ``warmup``: fraction of requests `SimResult.summary` leaves out.
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
@@ -211,11 +205,8 @@ def run_events(
     prio: np.ndarray | None,
     pols: list[QueuePolicy],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The general event-driven dynamic batcher.
-
-    ``batch_time(members)`` gives the execution time of a batch from its request indices, so the
-    same loop serves request-level generation batching (`batchlab.sim.static_generation`).
-    """
+    """The general event-driven dynamic batcher; ``batch_time(members)`` prices a batch from its request
+    indices (so `batchlab.sim.static_generation` reuses the loop)."""
     al = a.tolist()
     n = len(al)
     pl = prio.tolist() if prio is not None else None
@@ -291,10 +282,7 @@ def run_events(
             oldest = min(al[r] for r in candidates(nc)) if (nlev > 1 or any_timeout) else al[_front()]
             bs, when = rule.decide(nc, oldest, now)
             if bs == 0:
-                # A timeout never makes a batch due: it removes a request, which lowers the
-                # count and never makes the oldest candidate older (when the candidates were
-                # capped at max_batch_size a preferred size was reachable and we sent). So
-                # waking at arrivals and delay deadlines is enough; drop times are exact anyway.
+                # a timeout never makes a batch due, so waking at arrivals and delay deadlines is enough
                 if when < wake_at or wake_at <= now:
                     wake_at = when
                     ev.push(when, _WAKE)

@@ -1,9 +1,4 @@
-"""The event-driven core: a heap of timed events, no fixed time step.
-
-Arrivals known in advance stay in their sorted array and are merged with the heap by each
-scheduler's loop; every event of one instant is handled (`pop_due`) before the scheduler decides
-what to start, so simultaneous arrivals are all visible to the batcher.
-"""
+"""The event-driven core: a heap of timed events (arrivals stay in their sorted array, merged by each scheduler)."""
 
 from __future__ import annotations
 

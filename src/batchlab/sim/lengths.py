@@ -126,7 +126,7 @@ class CappedLognormal(LengthDist):
 
 @dataclass(frozen=True)
 class Empirical(LengthDist):
-    """Lengths resampled (with replacement) from observed values, optionally weighted."""
+    """Lengths resampled (with replacement) from observed values (e.g. a real trace), optionally weighted."""
 
     values: tuple[int, ...]
     weights: tuple[float, ...] | None = None
@@ -187,27 +187,9 @@ class Fixed(LengthDist):
         return self.k
 
 
-def uniform(lo: int, hi: int) -> Uniform:
-    """Integers uniform on ``[lo, hi]``."""
-    return Uniform(lo, hi)
-
-
 def capped_exponential(mean: float, cap: int, lo: int = 1) -> CappedExponential:
     """ceil(Exponential(mean)) clipped to ``[lo, cap]`` (long-tailed, like chat outputs)."""
     return CappedExponential(mean, cap, lo)
 
 
-def capped_lognormal(median: float, sigma: float, cap: int, lo: int = 1) -> CappedLognormal:
-    """ceil(Lognormal(ln median, sigma)) clipped to ``[lo, cap]`` (heavy-tailed, like chat outputs)."""
-    return CappedLognormal(median, sigma, cap, lo)
-
-
-def empirical(values, weights=None) -> Empirical:
-    """Resample observed lengths (e.g. from a real trace)."""
-    return Empirical(tuple(np.asarray(values).tolist()) if not isinstance(values, tuple) else values,
-                     None if weights is None else tuple(np.asarray(weights, dtype=float).tolist()))
-
-
-def fixed(k: int) -> Fixed:
-    """Every request the same length."""
-    return Fixed(k)
+uniform, capped_lognormal, empirical, fixed = Uniform, CappedLognormal, Empirical, Fixed

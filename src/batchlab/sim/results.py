@@ -1,7 +1,6 @@
 """Simulation results: per-request and per-execution records (numpy structured arrays), and `SimResult`.
 
-Times are seconds from the start of the run; NaN marks "did not happen"; integer columns hold
--1 where they do not apply.
+Times in seconds from the start of the run; NaN: did not happen; -1 in integer columns: does not apply.
 """
 
 from __future__ import annotations
@@ -100,23 +99,17 @@ class SimResult:
         out["ttft"] = out["first_token"] - out["arrival"]
         return out
 
-    def batch_arrays(self) -> dict[str, np.ndarray]:
-        """Per-execution columns as a dict of plain arrays."""
-        return {name: np.asarray(self.batches[name]) for name in BATCH_DTYPE.names}
-
     def queue_length_at(self, times: np.ndarray) -> np.ndarray:
         """Requests waiting (arrived, not started, not dropped yet) at each of ``times``."""
-        t = np.asarray(times, dtype=np.float64)
         r = self.records
-        arrived = np.searchsorted(np.sort(r["arrival"]), t, side="right")
-        left = np.where(np.isnan(r["start"]), r["finish"], r["start"])  # dropped ones leave at "finish"
-        left = np.sort(left[~np.isnan(left)])
-        return arrived - np.searchsorted(left, t, side="right")
+        return self._present_at(times, np.where(np.isnan(r["start"]), r["finish"], r["start"]))
 
     def in_system_at(self, times: np.ndarray) -> np.ndarray:
         """Requests in the server (arrived, response not yet complete or dropped) at each of ``times``."""
+        return self._present_at(times, self.records["finish"])
+
+    def _present_at(self, times: np.ndarray, left: np.ndarray) -> np.ndarray:
+        """Requests arrived and not yet ``left`` (NaN: never) at each of ``times``."""
         t = np.asarray(times, dtype=np.float64)
-        r = self.records
-        arrived = np.searchsorted(np.sort(r["arrival"]), t, side="right")
-        done = np.sort(r["finish"][~np.isnan(r["finish"])])
-        return arrived - np.searchsorted(done, t, side="right")
+        arrived = np.searchsorted(np.sort(self.records["arrival"]), t, side="right")
+        return arrived - np.searchsorted(np.sort(left[~np.isnan(left)]), t, side="right")

@@ -1,15 +1,10 @@
 """Triton's dynamic-batcher decision (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``).
 
-When an instance can take work, the batcher looks at the first ``n = min(pending,
-max_batch_size)`` requests and (1) sends the largest preferred size ``s <= n`` if the oldest has
-not waited ``max_queue_delay``; else (2) sends all ``n`` if the delay is 0 or exceeded; else (3)
-waits for the next arrival or the oldest's deadline. An empty ``preferred_batch_size`` means
-``[max_batch_size]``.
-
-Modelling choice: decisions are taken when an instance can take work (batcher.md). Triton
-pre-forms payloads while instances are busy (core ``rate_limiter.cc``); that gives the same
-batches unless there are several preferred sizes and busy instances, where Triton can close a
-payload at the first preferred size it reaches and this model sends the largest one pending.
+Of the first n = min(pending, max_batch_size) requests: the largest preferred size <= n while the oldest
+is within ``max_queue_delay``, all n once the delay is 0 or past, else wait for an arrival or the deadline.
+Decisions are taken when an instance can take work; Triton pre-forms payloads while instances are
+busy, which differs only with several preferred sizes and busy instances (it may close a payload at
+the first preferred size reached; this model sends the largest one pending).
 """
 
 from __future__ import annotations
@@ -26,14 +21,9 @@ from batchlab.config_pbtxt import edit_config, to_text
 
 @dataclass(frozen=True, order=True)
 class BatchRule:
-    """One dynamic-batcher setting of a model, and the batching rule it gives.
-
-    ``max_batch_size`` is the model-level field; ``preferred`` (the sizes as written, sorted,
-    possibly empty) and ``max_queue_delay_us`` belong to ``dynamic_batching``; ``instances`` is
-    ``instance_group.count``. The simulator, the probes of the real server and the tuning
-    chapter all describe a batcher with this one type. ``effective_preferred`` is what Triton
-    uses (empty means ``[max_batch_size]``); ``best`` (largest effective preferred size <= n,
-    or 0, for every n) is precomputed for the simulator's hot path.
+    """One dynamic-batcher setting: ``max_batch_size``, ``preferred`` (sorted, possibly empty),
+    ``max_queue_delay_us`` and ``instances`` (``instance_group.count``). ``effective_preferred`` is
+    what Triton uses (empty means ``[max_batch_size]``); ``best[n]`` is the largest of them <= n, or 0.
     """
 
     max_batch_size: int
@@ -63,14 +53,10 @@ class BatchRule:
                             ("min_preferred", eff[0]), ("max_preferred", eff[-1]), ("delay_s", d * 1e-6)):
             object.__setattr__(self, name, value)
 
-    # -- the rule ------------------------------------------------------------------------------
-
     def decide(self, n: int, oldest_arrival: float, now: float) -> tuple[int, float]:
-        """Batch size to send now (``(size, now)``), or ``(0, deadline)`` to wait until a deadline.
+        """``(size, now)`` to send now, or ``(0, deadline)`` to wait (an earlier arrival re-triggers it).
 
-        ``n`` is ``min(pending, max_batch_size)`` (>= 1); ``oldest_arrival`` is the earliest
-        arrival among those ``n`` requests. An arrival before the deadline also re-triggers the
-        decision (the caller's job).
+        ``n`` is ``min(pending, max_batch_size)`` (>= 1); ``oldest_arrival``: the earliest of those ``n``.
         """
         b = self.best[n]
         d = self.delay_s
@@ -92,8 +78,6 @@ class BatchRule:
         b = self.overload_batch()
         return self.instances * b / float(service.time(b))
 
-    # -- as text and data ------------------------------------------------------------------------
-
     @property
     def label(self) -> str:
         """Short text such as ``B=16 d=2000us pref=[8,16] x2``."""
@@ -110,11 +94,7 @@ class BatchRule:
                 "preferred": list(self.preferred), "instances": self.instances}
 
     def to_pbtxt(self, base_text: str, name: str | None = None) -> str:
-        """``base_text`` (a model's config.pbtxt) with this config's fields written in.
-
-        Edited and printed with Triton's own schema (`batchlab.config_pbtxt`), so the result is
-        exactly what the server reads; comments of the base text are not kept.
-        """
+        """``base_text`` (a model's config.pbtxt) with this config's fields written in (comments not kept)."""
         changes: dict[str, Any] = {} if name is None else {"name": name}
         changes["max_batch_size"] = self.max_batch_size
         changes["dynamic_batching.max_queue_delay_microseconds"] = int(round(self.max_queue_delay_us))
@@ -154,11 +134,9 @@ def _preferred_sizes(preferred: Sequence[int] | int | None, max_batch_size: int)
 
 @dataclass(frozen=True)
 class QueuePolicy:
-    """Triton's ``ModelQueuePolicy``: ``max_queue_size`` (0 = unbounded), ``default_timeout_microseconds``
-    (0 = none) and ``timeout_action`` (REJECT drops a request that waited longer than the timeout
-    before being scheduled; DELAY moves it behind the requests of its priority level that have not
-    timed out). Delayed requests do not time out again (core ``scheduler_utils.cc``).
-    """
+    """Triton's ``ModelQueuePolicy``: ``max_queue_size`` (0 = unbounded), ``timeout_us`` (0 = none) and
+    ``timeout_action`` (REJECT drops a request that waited longer; DELAY moves it behind its level's
+    other requests, never to time out again)."""
 
     max_queue_size: int = 0
     timeout_us: float = 0.0

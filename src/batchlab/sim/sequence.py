@@ -1,20 +1,10 @@
 """Triton's sequence batcher: stateful sequences, one request per step, a client think time between steps.
 
-Each sequence sends ``steps`` requests, the next ``think`` seconds after the previous response.
-It must own a slot of one instance: its first request takes the lowest free slot (core
-``sequence_batch_scheduler.cc``), else it waits in a FIFO backlog.
-
-* ``strategy="direct"``: ``max_batch_size`` slots per instance; a free instance runs slots 0 …
-  highest ready slot in one batch, empty slots as null requests (padding, counted in η); with
-  ``max_queue_delay_us`` and ``minimum_slot_utilization`` it waits for the delay or enough ready
-  slots. A slot frees when its sequence's last request is taken into a batch.
-* ``strategy="oldest"``: ``max_candidate_sequences`` slots per instance and a dynamic batcher
-  (`batchlab.sim.rule.BatchRule`) over their requests, oldest first. A slot frees when the last
-  request completes.
-
-``max_sequence_idle_us``: a slot-holding sequence silent that long after its last request's
-arrival is force-ended; its next request is rejected and it stops. As in core's reaper, the
-idle clock is not reset when a backlogged sequence gets a slot (read from the source).
+A sequence holds a slot of one instance (the lowest free one, else a FIFO backlog).
+``strategy="direct"``: a free instance runs slots 0 … highest ready slot in one batch, empty slots
+as padding; the slot frees when the last request joins a batch. ``strategy="oldest"``: a dynamic
+batcher over the slots' requests; the slot frees when the last request completes. A sequence idle
+``max_sequence_idle_us`` after its last request's arrival is force-ended (its next request rejected).
 """
 
 from __future__ import annotations
@@ -54,8 +44,7 @@ def simulate_sequence(
 ) -> SimResult:
     """Simulate sequences starting at sorted ``starts`` with ``steps[j]`` requests each.
 
-    ``think`` is "constant" or "exponential" (mean ``think_time_s``). ``max_sequence_idle_us`` 0
-    disables the idle reaper (Triton's default is 1 s).
+    ``think``: "constant" or "exponential" (mean ``think_time_s``); ``max_sequence_idle_us`` 0 disables the reaper.
     """
     s0 = times_array("starts", starts)
     ns = s0.size

@@ -26,10 +26,7 @@ class BatchService(Protocol):
 
 @dataclass(frozen=True)
 class Affine:
-    """t(b) = base_us + per_item_us * b (microseconds): a fixed cost per execution plus a cost per item.
-
-    Inoue (arXiv 1912.06322) uses this form (α·b + τ₀) for GPU batch times.
-    """
+    """t(b) = base_us + per_item_us * b (microseconds): a fixed cost per execution plus a cost per item."""
 
     base_us: float
     per_item_us: float
@@ -147,10 +144,7 @@ class TokenCost:
         return self.iteration_time(batch * max_prompt, 0, 0)
 
     def padded_decode_time(self, batch: int, max_prompt: int, steps: int) -> float:
-        """Seconds for ``steps`` padded decode steps of ``batch`` sequences after a ``max_prompt`` prefill.
-
-        At decode step k (1-based) every sequence attends to ``max_prompt + k`` KV tokens.
-        """
+        """Seconds for ``steps`` padded decode steps of ``batch`` sequences after a ``max_prompt`` prefill."""
         if steps <= 0:
             return 0.0
         ctx = batch * (steps * max_prompt + steps * (steps + 1) // 2)

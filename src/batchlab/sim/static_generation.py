@@ -1,9 +1,7 @@
 """Request-level (static, padded) generation batching: ``model.generate`` behind Triton's dynamic batcher.
 
-The batcher forms a batch (as `batchlab.sim.dynamic`); the model pads every prompt to the longest
-and decodes ``max(output) - 1`` steps for every member. Responses return when the batch ends, or
-with ``early_return`` when the member's last token is out (its slot still computes). η = useful
-token-steps / computed token-steps shows the padding waste.
+A batch pads every prompt to the longest and decodes ``max(output) - 1`` steps for every member;
+responses return when the batch ends (with ``early_return``: at the member's last token).
 """
 
 from __future__ import annotations
@@ -31,12 +29,7 @@ def simulate_static_generation(
     early_return: bool = False,
     warmup: float = 0.1,
 ) -> SimResult:
-    """Simulate padded request-level batching of generation requests.
-
-    Each request i has ``prompt_tokens[i]`` and ``output_tokens[i]`` (>= 1; the prefill produces
-    the first output token). A batch of B with longest prompt P and longest output O takes
-    ``cost.padded_batch_time(B, P, O)`` and holds ``B·(P + O - 1)`` KV tokens at its end.
-    """
+    """Simulate padded request-level batching of generation requests (the prefill gives the first token)."""
     a = times_array("arrivals", arrivals)
     p = int_array("prompt_tokens", prompt_tokens, a.size, lo=1)
     o = int_array("output_tokens", output_tokens, a.size, lo=1)
@@ -77,9 +70,8 @@ def simulate_static_generation(
             steps = o[served] - 1
             rec["finish"][served] = prefill_end[bid] + np.asarray([
                 cost.padded_decode_time(int(size[j]), int(mp[j]), int(s)) for j, s in zip(bid, steps)])
-    cap = None
     config = dict(max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
                   max_queue_delay_us=rule.max_queue_delay_us, instances=k, early_return=early_return,
                   cost=repr(cost))
-    return SimResult(rec, bat, "static_generation", config, instances=k, capacity_rps=cap, warmup=warmup,
+    return SimResult(rec, bat, "static_generation", config, instances=k, capacity_rps=None, warmup=warmup,
                      extra={"eta": "tokens", "kv": True, "tokens": True})

@@ -1,9 +1,7 @@
-"""The summary of a `SimResult`: one JSON-ready dict (plain floats/ints/bools/None).
+"""The summary of a `SimResult`: one JSON-ready dict, the first ``warmup`` fraction of requests left out.
 
-The first ``warmup`` fraction of requests (by arrival time) is left out. The measurement window
-runs from the first measured arrival to the last measured finish (or drop); throughput is the
-completions inside that window over its length, which is the arrival rate when the load is
-stable and the service capacity when it is not (the backlog is drained at full speed).
+The window runs from the first measured arrival to the last measured finish (or drop); throughput
+is the completions inside it over its length.
 """
 
 from __future__ import annotations
@@ -35,14 +33,8 @@ def _stats_ms(x: np.ndarray) -> dict[str, float] | None:
 
 
 def growing(wait: np.ndarray, scale: float) -> bool:
-    """True when queue waits (in arrival order) trend upward through the run: an unbounded queue.
-
-    The waits are cut into quarters; the queue is growing when the 2nd, 3rd and 4th quarter
-    means increase and the 4th exceeds the 2nd by more than half the 2nd plus two execution
-    times (``scale``). A stable queue, even at ρ = 0.95, fluctuates well inside that margin over
-    tens of thousands of requests; an overloaded one grows linearly and doubles from the 2nd to
-    the 4th quarter.
-    """
+    """True when queue waits (in arrival order) trend upward: the 2nd, 3rd and 4th quarter means increase
+    and the 4th exceeds the 2nd by more than half the 2nd plus two execution times (``scale``)."""
     if wait.size < 40:
         return False
     q = [float(c.mean()) for c in np.array_split(wait, 4)]

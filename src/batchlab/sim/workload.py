@@ -38,12 +38,8 @@ def mmpp(
     seed: int | np.random.Generator | None = None,
     start_state: int = 0,
 ) -> np.ndarray:
-    """Two-state Markov-modulated Poisson process: ``n`` arrival times.
-
-    In state k arrivals are Poisson at ``rates[k]``; the process stays in state k for an
-    exponential time with mean ``mean_dwell_s[k]``, then switches. Long-run rate:
-    (r0·d0 + r1·d1) / (d0 + d1). A rate of 0 gives an on/off source.
-    """
+    """``n`` arrival times of a two-state Markov-modulated Poisson process: Poisson at ``rates[k]`` in
+    state k, which lasts an exponential time of mean ``mean_dwell_s[k]``."""
     if len(rates) != 2 or len(mean_dwell_s) != 2:
         raise ValueError("mmpp needs two rates and two mean dwell times")
     r = [non_negative("rates entry", x) for x in rates]
@@ -123,11 +119,7 @@ def rate_curve(
 
 def diurnal(trough_rps: float, peak_rps: float, period_s: float = 86_400.0,
             peak_at_s: float = 14 * 3600.0) -> Callable[[np.ndarray], np.ndarray]:
-    """A day-shaped rate function for `rate_curve`: a cosine from ``trough_rps`` up to ``peak_rps``.
-
-    The peak is at ``peak_at_s`` (default 14:00), the trough half a period later; mean rate is
-    (trough + peak) / 2.
-    """
+    """A day-shaped rate function for `rate_curve`: a cosine from ``trough_rps`` up to ``peak_rps`` at ``peak_at_s``."""
     lo = non_negative("trough_rps", trough_rps)
     hi = positive("peak_rps", peak_rps)
     if hi < lo:
