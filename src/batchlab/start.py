@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from typing import Sequence
 
 from batchlab.paths import cache_dir, repo_root
 from batchlab.server import (KEY_ENV, Interrupted, ServerError, TritonServer, check_port_free, free_port, spawn,
-                             stop_on_signals)
+                             stop_group, stop_on_signals)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -62,19 +61,6 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
         cmd.append("--allow-root")
     proc, _ = spawn(cmd, env={**env, "JUPYTER_TOKEN": token}, stdin=subprocess.DEVNULL)
     return proc
-
-
-def stop_lab(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    """SIGTERM JupyterLab (it shuts its kernels down), then SIGKILL its group if it lingers."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + exc.signum
     finally:
         if lab is not None:
-            stop_lab(lab)
+            stop_group(lab, 10.0)  # SIGTERM first: JupyterLab shuts its kernels down
         server.stop()
         print("stopped: no server or JupyterLab process left.", flush=True)
 
