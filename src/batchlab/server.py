@@ -725,6 +725,7 @@ class TritonServer(_Clients):
         self.extra_args = list(extra_args)
         self.log_verbose = log_verbose
         self.ports: dict[str, int] = {}
+        self.http_url = self.grpc_url = self.metrics_url = ""  # 127.0.0.1:PORT, set by `start`
         self.models: list[str] = []
         self.key: str | None = None
         self.key_hidden = False
@@ -734,27 +735,10 @@ class TritonServer(_Clients):
         self._workdir: Path | None = None
         self._lock = threading.RLock()
 
-    # -- addresses -------------------------------------------------------------------------
-
-    @property
-    def http_url(self) -> str:
-        """``127.0.0.1:PORT`` of the HTTP/REST endpoint."""
-        return f"{LOOPBACK}:{self.ports['http']}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``127.0.0.1:PORT`` of the gRPC endpoint."""
-        return f"{LOOPBACK}:{self.ports['grpc']}"
-
-    @property
-    def metrics_url(self) -> str:
-        """``127.0.0.1:PORT`` of the Prometheus metrics endpoint (``/metrics``)."""
-        return f"{LOOPBACK}:{self.ports['metrics']}"
-
     @property
     def pid(self) -> int | None:
         """Process id of tritonserver while it runs."""
-        return self._proc.pid if self._proc and self._proc.poll() is None else None
+        return self._proc.pid if self._proc and self.running else None
 
     @property
     def running(self) -> bool:
@@ -862,6 +846,7 @@ class TritonServer(_Clients):
             attempts = 1 if all(self._ports_given.values()) else 3
             for attempt in range(attempts):
                 self.ports = {k: (v if v is not None else free_port()) for k, v in self._ports_given.items()}
+                self.http_url, self.grpc_url, self.metrics_url = (f"{LOOPBACK}:{p}" for p in self.ports.values())
                 try:
                     self._launch(backend_dir)
                     return self
