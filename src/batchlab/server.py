@@ -171,12 +171,10 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def _owner_of_port(port: int) -> str:
     """Best effort: 'pid N (name)' of the process listening on `port`, or ''."""
-    try:
+    with contextlib.suppress(Exception):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
                 return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
-    except Exception:
-        pass
     return ""
 
 
@@ -189,10 +187,7 @@ def _port_in_use(what: str, port: int, host: str = LOOPBACK, by: str = "") -> Po
 
 
 def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
-    """Raise `PortInUseError` naming the port (and its owner, where known) if it is taken.
-
-    SO_REUSEADDR, as the server's own sockets: a port left in TIME_WAIT counts as free.
-    """
+    """Raise `PortInUseError` naming the port (and its owner) if it is taken (TIME_WAIT counts as free)."""
     if not 0 < port < 65536:
         raise ValueError(f"{what} port {port} is not a valid TCP port (1-65535)")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -646,12 +641,8 @@ _SHM_REGION = re.compile(r"^batchlab_(\d+)_(\d+)_")
 
 
 def sweep_stale(tmp: str | os.PathLike[str] | None = None, shm: str | os.PathLike[str] = "/dev/shm") -> list[Path]:
-    """Remove what launches of dead processes left: their server folders and shared memory.
-
-    Only this user's entries are touched, and only those whose owner process (named in the
-    entry) is gone; a server folder of an older layout (no owner in its name) only when no
-    process of this user runs in it. Returns what was removed.
-    """
+    """Remove and return this user's server folders and shared memory whose owner process (named in
+    the entry) is gone; a folder with no owner in its name only when no process of ours runs in it."""
     me = os.geteuid()
     removed: list[Path] = []
     for d in Path(tmp or tempfile.gettempdir()).glob("batchlab-triton-*"):
@@ -833,7 +824,7 @@ class TritonServer(_Clients):
             raise ServerError(f"model(s) {', '.join(missing)} not in {self.repo} (has {', '.join(sorted(found))})")
 
     def start(self) -> "TritonServer":
-        """Start the server and wait until it and its models are ready; return self (on an interrupt: stop, re-raise)."""
+        """Start the server, wait until it and its models are ready, return self; interrupted: stop, re-raise."""
         with self._lock:
             if self.running:
                 return self
@@ -933,11 +924,8 @@ class TritonServer(_Clients):
 
 
 class ExternalServer(_Clients):
-    """A Triton server someone else runs (an NGC container, `make start`), named by env vars.
-
-    Same interface as `TritonServer`; `start` only waits for readiness and `stop` does nothing.
-    `key`: the server's key, if it restricts APIs (default: `BATCHLAB_TRITON_KEY`).
-    """
+    """A Triton server someone else runs (`make start`, a container): `TritonServer`'s interface, but
+    `start` only waits for it and `stop` does nothing. `key`: its key, if it restricts APIs."""
 
     def __init__(self, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, key: str | None = None,
@@ -993,11 +981,8 @@ class ExternalServer(_Clients):
 
 def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
             **kwargs: Any) -> TritonServer | ExternalServer:
-    """The server to use: the external one named by TRITON_URL (it must serve `models`), else an
-    embedded one on `repo` loading `models` (default: all), with `kwargs` for `TritonServer`.
-
-    Use it as a context manager; an embedded server is stopped on exit, an external one is not.
-    """
+    """The external server named by TRITON_URL (it must serve `models`), else an embedded one on
+    `repo` loading `models` (default: all) with `kwargs`; a context manager that stops only its own."""
     external = ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
@@ -1016,9 +1001,8 @@ class Interrupted(BaseException):
 
 
 def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
-    """Handle SIGINT/SIGTERM for a command line: raise `Interrupted` until startup is done, then
-    set `stop`. Returns the function that marks startup done. A second signal during the
-    clean-up after an interrupted startup is ignored, so the clean-up runs to the end."""
+    """Handle SIGINT/SIGTERM for a command line: raise `Interrupted` (once) until the returned
+    function marks startup done, then set `stop`."""
     state = {"started": False, "interrupted": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -1051,10 +1035,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: prints one JSON line once ready (with the key), runs until SIGINT/SIGTERM.
-
-    A signal during startup stops the half-started server and exits with 128 + the signal number.
-    """
+    """CLI: print one JSON line (with the key) once ready, run until SIGINT/SIGTERM (while starting: 128 + signum)."""
     args = _parse_args(argv)
     stop = threading.Event()
     started = stop_on_signals(stop)
