@@ -266,8 +266,7 @@ def check_config(config: Any) -> list[Finding]:
         out.append(Finding("error", "max_batch_size", "必须 ≥ 0", SRC_VALIDATE))
     sched = c.WhichOneof("scheduling_choice")
     if sched == "dynamic_batching":
-        db = c.dynamic_batching
-        out.extend(_check_dynamic(db, mbs))
+        out.extend(_check_dynamic(c.dynamic_batching, mbs))
     elif sched == "sequence_batching":
         sb = c.sequence_batching
         if sb.HasField("oldest"):
@@ -584,14 +583,13 @@ def summarize(config: Any) -> dict[str, Any]:
     if sched == "dynamic_batching":
         db = c.dynamic_batching
         delay, preferred, levels = db.max_queue_delay_microseconds, list(db.preferred_batch_size), db.priority_levels
-        q = db.default_queue_policy
-        if db.HasField("default_queue_policy"):
-            parts = []
-            if q.max_queue_size:
-                parts.append(f"max_queue_size={q.max_queue_size}")
-            if q.default_timeout_microseconds:
-                parts.append(f"timeout={q.default_timeout_microseconds}us/{mc.ModelQueuePolicy.TimeoutAction.Name(q.timeout_action)}")
-            policy = ", ".join(parts)
+        q = db.default_queue_policy  # all zero when not set
+        parts = []
+        if q.max_queue_size:
+            parts.append(f"max_queue_size={q.max_queue_size}")
+        if q.default_timeout_microseconds:
+            parts.append(f"timeout={q.default_timeout_microseconds}us/{mc.ModelQueuePolicy.TimeoutAction.Name(q.timeout_action)}")
+        policy = ", ".join(parts)
         sched = "dynamic"
     elif sched == "sequence_batching":
         sb = c.sequence_batching
