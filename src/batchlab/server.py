@@ -203,20 +203,6 @@ def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
 # --------------------------------------------------------------------------- keyed clients
 
 
-class KeyHeader:
-    """A tritonclient plugin that adds a server's key to every request a client sends."""
-
-    def __init__(self, key: str, grpc: bool) -> None:
-        self.header = GRPC_KEY_HEADER if grpc else KEY_HEADER
-        self._key = key
-
-    def __call__(self, request: Any) -> None:
-        request.headers[self.header] = self._key
-
-    def __repr__(self) -> str:
-        return f"<KeyHeader {self.header}: (hidden)>"
-
-
 def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) -> None:
     """Raise ValueError when tritonclient `InferInput`s hold more than `limit` bytes (shared memory: 0)."""
     total = 0
@@ -259,8 +245,13 @@ def _guard_size(client: Any) -> None:
 
 def keyed_client(client: Any, key: str | None, grpc: bool) -> Any:
     """`client` with `key` on every request (when there is one) and the request-size guard."""
+    header = GRPC_KEY_HEADER if grpc else KEY_HEADER
+
+    def add_key(request: Any) -> None:  # a tritonclient plugin; its repr does not show the key
+        request.headers[header] = key
+
     if key:
-        client.register_plugin(KeyHeader(key, grpc))
+        client.register_plugin(add_key)
     _guard_size(client)
     return client
 
@@ -409,11 +400,9 @@ def _tail(text: str, n: int = 25) -> str:
     keep = []
     for ln in text.splitlines():
         s = ln.strip()
-        if not s or s[0] in "+|" or any(k in s.lower() for k in _NOISE):
-            continue
-        if re.search(r"(server|tritonserver)\.cc:\d+\]$", s):
-            continue
-        keep.append(ln)
+        noise = any(k in s.lower() for k in _NOISE) or re.search(r"(server|tritonserver)\.cc:\d+\]$", s)
+        if s and s[0] not in "+|" and not noise:
+            keep.append(ln)
     return "\n".join(keep[-n:])
 
 
