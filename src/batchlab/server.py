@@ -748,14 +748,6 @@ class TritonServer(_Clients):
                     fixed.append(path)
         return fixed
 
-    def shm_bytes(self) -> int:
-        """Memory the regions of `shm_regions` hold now (allocated blocks, not their sizes)."""
-        total = 0
-        for path in self.shm_regions():
-            with contextlib.suppress(OSError):
-                total += path.stat().st_blocks * 512
-        return total
-
     # -- log -------------------------------------------------------------------------------
 
     @property
