@@ -705,7 +705,6 @@ class TritonServer(_Clients):
         self.extra_args = list(extra_args)
         self.log_verbose = log_verbose
         self.ports: dict[str, int] = {}
-        self.http_url = self.grpc_url = self.metrics_url = ""  # 127.0.0.1:PORT, set by `start`
         self.models: list[str] = []
         self.key: str | None = None
         self.key_hidden = False
@@ -818,6 +817,7 @@ class TritonServer(_Clients):
             attempts = 1 if all(self._ports_given.values()) else 3
             for attempt in range(attempts):
                 self.ports = {k: (v if v is not None else free_port()) for k, v in self._ports_given.items()}
+                # 127.0.0.1:PORT each; not set before the first start (`load.check_server` tells)
                 self.http_url, self.grpc_url, self.metrics_url = (f"{LOOPBACK}:{p}" for p in self.ports.values())
                 try:
                     self._launch(backend_dir)
