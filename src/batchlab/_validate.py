@@ -48,14 +48,10 @@ def real(name: str, value: Any) -> float:
 
 def integer(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
     """``value`` as an int in ``[lo, hi]`` (bounds optional); floats with a fraction are refused."""
-    if isinstance(value, bool):
+    whole = isinstance(value, (float, np.floating)) and float(value).is_integer()
+    if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) or whole):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        v = int(value)
-    elif isinstance(value, (float, np.floating)) and float(value).is_integer():
-        v = int(value)
-    else:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+    v = int(value)
     if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v}")
     if hi is not None and v > hi:
@@ -64,10 +60,8 @@ def integer(name: str, value: Any, lo: int | None = None, hi: int | None = None)
 
 
 def count(name: str, value: Any, lo: int = 1, message: str | None = None) -> int:
-    """``value`` as an int >= ``lo``: a count, size or seed. Bools and floats are refused.
-
-    ``message`` replaces the default text (for callers whose wording is part of their interface).
-    """
+    """``value`` as an int >= ``lo`` (a count, size or seed; bools and floats refused); ``message``
+    replaces the default error text."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
         what = "a non-negative integer" if lo == 0 else f"an integer >= {lo}"
         raise ValueError(message or f"{name} must be {what}, got {value!r}")

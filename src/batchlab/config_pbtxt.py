@@ -1,12 +1,5 @@
-"""Read, annotate, check and edit a model's `config.pbtxt` with Triton's own schema and parser
-(`inference.ModelConfig` from `tritonclient.grpc.model_config_pb2`).
-
-`parse_config` (a `ConfigError` with line, column and a Chinese hint: `translate_error`),
-`check_config` (`Finding`s: Triton's validation errors and settings that load but surprise),
-`annotate` / `field_rows` (a Chinese note per field), `field_paths`, `edit_config` (dotted paths
-or a config block merged in), `stage_model` (a model with a given config in a repository).
-Sources: batcher.md, model_configuration.md, model_config.proto, model_config_utils.cc,
-dynamic_batch_scheduler.cc.
+"""Read, check, annotate and edit a model's `config.pbtxt` with Triton's own schema and parser
+(`inference.ModelConfig` from `tritonclient.grpc.model_config_pb2`); errors come with a Chinese hint.
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ __all__ = [
     "edit_config",
     "to_text",
     "field_paths",
-    "field_rows",
     "load_config_text",
     "parse_config",
     "stage_model",
@@ -99,8 +91,7 @@ FIELD_NOTES: dict[str, str] = {
 
 
 class ConfigError(ValueError):
-    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), the parser's
-    `message`, and a `hint` (Chinese) on how to fix it."""
+    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), `message`, Chinese `hint`."""
 
     def __init__(self, message: str, line: int = 0, column: int = 0, hint: str = "") -> None:
         self.message = message
@@ -113,9 +104,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Finding:
-    """One result of `check_config`: `level` is "error" (Triton refuses the model), "warning"
-    (it loads but does not do what the config suggests) or "note"; `path` the field; `message`
-    in Chinese; `source` where the behaviour is defined."""
+    """One result of `check_config`: `level` "error" (Triton refuses the model), "warning" (it loads
+    but misleads) or "note"; `message` in Chinese; `source` where the behaviour is defined."""
 
     level: str
     path: str
@@ -145,11 +135,7 @@ def _walk(desc: Descriptor, prefix: str, depth: int, seen: tuple[str, ...]) -> I
 
 
 def field_paths(name: str) -> list[str]:
-    """Every dotted path in `ModelConfig` (up to 5 levels deep) whose last part is `name`.
-
-    >>> field_paths("max_batch_size")
-    ['max_batch_size']
-    """
+    """Every dotted path in `ModelConfig` (up to 5 levels deep) whose last part is `name`."""
     if not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"not a field name: {name!r}")
     return [p for p, f in _walk(mc.ModelConfig.DESCRIPTOR, "", 0, ()) if f.name == name]
@@ -220,10 +206,7 @@ def translate_error(message: str) -> str:
 
 
 def _parse_into(text: str, msg: Any) -> Any:
-    """Parse config text into `msg` (a `ModelConfig` or one of its sub-messages) as Triton does.
-
-    Raises `ConfigError` with the parser's line and column (in `text`) and a hint.
-    """
+    """Parse config text into `msg` (a `ModelConfig` or a sub-message) as Triton does, or raise `ConfigError`."""
     try:
         text_format.Parse(text, msg)
     except text_format.ParseError as exc:
@@ -236,11 +219,7 @@ def _parse_into(text: str, msg: Any) -> Any:
 
 
 def parse_config(text: str) -> Any:
-    """Parse config.pbtxt text into `inference.ModelConfig` exactly as Triton does.
-
-    Raises `ConfigError` (a ValueError) with the parser's position and a hint when Triton would
-    refuse the text.
-    """
+    """Parse config.pbtxt text into `inference.ModelConfig` as Triton does, or raise `ConfigError`."""
     if not isinstance(text, str):
         raise ValueError("config text must be a str")
     return _parse_into(text, mc.ModelConfig())
@@ -270,11 +249,8 @@ def _as_config(config: Any) -> Any:
 
 
 def check_config(config: Any) -> list[Finding]:
-    """Errors Triton raises for this config and warnings for settings that mislead.
-
-    `config` is config.pbtxt text or a parsed `ModelConfig`. A parse error becomes a single
-    error finding (Triton stops there too).
-    """
+    """Errors Triton raises for `config` (text or `ModelConfig`) and warnings for settings that
+    mislead; a parse error is a single error finding."""
     try:
         c = _as_config(config)
     except ConfigError as exc:
@@ -290,8 +266,7 @@ def check_config(config: Any) -> list[Finding]:
         out.append(Finding("error", "max_batch_size", "必须 ≥ 0", SRC_VALIDATE))
     sched = c.WhichOneof("scheduling_choice")
     if sched == "dynamic_batching":
-        db = c.dynamic_batching
-        out.extend(_check_dynamic(db, mbs))
+        out.extend(_check_dynamic(c.dynamic_batching, mbs))
     elif sched == "sequence_batching":
         sb = c.sequence_batching
         if sb.HasField("oldest"):
@@ -404,39 +379,8 @@ def _note(path: str) -> str:
     return note
 
 
-def _iter_rows(msg: Any, prefix: str) -> Iterator[dict[str, str]]:
-    for f, value in _fields(msg, not prefix):
-        path = f"{prefix}.{f.name}" if prefix else f.name
-        if f.type == FieldDescriptor.TYPE_MESSAGE:
-            if f.message_type.GetOptions().map_entry:
-                for k, v in sorted(value.items()):
-                    yield {"path": f"{path}[{k}]", "value": "{…}", "note": _note(path)}
-                    if hasattr(v, "ListFields"):
-                        yield from _iter_rows(v, f"{path}[{k}]")
-            elif _repeated(f):
-                for i, item in enumerate(value):
-                    yield {"path": f"{path}[{i}]", "value": "{…}", "note": _note(path)}
-                    yield from _iter_rows(item, f"{path}[{i}]")
-            else:
-                yield {"path": path, "value": "{…}", "note": _note(path)}
-                yield from _iter_rows(value, path)
-        elif _repeated(f):
-            yield {"path": path, "value": "[" + ", ".join(_fmt_scalar(f, v) for v in value) + "]", "note": _note(path)}
-        else:
-            yield {"path": path, "value": _fmt_scalar(f, value), "note": _note(path)}
-
-
-def field_rows(config: Any) -> list[dict[str, str]]:
-    """One row per set field: dotted `path`, printed `value` and the Chinese `note`."""
-    return list(_iter_rows(_as_config(config), ""))
-
-
 def annotate(config: Any, width: int = 58) -> str:
-    """The config re-printed in canonical text format, each field followed by `# note`.
-
-    Reading it top-down shows where every field lives: model-level fields at column 0,
-    batcher fields indented inside their block.
-    """
+    """The config re-printed in canonical text format, each field followed by its `# note`."""
     c = _as_config(config)
     lines: list[str] = []
 
@@ -489,21 +433,10 @@ def to_text(config: Any) -> str:
 def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> Any:
     """A copy of `config` (text or `ModelConfig`) with some fields replaced; the input is not modified.
 
-    `changes` is either
-
-    - a dict of dotted paths to values, e.g. ``{"name": "embed_d5ms",
-      "dynamic_batching.max_queue_delay_microseconds": 5000}``: repeated scalars take a list; a
-      message path takes a dict of its fields or its text; map fields (``priority_queue_policy``)
-      take {key: dict}; None clears the field. Unknown paths and enum names raise ValueError; or
-    - config text, such as the `dynamic_batching { ... }` block a learner wrote. It is parsed on
-      its own with Triton's schema, as fields of the message at `at` (default: the top level;
-      ``"sequence_batching"`` for an `oldest { ... }` block), so a `ConfigError`'s line and column
-      point into that text. Each field it sets replaces that field of `config` whole (a member of
-      a oneof replaces its sibling: `oldest` replaces `direct`). `at` must name a message the
-      config already has.
-
-    With a dict, `at` is the message the paths start from; a number in a path indexes a repeated
-    message (``instance_group.0.count``; one past the end adds an entry).
+    `changes`: a dict of dotted paths (from the message at `at`) to values — a list for repeated
+    scalars, a dict or text for a message, {key: dict} for a map, None clears; a number indexes a
+    repeated message (one past the end adds one) — or config text (a learner's block), parsed as
+    fields of the message at `at` (which the config must have), each replacing that field whole.
     """
     msg = mc.ModelConfig()
     msg.CopyFrom(_as_config(config))
@@ -608,13 +541,9 @@ def _dict_text(d: Any) -> str:
 
 def stage_model(dest: str | Path, name: str, config_text: str | None, source_model: str,
                 repo: str | Path | None = None) -> Path:
-    """Write model `name` into the repository `dest`: a copy of the version folder `1/` of
-    `source_model` from `repo` (default: the course repository) and a `config.pbtxt`. Returns `dest`.
-
-    `config_text` is written as given (it may be deliberately wrong, to show what Triton does with
-    it), with a `name: "<name>"` line added when it names no model. None copies the source's own
-    config (comments and all) with its model name changed to `name`.
-    """
+    """Write model `name` into repository `dest` (returned): `source_model`'s folder `1/` from `repo`
+    and `config_text` as given (a `name:` line added if missing; it may be deliberately wrong), or,
+    with None, the source's own config renamed to `name`."""
     base = Path(repo) if repo is not None else MODEL_REPOSITORY
     src = base / source_model / "1"
     if not src.is_dir():
@@ -654,14 +583,13 @@ def summarize(config: Any) -> dict[str, Any]:
     if sched == "dynamic_batching":
         db = c.dynamic_batching
         delay, preferred, levels = db.max_queue_delay_microseconds, list(db.preferred_batch_size), db.priority_levels
-        q = db.default_queue_policy
-        if db.HasField("default_queue_policy"):
-            parts = []
-            if q.max_queue_size:
-                parts.append(f"max_queue_size={q.max_queue_size}")
-            if q.default_timeout_microseconds:
-                parts.append(f"timeout={q.default_timeout_microseconds}us/{mc.ModelQueuePolicy.TimeoutAction.Name(q.timeout_action)}")
-            policy = ", ".join(parts)
+        q = db.default_queue_policy  # all zero when not set
+        parts = []
+        if q.max_queue_size:
+            parts.append(f"max_queue_size={q.max_queue_size}")
+        if q.default_timeout_microseconds:
+            parts.append(f"timeout={q.default_timeout_microseconds}us/{mc.ModelQueuePolicy.TimeoutAction.Name(q.timeout_action)}")
+        policy = ", ".join(parts)
         sched = "dynamic"
     elif sched == "sequence_batching":
         sb = c.sequence_batching

@@ -13,11 +13,8 @@ MODEL_REPOSITORY = PACKAGE_DIR / "model_repository"
 
 
 def repo_root() -> Path:
-    """The course repository's root (the folder holding `pyproject.toml` and `quiz/`).
-
-    `BATCHLAB_ROOT` overrides; otherwise the folders above the package are searched, then the
-    current directory and its parents.
-    """
+    """The course repository's root (holding `pyproject.toml` and `quiz/`): `BATCHLAB_ROOT`, else
+    searched above the package, then from the current directory up."""
     env = os.environ.get("BATCHLAB_ROOT")
     if env:
         return Path(env).resolve()

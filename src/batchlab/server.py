@@ -1,20 +1,9 @@
-"""The embedded Triton Inference Server (the `tritonserver` 2.51 and Python backend of the
-nvidia-pytriton wheel): start it, wait for it, stop it, leave nothing behind.
+"""The embedded Triton server (`tritonserver` 2.51 and Python backend of the nvidia-pytriton wheel).
 
-`TritonServer` builds a backend folder with the stub matching this Python in the course cache,
-binds HTTP, gRPC and metrics to 127.0.0.1 (free ports unless given), draws a key per launch that
-the `RESTRICTED_APIS` require (header `x-batchlab-key`; its clients send it; the process list
-never shows it, `spawn`), waits until it and every model are ready and that the server answering
-is this one, bounds a request's cost (`MAX_REQUEST_BYTES`, `SHM_LIMIT_BYTES`), and stops its whole
-process group (also at exit, and by the kernel when this process dies); what dead launches left
-is swept at the next start. `connect()` gives the server named by `TRITON_URL` (and
-`TRITON_GRPC_URL`, `TRITON_METRICS_URL`, `BATCHLAB_TRITON_KEY`) as an `ExternalServer`, else an
-embedded one::
-
-    with connect() as server:
-        client = server.grpc_client()
-
-Command line: ``python -m batchlab.server [--repo DIR] [--http-port N ...] [--check]``.
+`TritonServer` runs one on loopback with a per-launch key for the `RESTRICTED_APIS`, waits until it
+is ready and is the one it started, and stops its whole process group (also at exit, and when this
+process dies). `connect()` gives the server named by `TRITON_URL` (an `ExternalServer`), else an
+embedded one. CLI: ``python -m batchlab.server [--repo DIR] [--http-port N ...] [--check]``.
 """
 
 from __future__ import annotations
@@ -75,28 +64,21 @@ RESTRICTED_APIS = ("shared-memory", "model-repository", "trace", "logging")
 ``--grpc-restricted-protocol``). Open: health, metadata, model-config, statistics, inference."""
 
 SHM_LIMIT_BYTES = 64 * 2**20
-"""Most shared memory one Python-backend instance may hold: the server and its stubs run with
-``RLIMIT_FSIZE`` at this value, so a region (which the backend grows and never shrinks) cannot pass
-it; a request that does not fit fails with "Failed to increase the shared memory pool size".
-It also caps the server log."""
+"""``RLIMIT_FSIZE`` of the server and its stubs: caps each Python-backend shared-memory region and the log."""
 
 MAX_REQUEST_BYTES = 16 * 2**20
-"""Largest request (sum of its input tensors) the clients of this module send (ValueError before
-sending): inputs and outputs share one `SHM_LIMIT_BYTES` region."""
+"""Largest request (sum of its input tensors) this module's clients send; larger ones: ValueError."""
 
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
-"""Seconds `start` waits for the server and its models: several times a cold start of the course
-repository on two cores busy with other work, so only a server that is really stuck times out."""
+"""Seconds `start` waits for the server and its models (a cold start on two busy cores, several times)."""
 
 _PR_SET_PDEATHSIG = 1
 _PTRACE_TRACEME = 0
 _PTRACE_DETACH = 17
 _HIDDEN_ENV = "BATCHLAB_HIDDEN_ARG_"
 _HIDDEN = "(hidden)"
-# Large buffers from mmap, so that the memory of a big request goes back to the system when it is
-# freed (glibc otherwise keeps it in its heaps); with a request-object pool of 0 the gRPC frontend
-# keeps no request either. Only tritonserver gets this: BASH_ENV drops it again in the `bash -c`
-# that starts each Python stub, where numpy would be slowed down by it.
+# Large buffers from mmap, so a big request's memory goes back to the system when freed. Only
+# tritonserver gets this: BASH_ENV drops it in the `bash -c` that starts each stub (it slows numpy).
 _SERVER_TUNABLES = "glibc.malloc.mmap_threshold=65536"
 
 
@@ -129,22 +111,8 @@ def _pytriton_dist() -> Path:
     return root
 
 
-def find_tritonserver() -> Path:
-    """Path of the `tritonserver` executable shipped with nvidia-pytriton."""
-    return _pytriton_dist() / "bin" / "tritonserver"
-
-
-def _libs_dir() -> Path:
-    """The wheel's bundled shared libraries (auditwheel's `nvidia_pytriton.libs`)."""
-    return _pytriton_dist().parent.parent / "nvidia_pytriton.libs"
-
-
 def prepare_backend_dir(python_version: str | None = None) -> Path:
-    """Build (once) and return a backend directory holding `python/` with the matching stub.
-
-    The folder lives in the course cache, keyed by the wheel's location and Python version, and
-    is written atomically so that concurrent starts never see a half-copied stub.
-    """
+    """A backend directory with `python/` and the stub for this Python, built once (atomically) in the cache."""
     ver = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     dist = _pytriton_dist()
     stub = dist / "python_backend_stubs" / ver / "triton_python_backend_stub"
@@ -174,15 +142,10 @@ def prepare_backend_dir(python_version: str | None = None) -> Path:
 
 
 def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for tritonserver: its libraries, and the running Python for the stubs.
-
-    The stub embeds libpython and finds its prefix through the `python3` on PATH, so the folder
-    of the running interpreter goes first on PATH (a venv's site-packages, with batchlab
-    installed, is then importable by every model), and that interpreter's libpython first on
-    LD_LIBRARY_PATH.
-    """
+    """Environment for tritonserver: the wheel's libraries, and this Python (first on PATH, its
+    libpython first on LD_LIBRARY_PATH) for the stubs, so every model imports this venv's packages."""
     env = dict(os.environ if base is None else base)
-    libs = [str(_libs_dir())]
+    libs = [str(_pytriton_dist().parent.parent / "nvidia_pytriton.libs")]
     libdir = sysconfig.get_config_var("LIBDIR")
     soname = sysconfig.get_config_var("INSTSONAME")
     if libdir and soname and (Path(libdir) / soname).exists():
@@ -208,12 +171,10 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def _owner_of_port(port: int) -> str:
     """Best effort: 'pid N (name)' of the process listening on `port`, or ''."""
-    try:
+    with contextlib.suppress(Exception):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
                 return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
-    except Exception:
-        pass
     return ""
 
 
@@ -226,11 +187,7 @@ def _port_in_use(what: str, port: int, host: str = LOOPBACK, by: str = "") -> Po
 
 
 def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
-    """Raise `PortInUseError` naming the port (and its owner, where known) if it is taken.
-
-    The probe socket sets SO_REUSEADDR, as the server's own sockets do: a port whose last
-    connections linger in TIME_WAIT after a stop is free to listen on again at once.
-    """
+    """Raise `PortInUseError` naming the port (and its owner) if it is taken (TIME_WAIT counts as free)."""
     if not 0 < port < 65536:
         raise ValueError(f"{what} port {port} is not a valid TCP port (1-65535)")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -246,22 +203,8 @@ def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
 # --------------------------------------------------------------------------- keyed clients
 
 
-class KeyHeader:
-    """A tritonclient plugin that adds a server's key to every request a client sends."""
-
-    def __init__(self, key: str, grpc: bool) -> None:
-        self.header = GRPC_KEY_HEADER if grpc else KEY_HEADER
-        self._key = key
-
-    def __call__(self, request: Any) -> None:
-        request.headers[self.header] = self._key
-
-    def __repr__(self) -> str:
-        return f"<KeyHeader {self.header}: (hidden)>"
-
-
-def request_bytes(inputs: Iterable[Any]) -> int:
-    """Bytes of tensor data in a list of tritonclient `InferInput`s (shared-memory inputs: 0)."""
+def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) -> None:
+    """Raise ValueError when tritonclient `InferInput`s hold more than `limit` bytes (shared memory: 0)."""
     total = 0
     for inp in inputs:
         raw = getattr(inp, "_raw_data", None)  # tritonclient.http, binary
@@ -271,60 +214,58 @@ def request_bytes(inputs: Iterable[Any]) -> int:
             total += len(raw)
         elif getattr(inp, "_data", None) is not None and inp.datatype() != "BYTES":  # http, JSON
             total += int(np.prod(inp.shape())) * np.dtype(triton_to_np_dtype(inp.datatype())).itemsize
-    return total
-
-
-def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) -> None:
-    """Raise ValueError when `inputs` hold more than `limit` bytes (default `MAX_REQUEST_BYTES`)."""
-    n = request_bytes(inputs)
-    if n > limit:
+    if total > limit:
         raise ValueError(
-            f"request of {n / 2**20:.1f} MiB is over the course server's limit of {limit / 2**20:.0f} MiB "
+            f"request of {total / 2**20:.1f} MiB is over the course server's limit of {limit / 2**20:.0f} MiB "
             f"per request (batchlab.server.MAX_REQUEST_BYTES): send it as several smaller requests"
         )
 
 
-def _guard_size(client: Any) -> None:
-    """Make the client's infer calls refuse requests over `MAX_REQUEST_BYTES` before sending.
+def _inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
+    return kwargs.get("inputs", args[1] if len(args) > 1 else ())
 
-    Wrapped on the instance (not a subclass): code that checks ``type(client).__module__`` for
-    ``tritonclient.http`` / ``tritonclient.grpc`` keeps working.
-    """
+
+def _guard_size(client: Any) -> None:
+    """Make the client's infer calls refuse requests over `MAX_REQUEST_BYTES` (on the instance, so
+    ``type(client).__module__`` stays tritonclient's)."""
     for name in ("infer", "async_infer", "async_stream_infer"):
         orig = getattr(client, name, None)
         if orig is None:
             continue
-
-        def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
-            return kwargs.get("inputs", args[1] if len(args) > 1 else ())
-
         if inspect.iscoroutinefunction(orig):
             async def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
-                check_request_size(inputs_of(args, kwargs))
+                check_request_size(_inputs_of(args, kwargs))
                 return await _orig(*args, **kwargs)
         else:
             def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:  # type: ignore[misc]
-                check_request_size(inputs_of(args, kwargs))
+                check_request_size(_inputs_of(args, kwargs))
                 return _orig(*args, **kwargs)
         setattr(client, name, functools.update_wrapper(wrapped, orig))
 
 
 def keyed_client(client: Any, key: str | None, grpc: bool) -> Any:
     """`client` with `key` on every request (when there is one) and the request-size guard."""
+    header = GRPC_KEY_HEADER if grpc else KEY_HEADER
+
+    def add_key(request: Any) -> None:  # a tritonclient plugin; its repr does not show the key
+        request.headers[header] = key
+
     if key:
-        client.register_plugin(KeyHeader(key, grpc))
+        client.register_plugin(add_key)
     _guard_size(client)
     return client
 
 
 class _Clients:
-    """What `TritonServer` and `ExternalServer` share: clients and headers that carry the key."""
+    """What `TritonServer` and `ExternalServer` share: clients that carry the key, a context manager."""
 
     http_url: str
     grpc_url: str
     metrics_url: str
     models: list[str]
     key: str | None
+    start: Callable[[], Any]
+    stop: Callable[[], None]
 
     @property
     def http_headers(self) -> dict[str, str]:
@@ -343,6 +284,12 @@ class _Clients:
         """A `tritonclient.grpc.InferenceServerClient` for this server (it sends the key)."""
         return keyed_client(grpcclient.InferenceServerClient(self.grpc_url, **kwargs), self.key, grpc=True)
 
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 # --------------------------------------------------------------------------- readiness over HTTP
 
@@ -358,10 +305,7 @@ def _http(method: str, url: str, timeout: float = 2.0, headers: Mapping[str, str
 
 
 def repository_index(http_url: str, key: str | None = None) -> list[dict[str, Any]]:
-    """The server's model repository index: [{'name', 'version', 'state', 'reason'}, ...].
-
-    `key`: the server's key (the index is a restricted API of the course's servers).
-    """
+    """The model repository index [{'name', 'version', 'state', 'reason'}, ...] (a restricted API: `key`)."""
     code, body = _http("POST", f"http://{http_url}/v2/repository/index",
                        headers={KEY_HEADER: key} if key else None)
     if code != 200:
@@ -372,15 +316,11 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
 
 def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
                      key: str | None = None, own: bool = False, silent_s: float | None = None) -> list[str]:
-    """Poll until the server is ready and every indexed, loaded model is READY.
+    """Poll until the server and every loaded model are READY; return the ready models' names.
 
-    `alive` is an optional callable returning False once the server process has exited. `key`
-    is sent with the repository index. With ``own=True`` the server must also prove it is the one
-    we started: it grants the index with `key` and refuses it without; another server answering
-    on the port (its models load before it binds, so a second launch on a taken port would
-    otherwise see the first one) raises `PortInUseError` naming the port. With `silent_s`, a
-    server that has not answered at all after that many seconds raises TimeoutError early.
-    Returns the names of the ready models.
+    `alive`: False once the server process has exited. ``own=True``: the server must grant the
+    index with `key` and refuse it without, else it is another server on the port (PortInUseError).
+    `silent_s`: TimeoutError early when nothing answered for that long.
     """
     headers = {KEY_HEADER: key} if key else None
     port = int(http_url.rpartition(":")[2])
@@ -431,20 +371,16 @@ _NOISE = ("nvml", "dcgm", "cudadriverhelper", "pinned memory", "cuda memory pool
 
 def diagnose(log: str) -> tuple[type[ServerError], str]:
     """Turn a server log into (error class, one-paragraph cause)."""
+    lines = log.splitlines()
     failures = []
-    for line in log.splitlines():
-        m = _LOAD_FAIL.search(line)
-        if m:
-            detail = m.group(2).encode().decode("unicode_escape", errors="replace").strip()
-            first = detail.splitlines()[0] if detail else "unknown error"
-            failures.append(f"model '{m.group(1)}' failed to load: {first}")
-    proto = [_PROTO.search(line) for line in log.splitlines()]
-    proto = [m for m in proto if m]
-    for i, line in enumerate(log.splitlines()):
-        m = _POLL_FAIL.search(line)
-        if m:
-            where = f" (line {proto[0].group(1)}, column {proto[0].group(2)}: {proto[0].group(3)})" if proto else ""
-            failures.append(f"model '{m.group(1)}': {m.group(2)}{where}")
+    for m in filter(None, map(_LOAD_FAIL.search, lines)):
+        detail = m.group(2).encode().decode("unicode_escape", errors="replace").strip()
+        first = detail.splitlines()[0] if detail else "unknown error"
+        failures.append(f"model '{m.group(1)}' failed to load: {first}")
+    proto = next(filter(None, map(_PROTO.search, lines)), None)
+    where = f" (line {proto.group(1)}, column {proto.group(2)}: {proto.group(3)})" if proto else ""
+    for m in filter(None, map(_POLL_FAIL.search, lines)):
+        failures.append(f"model '{m.group(1)}': {m.group(2)}{where}")
     if failures:
         return ModelLoadError, "; ".join(failures)
     low = log.lower()
@@ -453,7 +389,7 @@ def diagnose(log: str) -> tuple[type[ServerError], str]:
         what = f"{sock.group(1)} is" if sock else "a port the server needs is"
         return PortInUseError, f"{what} already in use (another process took it)"
     for pat in ("unexpected", "parse error", "error parsing", "failed to open", "no such file", "error: "):
-        for line in log.splitlines():
+        for line in lines:
             if pat in line.lower() and "nvml" not in line.lower() and "dcgm" not in line.lower():
                 return ServerError, line.strip()
     return ServerError, "the server exited during startup"
@@ -464,11 +400,9 @@ def _tail(text: str, n: int = 25) -> str:
     keep = []
     for ln in text.splitlines():
         s = ln.strip()
-        if not s or s[0] in "+|" or any(k in s.lower() for k in _NOISE):
-            continue
-        if re.search(r"(server|tritonserver)\.cc:\d+\]$", s):
-            continue
-        keep.append(ln)
+        noise = any(k in s.lower() for k in _NOISE) or re.search(r"(server|tritonserver)\.cc:\d+\]$", s)
+        if s and s[0] not in "+|" and not noise:
+            keep.append(ln)
     return "\n".join(keep[-n:])
 
 
@@ -494,14 +428,26 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:
-    """With `proc` stopped at its exec (PTRACE_TRACEME), point argv[i] at the hidden values.
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
+    """End `proc`'s process group: SIGTERM and up to `grace` s to exit (if `grace`), then SIGKILL."""
+    if grace:
+        _kill_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    _kill_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        _kill_group(proc.pid, signal.SIGKILL)
+        time.sleep(0.05)
 
-    `/proc/PID/cmdline`, which `ps` shows to every user, is the argument area the kernel copied
-    at exec; argv[] is an array of pointers into it, on the stack at `startstack` (after argc).
-    Each hidden value was passed in the environment (``/proc/PID/environ`` is readable by the
-    owner only); we point argv[i] at it, so the program reads the value while the process list
-    keeps showing the placeholder. Then we detach, which resumes the program at its entry point.
+
+def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:
+    """With `proc` stopped at its exec (PTRACE_TRACEME), point argv[i] at the hidden values, then detach.
+
+    `ps` shows the argument area copied at exec; argv[] (on the stack at `startstack`) points into
+    it. Each hidden value travels in the owner-only environment, and argv[i] is pointed there.
     """
     try:
         _, status = os.waitpid(proc.pid, 0)
@@ -563,21 +509,17 @@ def _spawn_here(cmd: Sequence[str], hidden: Mapping[int, str], fsize_limit: int 
                 _point_args_at_env(proc, len(cmd), hidden)
                 return proc, True
             except (OSError, ValueError):
-                _kill_group(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(Exception):
-                    proc.wait(timeout=10)
+                stop_group(proc)
         warnings.warn("could not keep the server key out of the process list (ptrace is not allowed "
                       "here): other local users can read it with ps", RuntimeWarning, stacklevel=4)
     return start(trace=False), False
 
 
 class _Spawner:
-    """Starts child processes from one thread that lives as long as the process.
+    """Starts child processes from one daemon thread that lives as long as the process.
 
-    PR_SET_PDEATHSIG is per *thread*: the kernel signals the child when the thread that forked it
-    exits, not when its process does. A server started from a worker thread (a thread pool, a
-    widget callback) would be killed when that thread ended. Forking from a daemon thread that
-    never ends ties every child to the process itself: it dies with the process, killed or not.
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: forking from a worker
+    thread would kill the server when that thread ended.
     """
 
     def __init__(self) -> None:
@@ -619,10 +561,7 @@ class _Spawner:
         except BaseException:  # Ctrl-C or SIGTERM while spawning: finish (milliseconds), then undo
             done.wait()
             if box and box[0][0] and isinstance(box[0][1], tuple):
-                proc = box[0][1][0]
-                _kill_group(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(Exception):
-                    proc.wait(timeout=10)
+                stop_group(box[0][1][0])
             raise
         ok, value = box[0]
         if ok:
@@ -636,22 +575,18 @@ _SPAWNER = _Spawner()
 def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_limit: int | None = None,
           death_signal: int = signal.SIGKILL, umask: int | None = None,
           **popen_kwargs: Any) -> tuple[subprocess.Popen[bytes], bool]:
-    """Start `cmd` in a new session, to get `death_signal` (default SIGKILL) when this process dies.
+    """Start `cmd` in a new session, to get `death_signal` when this process dies; ``(process, hidden_ok)``.
 
-    `hidden` maps argument positions to their real values: the process list shows the
-    placeholders in `cmd` while the program reads the real ones (`_point_args_at_env`; where
-    ptrace is not allowed the real values are passed plainly, with a warning). `fsize_limit`
-    sets RLIMIT_FSIZE for the child and its children; `umask` the child's file-creation mask.
-    Returns ``(process, hidden_ok)``.
+    `hidden`: argument positions -> real values; `ps` shows the placeholders in `cmd` (without
+    ptrace the real values are passed plainly, with a warning). `fsize_limit`: RLIMIT_FSIZE.
     """
     return _SPAWNER.call(lambda: _spawn_here(list(cmd), dict(hidden or {}), fsize_limit, death_signal,
                                              dict(popen_kwargs), umask))
 
 
-# Each launch has a reaper: a shell that, when this process dies without stopping the server, kills
-# the server's group and removes the launch's folder and shared memory (stop() ends it first). While
-# the server runs it also sets the launch's Python-backend regions, which the backend creates mode
-# 0644 whatever the umask, to 0600 every `REGION_CHMOD_S`.
+# Each launch's reaper: when this process dies without stopping the server, it kills the server's
+# group and removes the launch's folder and shared memory; meanwhile it sets the launch's regions
+# (created 0644 whatever the umask) to 0600 every `REGION_CHMOD_S`.
 REGION_CHMOD_S = 0.1
 # `kill -KILL -PGID`, not `kill -KILL -- -PGID`: dash (Debian's /bin/sh) rejects the `--`.
 _REAPER = (
@@ -695,12 +630,8 @@ _SHM_REGION = re.compile(r"^batchlab_(\d+)_(\d+)_")
 
 
 def sweep_stale(tmp: str | os.PathLike[str] | None = None, shm: str | os.PathLike[str] = "/dev/shm") -> list[Path]:
-    """Remove what launches of dead processes left: their server folders and shared memory.
-
-    Only this user's entries are touched, and only those whose owner process (named in the
-    entry) is gone; a server folder of an older layout (no owner in its name) only when no
-    process of this user runs in it. Returns what was removed.
-    """
+    """Remove and return this user's server folders and shared memory whose owner process (named in
+    the entry) is gone; a folder with no owner in its name only when no process of ours runs in it."""
     me = os.geteuid()
     removed: list[Path] = []
     for d in Path(tmp or tempfile.gettempdir()).glob("batchlab-triton-*"):
@@ -739,22 +670,12 @@ def _stop_all() -> None:
 
 
 class TritonServer(_Clients):
-    """One embedded tritonserver process with its model repository, on loopback.
+    """One embedded tritonserver process on loopback, with its model repository.
 
-    Parameters mirror tritonserver's flags: `repo` (default: the course model repository),
-    `http_port` / `grpc_port` / `metrics_port` (default: free ports), `model_control`
-    ("none" loads everything in `repo`; "explicit" loads only `models`, and naming `models`
-    implies it), `startup_timeout` seconds for the server and all models to become ready,
-    `stop_grace` seconds between SIGTERM and SIGKILL, `metrics_config` (e.g.
-    ``["summary_latencies=true"]``), `extra_args` passed through, and `log_verbose`.
-    `trace` gives the server a trace file in its private folder (`trace_path`; files mode 0600),
-    with tracing off until a key holder turns it on (``POST v2/trace/setting``, level TIMESTAMPS).
-    The Python backend's shared-memory regions (the tensors in flight) are made mode 0600 at start
-    and, by the launch's reaper, within `REGION_CHMOD_S` of every later model load (`private_regions`).
-
-    Whatever the mode, loading and unloading models (and the other `RESTRICTED_APIS`) needs
-    the key this launch drew (`key`), which the clients from `http_client()` / `grpc_client()`
-    send; nobody else on the machine can reload a model with their own code.
+    `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
+    "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
+    `extra_args` go to tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
+    clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
     """
 
     def __init__(
@@ -768,10 +689,8 @@ class TritonServer(_Clients):
         models: Sequence[str] | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         stop_grace: float = 10.0,
-        metrics_config: Iterable[str] = (),
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
-        trace: bool = False,
     ) -> None:
         self.repo = Path(repo).resolve() if repo is not None else MODEL_REPOSITORY
         if model_control not in ("none", "explicit", "poll"):
@@ -783,10 +702,8 @@ class TritonServer(_Clients):
         self._ports_given = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
-        self.metrics_config = list(metrics_config)
         self.extra_args = list(extra_args)
         self.log_verbose = log_verbose
-        self.trace = bool(trace)
         self.ports: dict[str, int] = {}
         self.models: list[str] = []
         self.key: str | None = None
@@ -797,27 +714,10 @@ class TritonServer(_Clients):
         self._workdir: Path | None = None
         self._lock = threading.RLock()
 
-    # -- addresses -------------------------------------------------------------------------
-
-    @property
-    def http_url(self) -> str:
-        """``127.0.0.1:PORT`` of the HTTP/REST endpoint."""
-        return f"{LOOPBACK}:{self.ports['http']}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``127.0.0.1:PORT`` of the gRPC endpoint."""
-        return f"{LOOPBACK}:{self.ports['grpc']}"
-
-    @property
-    def metrics_url(self) -> str:
-        """``127.0.0.1:PORT`` of the Prometheus metrics endpoint (``/metrics``)."""
-        return f"{LOOPBACK}:{self.ports['metrics']}"
-
     @property
     def pid(self) -> int | None:
         """Process id of tritonserver while it runs."""
-        return self._proc.pid if self._proc and self._proc.poll() is None else None
+        return self._proc.pid if self._proc and self.running else None
 
     @property
     def running(self) -> bool:
@@ -836,11 +736,8 @@ class TritonServer(_Clients):
         return sorted(Path("/dev/shm").glob(self.shm_prefix + "*"))
 
     def private_regions(self) -> list[Path]:
-        """Set this launch's shared-memory regions that other users can read to mode 0600; return them.
-
-        The launch's reaper does this every `REGION_CHMOD_S` while the server runs (the Python
-        backend creates a region at every model load, mode 0644); `start` does it at once.
-        """
+        """Set this launch's shared-memory regions that others can read to mode 0600; return them
+        (`start` does it once, the reaper every `REGION_CHMOD_S`)."""
         fixed = []
         for path in self.shm_regions():
             with contextlib.suppress(OSError):
@@ -850,14 +747,6 @@ class TritonServer(_Clients):
                     fixed.append(path)
         return fixed
 
-    def shm_bytes(self) -> int:
-        """Memory the regions of `shm_regions` hold now (allocated blocks, not their sizes)."""
-        total = 0
-        for path in self.shm_regions():
-            with contextlib.suppress(OSError):
-                total += path.stat().st_blocks * 512
-        return total
-
     # -- log -------------------------------------------------------------------------------
 
     @property
@@ -865,17 +754,10 @@ class TritonServer(_Clients):
         """The server's log file while it exists."""
         return self._workdir / "tritonserver.log" if self._workdir else None
 
-    @property
-    def trace_path(self) -> Path | None:
-        """Prefix of the trace files (``trace.json.0``, ``.1``, ...) when started with `trace`."""
-        return self._workdir / "trace.json" if (self._workdir and self.trace) else None
-
     def log(self) -> str:
         """The whole server log so far."""
         path = self.log_path
-        if path and path.exists():
-            return path.read_text(errors="replace")
-        return ""
+        return path.read_text(errors="replace") if path and path.exists() else ""
 
     def log_tail(self, n: int = 25) -> str:
         """The last `n` meaningful lines of the server log."""
@@ -886,7 +768,7 @@ class TritonServer(_Clients):
     def _command(self, backend_dir: Path) -> tuple[list[str], dict[int, str]]:
         """The command line (with the key as a placeholder) and the hidden arguments' values."""
         cmd = [
-            str(find_tritonserver()),
+            str(_pytriton_dist() / "bin" / "tritonserver"),
             f"--model-repository={self.repo}",
             f"--backend-directory={backend_dir}",
             f"--http-address={LOOPBACK}",
@@ -903,10 +785,6 @@ class TritonServer(_Clients):
             "--grpc-infer-allocation-pool-size=0",
         ]
         cmd += [f"--load-model={m}" for m in self.requested_models]
-        cmd += [f"--metrics-config={c}" for c in self.metrics_config]
-        if self.trace:  # written only while a key holder sets a trace level; flushed when it is set to OFF
-            cmd += [f"--trace-config=triton,file={self.trace_path}", "--trace-config=level=OFF",
-                    "--trace-config=rate=1", "--trace-config=count=-1", "--trace-config=triton,log-frequency=0"]
         hidden = {}
         apis = ",".join(RESTRICTED_APIS)
         for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
@@ -926,10 +804,7 @@ class TritonServer(_Clients):
             raise ServerError(f"model(s) {', '.join(missing)} not in {self.repo} (has {', '.join(sorted(found))})")
 
     def start(self) -> "TritonServer":
-        """Start the server and wait until it and its models are ready; return self.
-
-        Interrupted (Ctrl-C, a signal handler that raises) it stops what it started and re-raises.
-        """
+        """Start the server, wait until it and its models are ready, return self; interrupted: stop, re-raise."""
         with self._lock:
             if self.running:
                 return self
@@ -942,6 +817,8 @@ class TritonServer(_Clients):
             attempts = 1 if all(self._ports_given.values()) else 3
             for attempt in range(attempts):
                 self.ports = {k: (v if v is not None else free_port()) for k, v in self._ports_given.items()}
+                # 127.0.0.1:PORT each; not set before the first start (`load.check_server` tells)
+                self.http_url, self.grpc_url, self.metrics_url = (f"{LOOPBACK}:{p}" for p in self.ports.values())
                 try:
                     self._launch(backend_dir)
                     return self
@@ -971,7 +848,7 @@ class TritonServer(_Clients):
                 self._proc, self.key_hidden = spawn(
                     cmd, hidden=hidden, fsize_limit=SHM_LIMIT_BYTES, stdin=subprocess.DEVNULL,
                     stdout=logfd, stderr=subprocess.STDOUT, env=self._server_env(), cwd=self._workdir,
-                    umask=0o077)  # what it creates itself (its trace file) is ours alone
+                    umask=0o077)  # what it creates itself is ours alone
             finally:
                 os.close(logfd)
             _LIVE.add(self)
@@ -991,47 +868,29 @@ class TritonServer(_Clients):
         except PortInUseError:
             self.stop()
             raise
-        except ServerError as exc:
+        except (ServerError, TimeoutError) as exc:
             if self._proc is not None and not self.running:
                 self._proc.wait(timeout=10)
             log = self.log()
-            cls, cause = diagnose(log) if not isinstance(exc, ModelLoadError) else (ModelLoadError, str(exc))
+            if isinstance(exc, TimeoutError):
+                cls, cause = ServerError, str(exc)
+            else:
+                cls, cause = (ModelLoadError, str(exc)) if isinstance(exc, ModelLoadError) else diagnose(log)
             self.stop()
             raise cls(f"tritonserver failed to start: {cause}\n--- last lines of the server log ---\n{_tail(log)}") from None
-        except TimeoutError as exc:
-            log = self.log()
-            self.stop()
-            raise ServerError(f"tritonserver failed to start: {exc}\n--- last lines of the server log ---\n{_tail(log)}") from None
         except BaseException:  # KeyboardInterrupt, a signal handler's exception: leave nothing behind
             self.stop()
             raise
 
     def stop(self) -> None:
-        """Stop the server and every backend stub: SIGTERM, then SIGKILL after `stop_grace` s.
-
-        Also removes the launch's folder and shared-memory regions (a killed stub cannot).
-        """
+        """Stop the server's process group (SIGTERM, SIGKILL after `stop_grace` s); remove its folder and regions."""
         with self._lock:
             proc, self._proc = self._proc, None
             reaper, self._reaper = self._reaper, None
             if proc is not None:
-                pgid = proc.pid  # start_new_session: the server leads its own group
-                _kill_group(pgid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.stop_grace)
-                except subprocess.TimeoutExpired:
-                    pass
-                _kill_group(pgid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
-                deadline = time.monotonic() + 5
-                while _group_alive(pgid) and time.monotonic() < deadline:
-                    _kill_group(pgid, signal.SIGKILL)
-                    time.sleep(0.05)
+                stop_group(proc, self.stop_grace)
             if reaper is not None:  # only now: should this process die while stopping, it cleans up
-                _kill_group(reaper.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    reaper.wait(timeout=5)
+                stop_group(reaper)
             for path in self.shm_regions():
                 with contextlib.suppress(OSError):
                     path.unlink()
@@ -1040,23 +899,14 @@ class TritonServer(_Clients):
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
 
-    def __enter__(self) -> "TritonServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"running on {self.http_url}" if self.running else "stopped"
         return f"<TritonServer {state}, repo={self.repo}, models={self.models}>"
 
 
 class ExternalServer(_Clients):
-    """A Triton server someone else runs (an NGC container, `make start`), named by env vars.
-
-    Same interface as `TritonServer`; `start` only waits for readiness and `stop` does nothing.
-    `key`: the server's key, if it restricts APIs (default: `BATCHLAB_TRITON_KEY`).
-    """
+    """A Triton server someone else runs (`make start`, a container): `TritonServer`'s interface, but
+    `start` only waits for it and `stop` does nothing. `key`: its key, if it restricts APIs."""
 
     def __init__(self, http_url: str, grpc_url: str | None = None, metrics_url: str | None = None,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, key: str | None = None,
@@ -1106,23 +956,14 @@ class ExternalServer(_Clients):
         """An external server's log is not ours to read."""
         return "(external server: read its own log)"
 
-    def __enter__(self) -> "ExternalServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         return f"<ExternalServer {self.http_url}, models={self.models}>"
 
 
 def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
             **kwargs: Any) -> TritonServer | ExternalServer:
-    """The server to use: the external one named by TRITON_URL (it must serve `models`), else an
-    embedded one on `repo` loading `models` (default: all), with `kwargs` for `TritonServer`.
-
-    Use it as a context manager; an embedded server is stopped on exit, an external one is not.
-    """
+    """The external server named by TRITON_URL (it must serve `models`), else an embedded one on
+    `repo` loading `models` (default: all) with `kwargs`; a context manager that stops only its own."""
     external = ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
@@ -1141,9 +982,8 @@ class Interrupted(BaseException):
 
 
 def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
-    """Handle SIGINT/SIGTERM for a command line: raise `Interrupted` until startup is done, then
-    set `stop`. Returns the function that marks startup done. A second signal during the
-    clean-up after an interrupted startup is ignored, so the clean-up runs to the end."""
+    """Handle SIGINT/SIGTERM for a command line: raise `Interrupted` (once) until the returned
+    function marks startup done, then set `stop`."""
     state = {"started": False, "interrupted": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -1176,10 +1016,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: prints one JSON line once ready (with the key), runs until SIGINT/SIGTERM.
-
-    A signal during startup stops the half-started server and exits with 128 + the signal number.
-    """
+    """CLI: print one JSON line (with the key) once ready, run until SIGINT/SIGTERM (while starting: 128 + signum)."""
     args = _parse_args(argv)
     stop = threading.Event()
     started = stop_on_signals(stop)

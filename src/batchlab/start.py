@@ -1,10 +1,7 @@
 """`make start`: the embedded Triton server with the course models, and JupyterLab on the course.
 
-Both listen on 127.0.0.1. Notebooks reach the server through `TRITON_URL` and friends (see
-`batchlab.server.connect`); JupyterLab's token travels in the environment, never on a command line.
-Ctrl-C or SIGTERM (also while starting) stops JupyterLab, its kernels and the server.
-
-    [JUPYTER_TOKEN=...] python -m batchlab.start [--lab-port 8888] [--no-lab] [--no-browser]
+Both on 127.0.0.1; kernels get `TRITON_URL` and the key in their environment, JupyterLab its token.
+Ctrl-C or SIGTERM (also while starting) stops everything.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -23,8 +19,8 @@ import urllib.request
 from typing import Sequence
 
 from batchlab.paths import cache_dir, repo_root
-from batchlab.server import (KEY_ENV, Interrupted, ServerError, TritonServer, check_port_free, free_port, spawn,
-                             stop_on_signals)
+from batchlab.server import (DEFAULT_STARTUP_TIMEOUT_S, KEY_ENV, Interrupted, ServerError, TritonServer,
+                             check_port_free, free_port, spawn, stop_group, stop_on_signals)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -44,8 +40,7 @@ _LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "
 
 
 def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) -> subprocess.Popen[bytes]:
-    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group; the token
-    goes through `JUPYTER_TOKEN`, so the process list shows no secret."""
+    """Start JupyterLab on 127.0.0.1:`port` in the course folder, in its own process group (token via env)."""
     settings = cache_dir() / "lab-settings"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "overrides.json").write_text(json.dumps(_LAB_OVERRIDES, indent=2))
@@ -64,19 +59,6 @@ def start_lab(port: int, token: str, env: dict[str, str], open_browser: bool) ->
     return proc
 
 
-def stop_lab(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    """SIGTERM JupyterLab (it shuts its kernels down), then SIGKILL its group if it lingers."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server and JupyterLab until Ctrl-C; print the URLs and one JSON line."""
     p = argparse.ArgumentParser(prog="python -m batchlab.start", description=__doc__.splitlines()[0])
@@ -86,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "variable: a command-line argument is visible to every user in `ps`")
     p.add_argument("--no-lab", action="store_true", help="only the Triton server")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    p.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT_S, help="seconds to wait for readiness")
     args = p.parse_args(argv)
 
     stop = threading.Event()
@@ -152,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + exc.signum
     finally:
         if lab is not None:
-            stop_lab(lab)
+            stop_group(lab, 10.0)  # SIGTERM first: JupyterLab shuts its kernels down
         server.stop()
         print("stopped: no server or JupyterLab process left.", flush=True)
 
