@@ -1,23 +1,5 @@
-"""The padding efficiency η of a static batch: its exact expectation and a Monte Carlo check.
-
-For a batch of B requests with lengths L_1 … L_B padded to the longest, the article's
-
-    η = Σ L_i / (B · L_max)
-
-is the share of computed token-steps somebody needed. When the lengths are i.i.d. draws from a
-discrete distribution p(l) (the article's demo: ``random.randint(5, 50)``), its expectation is
-exact and cheap:
-
-    E[η] = E[L_1 / L_max]                                 (exchangeability: every L_i alike)
-         = Σ_l Σ_m  p(l) · q_{B-1}(m) · l / max(l, m)       (condition on L_1 = l and on the
-                                                            longest of the other B-1, M' = m)
-
-where q_{B-1}(m) = F(m)^{B-1} − F(m⁻)^{B-1} is the distribution of the maximum of B−1 draws
-(F the cumulative distribution; for B = 1, M' is "nothing": η = 1). This is **not** the ratio of
-expectations E[L] / E[L_max], which `ratio_of_expectations` computes so a chapter can show the
-difference: L_1 and L_max rise together, and E[X/Y] ≠ E[X]/E[Y].
-
-Everything here is a plain computation: no simulation of servers, no plotting.
+"""The padding efficiency η = Σ L_i / (B · L_max) of a static batch: its exact expectation for i.i.d.
+lengths from a discrete distribution, and a Monte Carlo check.
 """
 
 from __future__ import annotations
@@ -92,13 +74,8 @@ def uniform_pmf(lo: int, hi: int) -> LengthPMF:
 
 
 def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
-    """A `LengthPMF` from what a chapter has at hand.
-
-    Accepts a `LengthPMF`; a ``(lo, hi)`` pair (uniform integers); a sequence of values (with
-    optional ``probs``; equally likely otherwise); or one of the simulator's length distributions
-    (``batchlab.sim.lengths``: Uniform, Fixed, Empirical, CappedExponential, CappedLognormal), recognised by their
-    fields.
-    """
+    """A `LengthPMF` from a `LengthPMF`, a ``(lo, hi)`` pair (uniform integers), values (with optional
+    ``probs``, else equally likely) or a ``batchlab.sim.lengths`` distribution (by its fields)."""
     if isinstance(dist, LengthPMF):
         return dist
     name = type(dist).__name__
@@ -140,10 +117,6 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
                      "pass (lo, hi), a list of values, a LengthPMF or a batchlab.sim length distribution")
 
 
-def _batch(batch_size: Any) -> int:
-    return count("batch_size", batch_size)
-
-
 def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
     """pmf of the maximum of n i.i.d. draws, on the support, from the cumulative probabilities."""
     up = cdf ** n
@@ -153,11 +126,13 @@ def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
 def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fraction:
     """E[η] for a batch of ``batch_size`` i.i.d. lengths from ``dist`` (see `pmf_of`), exactly.
 
-    E[η] = Σ_l Σ_m p(l) q_{B-1}(m) · l / max(l, m). With ``exact=True`` and a distribution whose
-    probabilities are known as fractions (uniform ones), the result is a `fractions.Fraction`.
+    By exchangeability E[η] = E[L_1 / L_max] = Σ_l Σ_m p(l) q_{B-1}(m) · l / max(l, m), with
+    q_{B-1}(m) = F(m)^{B-1} − F(m⁻)^{B-1} the law of the longest of the other B − 1 (η = 1 for
+    B = 1); not E[L] / E[L_max] (`ratio_of_expectations`). With ``exact=True`` and probabilities
+    known as fractions (uniform ones), the result is a `fractions.Fraction`.
     """
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     if b == 1:
         return Fraction(1) if exact else 1.0
     if exact:
@@ -186,13 +161,10 @@ def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fra
 
 
 def steps_paid_quantile(dist: Any, batch_size: int, q: float) -> int:
-    """The q-quantile of the steps a random member of a padded batch computes: its batch's L_max.
-
-    Every member of a static batch runs L_max steps, so P(steps ≤ x) = F(x)^B: the smallest x
-    with F(x)^B ≥ q. With ``batch_size`` 1 (or continuous batching) it is the quantile of L itself.
-    """
+    """The q-quantile of the steps a member of a padded batch computes (its batch's L_max): the
+    smallest x with F(x)^B ≥ q. With ``batch_size`` 1 (continuous batching) the quantile of L."""
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     if not 0 < q <= 1:
         raise ValueError(f"q must lie in (0, 1], got {q!r}")
     cdf = np.cumsum(pmf.probs) ** b
@@ -203,7 +175,7 @@ def steps_paid_quantile(dist: Any, batch_size: int, q: float) -> int:
 def expected_max(dist: Any, batch_size: int) -> float:
     """E[L_max] for ``batch_size`` i.i.d. lengths: Σ_m m · (F(m)^B − F(m⁻)^B)."""
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     q = _max_pmf(np.cumsum(pmf.probs), b)
     return float(np.dot(pmf.values, q))
 
@@ -250,12 +222,9 @@ class MonteCarloEta:
 
 def monte_carlo_eta(dist: Any, batch_size: int, n_batches: int = 20_000,
                     seed: int | np.random.Generator | None = 0) -> MonteCarloEta:
-    """Draw ``n_batches`` batches of ``batch_size`` lengths from ``dist`` and average their η.
-
-    ``dist`` is anything `pmf_of` reads; a distribution with a ``sample(n, rng)`` method (the
-    simulator's) is sampled directly.
-    """
-    b = _batch(batch_size)
+    """Mean η of ``n_batches`` random batches from ``dist`` (anything `pmf_of` reads; one with a
+    ``sample(n, rng)`` method is sampled directly)."""
+    b = count("batch_size", batch_size)
     count("n_batches", n_batches, lo=2)
     rng = rng_of(seed)
     n = int(n_batches) * b
