@@ -1,13 +1,6 @@
-"""The server's own view of a run: Triton's statistics extension, read before and after, differenced.
-
-``GET v2/models/<m>/stats`` (or ``client.get_inference_statistics(m)``) returns cumulative
-counters since the model loaded: how many inferences (batch items) and executions (batches) ran,
-the total time requests spent queued and in compute-input / compute-infer / compute-output, and
-`batch_stats`: for each executed batch size, how many batches of that size ran and their compute
-times. Two snapshots differenced give exactly what one run did.
-
-Per-request sums (queue, compute_*) count each request of a batch once, each charged the whole
-batch's time; `batch_stats` counts batches.
+"""The server's own view of a run: Triton's statistics extension (cumulative counters since the
+model loaded) read before and after, differenced. Per-request sums (queue, compute_*) charge each
+request of a batch the whole batch's time; `batch_stats` counts batches.
 """
 
 from __future__ import annotations
@@ -32,22 +25,18 @@ def _dur(d: Mapping[str, Any] | None) -> tuple[int, int]:
 
 @dataclass
 class ModelStats:
-    """Cumulative counters of one model version (a snapshot, or the difference of two)."""
+    """Cumulative counters of one model (a snapshot, or the difference of two): ``phases`` phase ->
+    (count, total ns); ``batches`` batch size -> phase -> (count of batches, total ns)."""
 
     model: str
     inference_count: int = 0
     execution_count: int = 0
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """phase -> (count, total ns), for success, fail, queue, compute_input/infer/output."""
     batches: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    """batch size -> phase -> (count of batches, total ns)."""
 
     @classmethod
     def from_json(cls, stats: Mapping[str, Any], model: str | None = None) -> "ModelStats":
-        """Parse the statistics JSON (gRPC's strings or HTTP's integers) for one model.
-
-        Several versions of the model are summed; `model` picks one entry when several are present.
-        """
+        """Parse the statistics JSON (gRPC's strings or HTTP's integers) of `model`, versions summed."""
         entries = stats.get("model_stats", [])
         if model is not None:
             entries = [e for e in entries if e.get("name") == model]
@@ -187,11 +176,8 @@ def read_stats(client: Any, model: str) -> ModelStats:
 def settle(read: Callable[[], ModelStats], before: ModelStats, requests: int, executions: int = 0,
            timeout: float = 3.0, poll: float = 0.01) -> ModelStats:
     """Statistics from `read()`, re-read until they count `requests` more successful requests and
-    `executions` more executions (`batch_stats`) than `before` *and* two reads in a row agree on the
-    inference, execution and batch counts; after `timeout` s the last read is returned.
-
-    Triton counts a request a moment after its answer has gone out, and the Python backend its batch
-    statistics later still, so one read right after the last answer can miss the last few.
+    `executions` more executions than `before` *and* two reads in a row agree on the counts (Triton
+    counts a request after its answer is out); after `timeout` s the last read is returned.
     """
     deadline = time.monotonic() + timeout
     prev = None
