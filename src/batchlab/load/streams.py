@@ -15,11 +15,12 @@ from typing import Any, Mapping
 
 import grpc
 import numpy as np
-from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult, service_pb2_grpc
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import InferRequestedOutput, InferResult, service_pb2_grpc
 from tritonclient.grpc._utils import _get_inference_request
 
 from batchlab.load.records import RequestRecord
-from batchlab.load.transport import Transport, _apply_check, format_error, now, triton_dtype
+from batchlab.load.transport import Transport, _apply_check, format_error, infer_inputs, now
 from batchlab.load.workload import RequestSpec, SequenceSpec
 
 _MAX_MSG = 2**31 - 1
@@ -170,11 +171,7 @@ class StreamTransport(Transport):
             return
         if not self._queues:
             raise RuntimeError("StreamTransport used before open()")
-        inputs = []
-        for name, arr in spec.inputs.items():
-            inp = InferInput(name, list(arr.shape), triton_dtype(arr))
-            inp.set_data_from_numpy(arr)
-            inputs.append(inp)
+        inputs = infer_inputs(grpcclient, spec.inputs)
         outputs = [InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
         rid = str(next(self._ids))
         req = self._build(

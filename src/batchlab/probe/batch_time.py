@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 
 from batchlab._validate import count, positive
 from batchlab.load.stats import ModelStats, read_stats, settle
-from batchlab.load.transport import triton_dtype
+from batchlab.load.transport import infer_inputs
 from batchlab.models.requests import random_embed_inputs
 from batchlab.sim.service import Table
 from batchlab.theory.formulas import fit_affine
@@ -85,15 +85,6 @@ def _settled(client: Any, model: str, base: ModelStats, expect: int) -> ModelSta
     return settle(lambda: read_stats(client, model), base, expect, expect)
 
 
-def _infer_inputs(module: Any, inputs: Mapping[str, np.ndarray]) -> list[Any]:
-    out = []
-    for name, arr in inputs.items():
-        inp = module.InferInput(name, list(arr.shape), triton_dtype(arr))
-        inp.set_data_from_numpy(arr)
-        out.append(inp)
-    return out
-
-
 def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                         rounds: int = 7, warmup_rounds: int = 1, timeout_s: float = 30.0,
                         requests_per_round: int | Callable[[int], int] = 1) -> BatchTimes:
@@ -113,7 +104,7 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
         raise ValueError(f"requests_per_round must be >= 1 for every size, got {per}")
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        reqs = {b: _infer_inputs(grpcclient, inputs_for(b)) for b in sz}
+        reqs = {b: infer_inputs(grpcclient, inputs_for(b)) for b in sz}
         for b in sz:
             first = next(iter(inputs_for(b).values()))
             if first.shape[0] != b:

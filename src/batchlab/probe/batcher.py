@@ -23,7 +23,8 @@ from tritonclient.utils import InferenceServerException
 
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.load.stats import read_stats, settle
-from batchlab.probe.batch_time import _infer_inputs, _settled
+from batchlab.load.transport import infer_inputs
+from batchlab.probe.batch_time import _settled
 from batchlab.server import TritonServer
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
@@ -177,7 +178,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
     client = _grpc(server)
     try:
         base = read_stats(client, model)
-        client.infer(model, _infer_inputs(grpcclient, inputs))  # warm-up
+        client.infer(model, infer_inputs(grpcclient, inputs))  # warm-up
         wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
         time.sleep(wait)
         before = _settled(client, model, base, 1)
