@@ -1,9 +1,5 @@
-"""One record per request: when it was scheduled and sent, when its first and last responses came,
-how many tokens it returned, and what went wrong (if anything).
-
-Times are seconds on the client's monotonic clock (`time.perf_counter`), relative to the start of
-the measured phase. A request that failed keeps its error message (Triton's own words, with the
-status code in front) and is never silently dropped.
+"""One record per request (times in seconds on `time.perf_counter`, from the start of the measured
+phase), and their columns. A failed request keeps Triton's error message.
 """
 
 from __future__ import annotations
