@@ -60,38 +60,29 @@ class ModelStats:
                     slot[p] = (c0 + c, ns0 + ns)
         return out
 
+    def _combine(self, other: "ModelStats", sign: int, verb: str) -> "ModelStats":
+        """Counters of self + sign · other; batch sizes without an execution left out."""
+        if other.model != self.model:
+            raise ValueError(f"cannot {verb} statistics of {self.model!r} and {other.model!r}")
+        out = ModelStats(self.model, self.inference_count + sign * other.inference_count,
+                         self.execution_count + sign * other.execution_count)
+        pair = lambda a, b: (a[0] + sign * b[0], a[1] + sign * b[1])  # noqa: E731
+        for p in PHASES:
+            out.phases[p] = pair(self.phases.get(p, (0, 0)), other.phases.get(p, (0, 0)))
+        for size in sorted(set(self.batches) | set(other.batches)):
+            x, y = self.batches.get(size, {}), other.batches.get(size, {})
+            slot = {p: pair(x.get(p, (0, 0)), y.get(p, (0, 0))) for p in BATCH_PHASES}
+            if _executions(slot):
+                out.batches[size] = slot
+        return out
+
     def __sub__(self, before: "ModelStats") -> "ModelStats":
         """What happened between `before` and this snapshot."""
-        if before.model != self.model:
-            raise ValueError(f"cannot difference statistics of {self.model!r} and {before.model!r}")
-        d = ModelStats(self.model, self.inference_count - before.inference_count,
-                       self.execution_count - before.execution_count)
-        for p in PHASES:
-            c1, n1 = self.phases.get(p, (0, 0))
-            c0, n0 = before.phases.get(p, (0, 0))
-            d.phases[p] = (c1 - c0, n1 - n0)
-        for size, slot in self.batches.items():
-            old = before.batches.get(size, {})
-            diff = {p: (slot.get(p, (0, 0))[0] - old.get(p, (0, 0))[0],
-                        slot.get(p, (0, 0))[1] - old.get(p, (0, 0))[1]) for p in BATCH_PHASES}
-            if _executions(diff):
-                d.batches[size] = diff
-        return d
+        return self._combine(before, -1, "difference")
 
     def __add__(self, other: "ModelStats") -> "ModelStats":
         """Two differences pooled (e.g. repeated rounds of one configuration)."""
-        if other.model != self.model:
-            raise ValueError(f"cannot pool statistics of {self.model!r} and {other.model!r}")
-        out = ModelStats(self.model, self.inference_count + other.inference_count,
-                         self.execution_count + other.execution_count)
-        for p in PHASES:
-            a, b = self.phases.get(p, (0, 0)), other.phases.get(p, (0, 0))
-            out.phases[p] = (a[0] + b[0], a[1] + b[1])
-        for size in sorted(set(self.batches) | set(other.batches)):
-            x, y = self.batches.get(size, {}), other.batches.get(size, {})
-            out.batches[size] = {p: (x.get(p, (0, 0))[0] + y.get(p, (0, 0))[0],
-                                     x.get(p, (0, 0))[1] + y.get(p, (0, 0))[1]) for p in BATCH_PHASES}
-        return out
+        return self._combine(other, 1, "pool")
 
     # -- derived figures ----------------------------------------------------------------------
 

@@ -86,7 +86,10 @@ class Transport:
         return self
 
     async def close(self) -> None:
-        """Release connections."""
+        """Release connections (the asyncio tritonclient ``client`` of a unary transport)."""
+        if getattr(self, "client", None) is not None:
+            await self.client.close()
+            self.client = None
 
     async def __aenter__(self) -> "Transport":
         return await self.open()
@@ -199,12 +202,6 @@ class GrpcTransport(Transport):
         self.client = grpc_aio.InferenceServerClient(self.url)
         return self
 
-    async def close(self) -> None:
-        """Close the client's connections."""
-        if getattr(self, "client", None) is not None:
-            await self.client.close()
-            self.client = None
-
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
         outputs = [self._mod.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
         res = await self.client.infer(
@@ -241,12 +238,6 @@ class HttpTransport(Transport):
         meta = await self.client.get_model_metadata(self.model)
         self._all_outputs = [o["name"] for o in meta.get("outputs", [])]
         return self
-
-    async def close(self) -> None:
-        """Close the client's connections."""
-        if getattr(self, "client", None) is not None:
-            await self.client.close()
-            self.client = None
 
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
         inputs = infer_inputs(self._mod, spec.inputs, binary_data=True)

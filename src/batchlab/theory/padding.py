@@ -73,6 +73,18 @@ def uniform_pmf(lo: int, hi: int) -> LengthPMF:
     return LengthPMF(tuple(range(int(lo), int(hi) + 1)), (1.0 / n,) * n, (Fraction(1, n),) * n)
 
 
+def _capped(lo: int, cap: int, surv: Any) -> LengthPMF:
+    """L = clip(ceil(X), lo, cap) with S(k) = `surv(k)` = P(X > k): P(L = k) = S(k−1) − S(k) inside,
+    1 − S(lo) at lo and S(cap − 1) at cap."""
+    ks = np.arange(lo, cap + 1)
+    s = np.array([surv(float(k)) for k in ks])
+    prev = np.concatenate([[1.0], s[:-1]])
+    p = prev - s
+    p[0] = 1.0 - s[0]
+    p[-1] = prev[-1] if cap > lo else 1.0
+    return _pmf(ks, p)
+
+
 def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
     """A `LengthPMF` from a `LengthPMF`, a ``(lo, hi)`` pair (uniform integers), values (with optional
     ``probs``, else equally likely) or a ``batchlab.sim.lengths`` distribution (by its fields)."""
@@ -88,26 +100,11 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
         w = np.ones(len(dist.values)) if dist.weights is None else np.asarray(dist.weights, dtype=float)
         return _pmf(vals, np.bincount(where, weights=w))
     if name == "CappedExponential" and hasattr(dist, "mean_tokens"):
-        # L = clip(ceil(X), lo, cap), X ~ Exp(mean): P(ceil X = k) = q^(k-1) - q^k, q = exp(-1/mean)
         q = float(np.exp(-1.0 / dist.mean_tokens))
-        lo, cap = int(dist.lo), int(dist.cap)
-        ks = np.arange(lo, cap + 1)
-        p = q ** (ks - 1.0) - q ** ks
-        p[0] = 1.0 - q ** lo
-        p[-1] = q ** (cap - 1.0) if cap > lo else 1.0
-        return _pmf(ks, p)
+        return _capped(int(dist.lo), int(dist.cap), lambda k: q ** k)
     if name == "CappedLognormal" and hasattr(dist, "median") and hasattr(dist, "sigma"):
-        # L = clip(ceil(X), lo, cap), X lognormal: P(ceil X = k) = S(k-1) - S(k), S the survival
-        lo, cap = int(dist.lo), int(dist.cap)
-        ks = np.arange(lo, cap + 1)
-        x = np.maximum(ks.astype(float), 1e-300)
-        surv = np.array([0.5 * math.erfc((math.log(v) - math.log(dist.median)) / (dist.sigma * math.sqrt(2.0)))
-                         for v in x])
-        prev = np.concatenate([[1.0], surv[:-1]])  # S(k-1) for k > lo; the first entry takes all of X <= lo
-        p = prev - surv
-        p[0] = 1.0 - surv[0]
-        p[-1] = prev[-1] if cap > lo else 1.0
-        return _pmf(ks, p)
+        return _capped(int(dist.lo), int(dist.cap), lambda k: 0.5 * math.erfc(
+            (math.log(k) - math.log(dist.median)) / (dist.sigma * math.sqrt(2.0))))
     if isinstance(dist, tuple) and len(dist) == 2 and probs is None and all(
             isinstance(x, (int, np.integer)) for x in dist):
         return uniform_pmf(int(dist[0]), int(dist[1]))
