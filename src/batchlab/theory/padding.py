@@ -4,6 +4,7 @@ lengths from a discrete distribution, and a Monte Carlo check.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,12 +57,8 @@ def _pmf(values: Sequence[int], probs: Sequence[float] | None, exact: Sequence[F
     v, p = v[order].astype(np.int64), p[order]
     if np.any(np.diff(v) == 0):
         raise ValueError("values must be distinct")
-    ex = None
-    if exact is not None:
-        ex = tuple(Fraction(exact[i]) for i in order)
     keep = p > 0
-    if ex is not None:
-        ex = tuple(f for f, k in zip(ex, keep) if k)
+    ex = None if exact is None else tuple(Fraction(exact[i]) for i, k in zip(order, keep) if k)
     return LengthPMF(tuple(int(x) for x in v[keep]), tuple(float(x) for x in p[keep]), ex)
 
 
@@ -135,21 +132,10 @@ def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fra
     if exact:
         if pmf.exact is None:
             raise ValueError("exact=True needs probabilities known as fractions (e.g. uniform_pmf)")
-        vals = pmf.values
-        p = pmf.exact
-        cdf, acc = [], Fraction(0)
-        for x in p:
-            acc += x
-            cdf.append(acc)
-        up = [c ** (b - 1) for c in cdf]
+        vals, p = pmf.values, pmf.exact
+        up = [c ** (b - 1) for c in itertools.accumulate(p)]
         q = [up[0]] + [up[i] - up[i - 1] for i in range(1, len(up))]
-        total = Fraction(0)
-        for i, l in enumerate(vals):
-            inner = Fraction(0)
-            for j, m in enumerate(vals):
-                inner += q[j] * Fraction(l, max(l, m))
-            total += p[i] * inner
-        return total
+        return sum(pl * sum(qm * Fraction(l, max(l, m)) for qm, m in zip(q, vals)) for pl, l in zip(p, vals))
     v = np.asarray(pmf.values, dtype=float)
     p = np.asarray(pmf.probs)
     q = _max_pmf(np.cumsum(p), b - 1)
