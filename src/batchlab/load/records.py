@@ -44,11 +44,6 @@ def is_rejection(message: str | None) -> bool:
     return any(m in low for m in REJECTION_MARKERS)
 
 
-def error_kind(message: str) -> str:
-    """A message with request-specific numbers masked, so equal causes group together."""
-    return re.sub(r"\d+", "N", message)[:200]
-
-
 @dataclass
 class Records:
     """Column arrays of many `RequestRecord`s (a dict of arrays is the course's table format)."""
@@ -142,5 +137,5 @@ class Records:
 
     def errors(self) -> dict[str, int]:
         """Error kinds (numbers masked) and how often each occurred, most frequent first."""
-        c = Counter(error_kind(e) for e in self.error if e is not None)
+        c = Counter(re.sub(r"\d+", "N", e)[:200] for e in self.error if e is not None)
         return dict(c.most_common())

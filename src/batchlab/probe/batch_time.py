@@ -181,12 +181,6 @@ class Calibration:
         return Table(tuple(sorted(self.service_ms)), tuple(self.service_ms[b] * scale for b in sorted(self.service_ms)),
                      unit="ms")
 
-    def speedup(self) -> dict[int, float]:
-        """S(B) = B · t(1) / t(B) from the measured compute times."""
-        if 1 not in self.compute_ms:
-            raise ValueError("the calibration has no batch size 1 to compare with")
-        return {b: b * self.compute_ms[1] / t for b, t in sorted(self.compute_ms.items())}
-
 
 def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                       rows_per_size: int = 96, min_requests: int = 6, warmup_requests: int = 2,
