@@ -63,8 +63,6 @@ class LoadReport:
     config: dict[str, Any] = field(default_factory=dict)
     unit: str = "request"
 
-    # -- counts and rates ----------------------------------------------------------------------
-
     @property
     def n(self) -> int:
         """Requests in the measured phase."""
@@ -99,8 +97,6 @@ class LoadReport:
     def tokens_per_s(self) -> float:
         """Tokens per second over the measured phase."""
         return self.tokens / self.wall_s if self.wall_s > 0 else math.nan
-
-    # -- distributions -------------------------------------------------------------------------
 
     def latency_ms(self) -> dict[str, float]:
         """Client latency (send to last response) of successful requests: mean, p50..p99, max (ms)."""
@@ -163,8 +159,6 @@ class LoadReport:
         late = self.lateness_ms()["p95"]
         return None if math.isnan(late) else bool(late <= tolerance_ms)
 
-    # -- the server's side ---------------------------------------------------------------------
-
     def mean_batch_size(self) -> float:
         """Batch items per model execution, from the server's statistics."""
         return self.server.mean_batch_size if self.server else math.nan
@@ -190,8 +184,6 @@ class LoadReport:
         server_total = s.mean_ms("success")
         return {"queue": queue, "compute": compute, "server_other": server_total - queue - compute,
                 "overhead": total - server_total, "total": total}
-
-    # -- export --------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (NaN becomes None)."""

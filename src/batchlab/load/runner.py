@@ -52,9 +52,6 @@ def check_server(server: Any) -> None:
             )
 
 
-# --------------------------------------------------------------------------- server-side snapshots
-
-
 def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
     """Statistics extension of `model` over HTTP (``GET /v2/models/<model>/stats``)."""
     url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/stats"
@@ -95,9 +92,6 @@ async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple
     murl = getattr(server, "metrics_url", None)
     me = await _in_thread(scrape, murl) if metrics and murl else None
     return st, me
-
-
-# --------------------------------------------------------------------------- progress
 
 
 class Progress:
@@ -141,9 +135,6 @@ async def tick_progress(progress: Progress, records: list[RequestRecord], stop: 
     progress.close()
 
 
-# --------------------------------------------------------------------------- task groups
-
-
 async def run_all(coros: list[Awaitable[None]]) -> None:
     """Await coroutines concurrently; if one raises, cancel the others and re-raise (py3.10-safe)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -157,9 +148,6 @@ async def run_all(coros: list[Awaitable[None]]) -> None:
             if not t.done():
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-# --------------------------------------------------------------------------- sync entry points
 
 
 def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
@@ -192,9 +180,6 @@ def bound_check(n_requests: int | None, duration_s: float | None) -> None:
     optional_count("n_requests", n_requests, lo=0)
     if duration_s is not None:
         non_negative("duration_s", duration_s)
-
-
-# --------------------------------------------------------------------------- one measured run
 
 
 def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,

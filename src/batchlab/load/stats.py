@@ -84,8 +84,6 @@ class ModelStats:
         """Two differences pooled (e.g. repeated rounds of one configuration)."""
         return self._combine(other, 1, "pool")
 
-    # -- derived figures ----------------------------------------------------------------------
-
     @property
     def success(self) -> int:
         """Requests the server completed successfully."""

@@ -188,9 +188,6 @@ def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
         rec.error = f"check failed: {msg}"
 
 
-# --------------------------------------------------------------------------- gRPC (asyncio)
-
-
 class GrpcTransport(Transport):
     """Unary inference over gRPC with `tritonclient.grpc.aio` (one channel, many calls in flight)."""
 
@@ -216,9 +213,6 @@ class GrpcTransport(Transport):
         if not decode:
             return None
         return {o.name: res.as_numpy(o.name) for o in resp.outputs}
-
-
-# --------------------------------------------------------------------------- HTTP (asyncio)
 
 
 class HttpTransport(Transport):

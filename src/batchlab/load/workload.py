@@ -77,9 +77,6 @@ def as_factory(source: RequestSource) -> Callable[[int], Spec]:
     raise ValueError(f"requests must be a RequestSpec, a list of them or a callable i -> spec, not {type(source).__name__}")
 
 
-# --------------------------------------------------------------------------- arrival schedules
-
-
 def _count(rate: float, n: int | None, duration: float | None) -> None:
     positive("rate", rate)
     if n is None and duration is None:

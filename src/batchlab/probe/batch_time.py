@@ -146,9 +146,6 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
     return BatchTimes(model, sz, arr(comp), arr(inf), arr(lat), extra={"rounds": rounds})
 
 
-# --------------------------------------------------------------------------- the simulator's service table
-
-
 @dataclass
 class Calibration:
     """t(B) measured on the real server (ms per batch size): ``compute_ms`` compute_infer,

@@ -78,9 +78,6 @@ def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
     return out
 
 
-# --------------------------------------------------------------------------- the simulator's answer
-
-
 @dataclass
 class PatternOutcome:
     """One run of a pattern: ``sizes`` the batch size that served each request (arrival order in the
@@ -113,9 +110,6 @@ def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float]
     return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
                           latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,
                           extra={"result": res})
-
-
-# --------------------------------------------------------------------------- the real server
 
 
 def _grpc(server: Any) -> Any:
@@ -228,9 +222,6 @@ def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: M
                 out[i] = {"pattern": patterns[i], "config": effective, "real": real,
                           "sim": simulate_pattern(patterns[i], service)}
     return [out[i] for i in range(len(patterns))]
-
-
-# --------------------------------------------------------------------------- the chapter's patterns
 
 
 def chapter_patterns() -> list[Pattern]:

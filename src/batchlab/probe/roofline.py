@@ -25,16 +25,10 @@ from batchlab.theory.roofline import (CPU_SHAPE, GPU_SHAPE, DecodeShape, Hardwar
                                       roofline_time, spec_for)
 
 
-# --------------------------------------------------------------------------- shapes
-
-
 def toy_shape() -> DecodeShape:
     """The course LM's layer widths (`batchlab.lm.LMConfig` defaults)."""
     c = LMConfig()
     return DecodeShape("toy LM (batchlab.lm)", c.d_model, c.d_ff, c.n_layers)
-
-
-# --------------------------------------------------------------------------- measuring
 
 
 def _timed(fn: Callable[[], Any], repeats: int, torch: Any = None) -> list[float]:
@@ -200,9 +194,6 @@ def decode_sweep(shape: DecodeShape, batches: Sequence[int], device: str = "cpu"
         p = shape.n_params
         points.append(SweepPoint(b, sec, b / sec, p * bpp / sec / 1e9, 2.0 * p * b / sec / 1e12))
     return points
-
-
-# --------------------------------------------------------------------------- report
 
 
 def report(device: str = "auto", shape: DecodeShape | None = None,

@@ -10,8 +10,6 @@ from typing import Sequence
 
 import numpy as np
 
-# ----------------------------------------------------------------------------- the article's six
-
 
 def t_total(t_queue: float, t_prefill: float, t_decode: float, t_overhead: float) -> float:
     """T_total = T_queue + T_prefill + T_decode + T_overhead (chapter 01)."""
@@ -69,9 +67,6 @@ def cost_per_million_tokens(c_gpu_per_hour: float, tokens_per_s: float, utilizat
     return c_gpu_per_hour / 3600.0 / (tokens_per_s * utilization) * 1e6
 
 
-# ----------------------------------------------------------------------------- batch-time models
-
-
 def affine_batch_time(batch_size: float | np.ndarray, a: float, b: float) -> float | np.ndarray:
     """t(B) = a + b · B: a fixed cost per execution plus a cost per batch item."""
     return a + b * np.asarray(batch_size, dtype=float) if np.ndim(batch_size) else a + b * batch_size
@@ -126,9 +121,6 @@ def fit_amdahl_f(batch_sizes: Sequence[float], speedups: Sequence[float]) -> flo
     if denom == 0:
         raise ValueError("need at least one batch size > 1")
     return float(np.clip(np.dot(x, y) / denom, 0.0, 1.0))
-
-
-# ----------------------------------------------------------------------------- queueing theory
 
 
 def md1_wait(arrival_rate: float, service_time: float) -> float:

@@ -20,9 +20,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
 def as_batch_time(batch_time: Any) -> Callable[[int], float]:
     """Seconds per execution of b items, from a callable ``b -> s``, an object with ``.time(b)``
     (the simulator's `Affine` / `Table`), or a pair ``(a_s, b_s)`` meaning a + b·B seconds."""
@@ -57,9 +54,6 @@ def _poisson_sf(mu: float, m: int) -> np.ndarray:
     return np.clip(1.0 - np.cumsum(pmf), 0.0, 1.0)
 
 
-# ----------------------------------------------------------------------------- 1. Little's law
-
-
 def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: float = 1.0,
                 instances: int = 1) -> float:
     """W̄q = L̄q · T̄_batch / (K · U · B̄): Little's law, λ = K·U·B̄ / T̄_batch, for K busy instances.
@@ -75,9 +69,6 @@ def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: 
         raise ValueError(f"utilization must lie in (0, 1], got {utilization!r}")
     k = count("instances", instances)
     return nq * tb / (k * u * bm)
-
-
-# ----------------------------------------------------------------------------- 2. light-load window
 
 
 @dataclass(frozen=True)
@@ -114,9 +105,6 @@ def window_wait(arrival_rate: float, max_queue_delay_s: float, max_batch_size: i
         integral = float((j * sf).sum()) / lam
     batch = 1.0 + lam * tau
     return WindowResult((tau + integral) / batch, tau, batch)
-
-
-# ----------------------------------------------------------------------------- 3. greedy chain
 
 
 @dataclass(frozen=True)
@@ -216,9 +204,6 @@ def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None
     )
 
 
-# ----------------------------------------------------------------------------- 4. Bailey
-
-
 def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray:
     """The K − 1 roots of z^K = e^{μ(z−1)} inside the unit disk (μ < K), by fixed point + Newton."""
     mu = non_negative("mu", mu)
@@ -284,9 +269,6 @@ def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: 
         lq = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam)
         wait = lq / lam
     return BaileyResult(lam, T, s, rule, eq, p0, wait, z)
-
-
-# ----------------------------------------------------------------------------- 5. no batch limit
 
 
 def lambert_w(x: float) -> float:

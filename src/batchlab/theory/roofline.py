@@ -12,9 +12,6 @@ from typing import Any, Sequence
 from batchlab._validate import count, positive
 
 
-# --------------------------------------------------------------------------- hardware
-
-
 @dataclass(frozen=True)
 class Hardware:
     """Peak memory bandwidth (bytes/s) and peak dense FLOP/s of one device, for one dtype."""
@@ -71,9 +68,6 @@ def roofline_time(batch: float, n_params: float, bytes_per_param: float,
     memory = p * positive("bytes_per_param", bytes_per_param) / positive("bandwidth", bandwidth)
     compute = 2.0 * p * positive("batch", batch) / positive("peak_flops", peak_flops)
     return max(memory, compute)
-
-
-# --------------------------------------------------------------------------- model shapes
 
 
 @dataclass(frozen=True)
