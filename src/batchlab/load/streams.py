@@ -1,10 +1,6 @@
-"""Decoupled models over one gRPC bidirectional stream: many requests in flight, tokens streamed back.
-
-Each request asks for ``triton_enable_empty_final_response``, so its last response carries
-``triton_final_response``; responses are matched to requests by id. The first data response is
-the time to first token, the last the completion, each data response one token (or, with
-`token_output`, as many as that tensor's elements). tritonclient's asyncio `stream_infer` refuses
-``triton_`` parameters, so requests go on the service stub directly.
+"""Decoupled models over gRPC bidirectional streams, responses matched to requests by id: the first
+data response is the first token, each one token (or `token_output`'s elements), the empty final one
+the end. tritonclient's asyncio `stream_infer` refuses ``triton_`` parameters: we use the stub.
 """
 
 from __future__ import annotations

@@ -26,16 +26,14 @@ InputsFn = Callable[[int], Mapping[str, np.ndarray]]
 
 @dataclass
 class BatchTimes:
-    """Per batch size: server compute times of single executions and client latencies (ms)."""
+    """Per batch size, each round's ``compute_ms`` (compute_input + infer + output), ``infer_ms``
+    (compute_infer: the model's `execute`) and client ``latency_ms``."""
 
     model: str
     sizes: list[int]
     compute_ms: dict[int, np.ndarray]
-    """compute_input + compute_infer + compute_output of each execution (ms)."""
     infer_ms: dict[int, np.ndarray]
-    """compute_infer alone of each execution (ms): the model's `execute`."""
     latency_ms: dict[int, np.ndarray]
-    """Client latency of each request (ms)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def _per_size(self, which: str, stat: Callable[[np.ndarray], Any]) -> np.ndarray:
@@ -88,12 +86,9 @@ def _settled(client: Any, model: str, base: ModelStats, expect: int) -> ModelSta
 def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                         rounds: int = 7, warmup_rounds: int = 1, timeout_s: float = 30.0,
                         requests_per_round: int | Callable[[int], int] = 1) -> BatchTimes:
-    """Time the executions of each batch size in ``sizes``, ``rounds`` times, interleaved.
-
-    Each round sends, size after size, ``requests_per_round`` requests (a number or a function of
-    B) of ``inputs_for(B)`` one at a time; a `BatchTimes` entry is one round of one size (mean
-    execution, median client latency). Needs the model to itself: RuntimeError when a round's
-    statistics do not show one execution per request.
+    """Time the executions of each batch size, ``rounds`` interleaved rounds of ``requests_per_round``
+    (a number or a function of B) requests ``inputs_for(B)`` sent one at a time. Needs the model to
+    itself: RuntimeError when a round's statistics do not show one execution per request.
     """
     sz = [int(b) for b in sizes]
     if not sz or min(sz) < 1 or len(set(sz)) != len(sz):

@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -104,9 +105,7 @@ def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float]
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
     sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
-    hist: dict[int, int] = {}
-    for k in b["size"]:
-        hist[int(k)] = hist.get(int(k), 0) + 1
+    hist = Counter(int(k) for k in b["size"])
     return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
                           latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,
                           extra={"result": res})

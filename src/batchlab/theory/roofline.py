@@ -81,8 +81,7 @@ class DecodeShape:
 
     def __post_init__(self) -> None:
         for f in ("d_model", "d_ff", "n_layers"):
-            v = getattr(self, f)
-            count(f"DecodeShape.{f}", v)
+            count(f"DecodeShape.{f}", getattr(self, f))
 
     def matrices(self) -> list[tuple[int, int]]:
         """(rows, cols) of every weight GEMM of one step, in order."""
