@@ -39,19 +39,9 @@ def as_batch_time(batch_time: Any) -> Callable[[int], float]:
 def _poisson_pmf(mu: float, n: int) -> np.ndarray:
     """P(A = j) for j = 0 … n − 1, A ~ Poisson(mu)."""
     if mu == 0:
-        out = np.zeros(n)
-        out[0] = 1.0
-        return out
+        return np.eye(1, n)[0]
     log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n, dtype=float)))])[:n]
     return np.exp(np.arange(n) * math.log(mu) - mu - log_fact)
-
-
-def _poisson_sf(mu: float, m: int) -> np.ndarray:
-    """P(N > j) for j = 0 … m − 1, N ~ Poisson(mu)."""
-    if m <= 0:
-        return np.zeros(0)
-    pmf = _poisson_pmf(mu, m)
-    return np.clip(1.0 - np.cumsum(pmf), 0.0, 1.0)
 
 
 def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: float = 1.0,
@@ -93,16 +83,14 @@ def window_wait(arrival_rate: float, max_queue_delay_s: float, max_batch_size: i
     k = optional_count("max_batch_size", max_batch_size)
     if d == 0 or k == 1:
         return WindowResult(0.0, 0.0, 1.0)
-    mu = lam * d
     if k is None:
         tau = d
         integral = lam * d * d / 2.0
     else:
         m = k - 1
-        sf = _poisson_sf(mu, m)
-        j = np.arange(m, dtype=float)
+        sf = np.clip(1.0 - np.cumsum(_poisson_pmf(lam * d, m)), 0.0, 1.0)  # P(N(D) > j), j < m
         tau = float(sf.sum()) / lam
-        integral = float((j * sf).sum()) / lam
+        integral = float((np.arange(m) * sf).sum()) / lam
     batch = 1.0 + lam * tau
     return WindowResult((tau + integral) / batch, tau, batch)
 
