@@ -203,11 +203,9 @@ def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray
         w = np.exp(2j * np.pi * j / s)
         z = 0.0 + 0.0j
         for _ in range(iterations):
-            z_new = w * np.exp(mu * (z - 1.0) / s)
-            if abs(z_new - z) < 1e-15:
-                z = z_new
+            z, z_old = w * np.exp(mu * (z - 1.0) / s), z
+            if abs(z - z_old) < 1e-15:
                 break
-            z = z_new
         for _ in range(5):  # Newton polish on f(z) = z^K − e^{μ(z−1)}
             f = z ** s - np.exp(mu * (z - 1.0))
             df = s * z ** (s - 1) - mu * np.exp(mu * (z - 1.0))
@@ -254,8 +252,7 @@ def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: 
     if rule == "bus":
         wait = (eq - mu / 2.0) / lam
     else:
-        lq = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam)
-        wait = lq / lam
+        wait = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam) / lam  # L̄q / λ
     return BaileyResult(lam, T, s, rule, eq, p0, wait, z)
 
 
