@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
@@ -104,22 +104,3 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
         t = t[t < duration]
     return t
 
-
-@dataclass
-class Stage:
-    """A part of a piecewise-constant rate schedule: `rate` req/s for `duration` seconds."""
-
-    rate: float
-    duration: float
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def staged_poisson(stages: Sequence[Stage], seed: int | np.random.Generator = 0) -> np.ndarray:
-    """Poisson send times through consecutive stages of different rates (a load step or ramp)."""
-    rng = rng_of(seed)
-    out, t0 = [], 0.0
-    for st in stages:
-        if st.rate > 0:
-            out.append(t0 + poisson_arrivals(st.rate, duration=st.duration, seed=rng))
-        t0 += st.duration
-    return np.concatenate(out) if out else np.zeros(0)
