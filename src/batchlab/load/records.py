@@ -62,13 +62,10 @@ class Records:
     def from_list(cls, records: Iterable[RequestRecord]) -> "Records":
         """Columns from a list of records, ordered by request index."""
         rs = sorted(records, key=lambda r: r.index)
-        f = lambda attr: np.array([getattr(r, attr) for r in rs], dtype=float)  # noqa: E731
+        times = {a: np.array([getattr(r, a) for r in rs], dtype=float) for a in ("scheduled", "sent", "first", "last")}
         return cls(
             index=np.array([r.index for r in rs], dtype=np.int64),
-            scheduled=f("scheduled"),
-            sent=f("sent"),
-            first=f("first"),
-            last=f("last"),
+            **times,
             tokens=np.array([r.tokens for r in rs], dtype=np.int64),
             responses=np.array([r.responses for r in rs], dtype=np.int64),
             error=[r.error for r in rs],

@@ -141,10 +141,7 @@ class ModelStats:
             "fail": self.failed,
             "mean_batch_size": self.mean_batch_size,
             "batch_histogram": {str(k): v for k, v in self.batch_histogram().items()},
-            "queue_ms": self.mean_ms("queue"),
-            "compute_input_ms": self.mean_ms("compute_input"),
-            "compute_infer_ms": self.mean_ms("compute_infer"),
-            "compute_output_ms": self.mean_ms("compute_output"),
+            **{f"{p}_ms": self.mean_ms(p) for p in ("queue", *BATCH_PHASES)},
             "request_ms": self.mean_ms("success"),
         }
 

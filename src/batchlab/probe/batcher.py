@@ -118,16 +118,11 @@ def _grpc(server: Any) -> Any:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
-def allows_reload(server: Any) -> bool:
-    """True when ``server`` is an embedded server started with explicit model control."""
-    return getattr(server, "model_control", None) == "explicit"
-
-
 @contextlib.contextmanager
 def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
     """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs with
     explicit model control, else a private embedded one (stopped on exit); a shared one is untouched."""
-    if allows_reload(server):
+    if getattr(server, "model_control", None) == "explicit":
         yield server
         return
     with TritonServer(models=list(models)) as private:
