@@ -5,8 +5,6 @@
 * `closed_loop`, `open_loop`, `runner` — the two load shapes and what every run shares;
 * `records`, `report` — the records of a run and its `LoadReport` (client and server views);
 * `stats` — the statistics extension (`ModelStats`, `settle`); `metrics` — the Prometheus endpoint.
-
-    report = run_closed_loop(server, "echo", RequestSpec({"X": x}), concurrency=8, n_requests=2000)
 """
 
 from batchlab.load.closed_loop import closed_loop, run_closed_loop

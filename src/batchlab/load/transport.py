@@ -91,12 +91,6 @@ class Transport:
             await self.client.close()
             self.client = None
 
-    async def __aenter__(self) -> "Transport":
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     def new_sequence_id(self) -> int:
         """A correlation id not used before by this transport."""
         return self.sequence_id_base + next(_SEQ_IDS) % (1 << 24)

@@ -177,9 +177,8 @@ class Calibration:
 def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                       rows_per_size: int = 96, min_requests: int = 6, warmup_requests: int = 2,
                       rounds: int = 3, inputs_for: InputsFn | None = None) -> Calibration:
-    """One execution's time at each batch size (`measure_batch_times`), each size's fastest round.
-
-    About ``rows_per_size`` rows (at least ``min_requests`` requests) per size over ``rounds``
+    """One execution's time at each batch size (`measure_batch_times`), each size's fastest round:
+    about ``rows_per_size`` rows (at least ``min_requests`` requests) per size over ``rounds``
     interleaved rounds, after ``warmup_requests`` of each; ``inputs_for(B)`` builds a request
     (default: `random_embed_inputs` seeded with B).
     """

@@ -16,7 +16,7 @@ from batchlab._validate import count, rng_of
 
 __all__ = [
     "LengthPMF", "pmf_of", "uniform_pmf", "expected_eta", "expected_max", "ratio_of_expectations",
-    "eta_limit", "eta_curve", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
+    "eta_limit", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
 ]
 
 
@@ -173,12 +173,6 @@ def eta_limit(dist: Any) -> float:
     """lim_{B→∞} E[η] = E[L] / max L: a huge static batch almost surely holds the longest length."""
     pmf = pmf_of(dist)
     return pmf.mean / pmf.max
-
-
-def eta_curve(dist: Any, batch_sizes: Sequence[int]) -> np.ndarray:
-    """E[η] for each batch size in ``batch_sizes``."""
-    pmf = pmf_of(dist)
-    return np.asarray([expected_eta(pmf, int(b)) for b in batch_sizes])
 
 
 def eta_of_batches(lengths: np.ndarray) -> np.ndarray:

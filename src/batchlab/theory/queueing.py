@@ -1,6 +1,5 @@
-"""Queueing results for a batching server: Poisson arrivals at rate λ, one instance serving batches.
-
-Each is checked against the simulator in chapter 04. Times in seconds, rates per second.
+"""Queueing results for a batching server (Poisson arrivals at rate λ, one instance serving batches),
+each checked against the simulator in chapter 04. Times in seconds, rates per second.
 """
 
 from __future__ import annotations
