@@ -18,8 +18,7 @@ from batchlab.load.runner import measure, run_sync
 from batchlab.load.transport import now
 from batchlab.load.workload import RequestSource, as_factory, poisson_arrivals
 
-SPIN_S = 0.0005
-"""Arrivals due within this many seconds are sent now rather than after another sleep."""
+SPIN_S = 0.0005  # Arrivals due within this many seconds are sent now rather than after another sleep.
 
 
 async def drive_open(transport: Any, factory: Any, arrivals: np.ndarray, records: list[RequestRecord],

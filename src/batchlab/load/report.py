@@ -15,11 +15,9 @@ from batchlab.load.records import Records
 from batchlab.load.stats import ModelStats
 from batchlab.sim.summary import percentile_summary
 
-RATE_TOLERANCE = 0.05
-"""An open-loop client sending more than this fraction below its schedule's rate fell behind..."""
+RATE_TOLERANCE = 0.05  # An open-loop client sending more than this fraction below its schedule's rate fell behind...
 
-MIN_LAG_S = 0.005
-"""...if its sending also took this much longer than scheduled (less is timer jitter)."""
+MIN_LAG_S = 0.005  # ...if its sending also took this much longer than scheduled (less is timer jitter).
 
 
 class ClientFellBehind(UserWarning):

@@ -27,11 +27,9 @@ from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
 
 T = TypeVar("T")
 
-PROTOCOLS = ("grpc", "http", "grpc-stream")
-"""The ways a load run reaches the model (`make_transport`)."""
+PROTOCOLS = ("grpc", "http", "grpc-stream")  # The ways a load run reaches the model (`make_transport`).
 
-PROGRESS_AFTER_S = 3.0
-"""With ``progress=None`` a bar appears once a run has lasted this long."""
+PROGRESS_AFTER_S = 3.0  # With ``progress=None`` a bar appears once a run has lasted this long.
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,9 @@ import numpy as np
 
 from batchlab._validate import positive, rng_of
 
-Outputs = Mapping[str, np.ndarray]
-"""A response's output tensors by name."""
+Outputs = Mapping[str, np.ndarray]  # A response's output tensors by name.
 
-Check = Callable[[Any], "str | None"]
-"""Validates a response: returns None when it is right, else a one-line reason."""
+Check = Callable[[Any], "str | None"]  # Validates a response: returns None when it is right, else a one-line reason.
 
 
 @dataclass(frozen=True)
