@@ -4,7 +4,7 @@ reference model shapes (`MODEL_SHAPES`), and how many sequences fit in one GPU's
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from batchlab._validate import count
@@ -104,10 +104,6 @@ class KVPlan:
     kv_budget_tokens: int
     max_sequences: int
     bytes_per_sequence: int
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
 
 
 def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_per_sequence: int,
