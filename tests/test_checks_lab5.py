@@ -9,7 +9,7 @@ import pytest
 
 from batchlab.labs.lab5 import (_stream_inputs, check_burst, check_counter_rates, check_guard_block, check_hang_up,
                                   check_priority_block)
-from batchlab.load.workload import Stage, staged_poisson
+from batchlab.sim.workload import rate_curve
 
 
 def guard(q, t):
@@ -27,7 +27,7 @@ def test_guard_block(capsys) -> None:
 
 
 def burst(base, peak, start, length, duration, seed=0):
-    return staged_poisson([Stage(base, start), Stage(peak, length), Stage(base, duration - start - length)], seed=seed)
+    return rate_curve(lambda t: np.where((t >= start) & (t < start + length), peak, base), duration, seed=seed)
 
 
 def test_burst(capsys) -> None:

@@ -58,8 +58,3 @@ def test_kv_plan_table_monotone_and_gqa_gain():
     assert 3.5 < ratio < 4.5  # GQA: a quarter of the KV per token, slightly larger weights
     with pytest.raises(ValueError, match="unknown gpu"):
         kv.kv_plan_table(["Llama-2-7B"], "Z80", [1])
-
-
-def test_kv_memory_is_linear_in_batch():
-    mem = kv.kv_memory_for_batch(1000, [1, 2, 4, 8], 10)
-    assert mem == [10_000.0, 20_000.0, 40_000.0, 80_000.0]

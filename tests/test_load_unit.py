@@ -17,7 +17,7 @@ from batchlab.load import ClientFellBehind, Endpoints, MetricsTimeline, run_open
 from batchlab.load import runner
 from batchlab.load.open_loop import drive_open
 from batchlab.load.stats import settle
-from batchlab.load.workload import Stage, as_factory, staged_poisson
+from batchlab.load.workload import as_factory
 from batchlab.sim.lengths import capped_exponential
 
 # A statistics-extension answer as the gRPC client returns it (int64 as strings).
@@ -94,13 +94,6 @@ def test_poisson_by_duration_and_both_bounds() -> None:
 def test_poisson_bad_input(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         poisson_arrivals(**kwargs)
-
-
-def test_staged_poisson() -> None:
-    s = staged_poisson([Stage(100, 1.0), Stage(0, 1.0), Stage(1000, 1.0)], seed=0)
-    assert np.all(np.diff(s) >= 0)
-    assert not np.any((s >= 1.0) & (s < 2.0))
-    assert (s >= 2.0).sum() > 5 * (s < 1.0).sum()
 
 
 def test_capped_exponential() -> None:

@@ -11,7 +11,6 @@ import pytest
 from batchlab.sim.lengths import CappedLognormal
 from batchlab.theory.formulas import padding_efficiency
 from batchlab.theory.padding import (
-    eta_curve,
     eta_limit,
     eta_of_batches,
     expected_eta,
@@ -62,7 +61,7 @@ def test_monte_carlo_agrees_with_exact_and_ratio_differs():
 
 def test_curve_decreases_to_the_limit():
     d = uniform_pmf(5, 50)
-    curve = eta_curve(d, [1, 2, 4, 8, 16, 64, 256])
+    curve = np.array([expected_eta(d, b) for b in (1, 2, 4, 8, 16, 64, 256)])
     assert np.all(np.diff(curve) < 0)
     assert eta_limit(d) == pytest.approx(27.5 / 50)
     assert curve[-1] == pytest.approx(eta_limit(d), abs=2e-3)

@@ -1,8 +1,5 @@
-"""Closed-loop load: N clients, each sending its next request as soon as its last one is answered.
-
-One asyncio event loop runs N tasks on one connection (a lean client leaves the CPU to the
-server). The offered load adapts to the server: the number in flight is always N, so the
-throughput measured is what the server sustains at concurrency N (Little's law: X = N / latency).
+"""Closed-loop load: N asyncio tasks on one connection, each sending its next request as soon as its
+last one is answered, so the throughput is what the server sustains at concurrency N.
 """
 
 from __future__ import annotations
@@ -53,14 +50,10 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
                       request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
                       progress: bool | None = None, record_token_times: bool = False,
                       label: str = "", transport_options: dict[str, Any] | None = None) -> LoadReport:
-    """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` is the blocking form).
-
-    `requests`: a RequestSpec / SequenceSpec, a list of them (cycled) or a callable i -> spec.
-    The run ends after `n_requests` requests and/or `duration_s` seconds (whichever first);
-    a warm-up of `warmup_requests` requests and/or `warmup_s` seconds runs first at the same
-    concurrency and is left out of every figure. `protocol`: 'grpc', 'http' or 'grpc-stream'
-    (decoupled models). `stats` reads the statistics extension before and after, `metrics`
-    scrapes Prometheus too. `progress`: None shows a bar once the run passes 3 s.
+    """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` blocks) until `n_requests`
+    and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests` and/or
+    `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
+    statistics extension / Prometheus before and after; `progress` None: a bar after 3 s.
     """
     _check(concurrency, n_requests, duration_s, warmup_requests, warmup_s)
     factory = as_factory(requests)

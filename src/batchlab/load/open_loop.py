@@ -1,12 +1,6 @@
-"""Open-loop load: requests sent at times fixed in advance (Poisson at rate λ, or any schedule).
-
-The sender sleeps until each scheduled time and fires without waiting for earlier answers, so a
-slow server cannot slow the arrivals: queues grow as they would in front of real users. Each
-record keeps its scheduled time; the gap to the actual send (lateness) tells whether the client
-kept up with the schedule. When the client sent more than 5 % slower than its schedule (too many
-requests for one Python client on a busy machine), the report says so (`LoadReport.rate_note`)
-and the run warns with that sentence (`ClientFellBehind`), so every cell that runs open-loop load
-shows it, whatever it prints.
+"""Open-loop load: requests sent at times fixed in advance (Poisson at rate λ, or any schedule),
+never waiting for earlier answers, so a slow server cannot slow the arrivals. A client that fell
+behind its schedule is said so in the report and warned (`ClientFellBehind`).
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ from batchlab.load.runner import measure, run_sync
 from batchlab.load.transport import now
 from batchlab.load.workload import RequestSource, as_factory, poisson_arrivals
 
-SPIN_S = 0.0005
-"""Arrivals due within this many seconds are sent now rather than after another sleep."""
+SPIN_S = 0.0005  # Arrivals due within this many seconds are sent now rather than after another sleep.
 
 
 async def drive_open(transport: Any, factory: Any, arrivals: np.ndarray, records: list[RequestRecord],
@@ -93,14 +86,10 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
                     metrics: bool = False, progress: bool | None = None,
                     record_token_times: bool = False, label: str = "",
                     transport_options: dict[str, Any] | None = None, warn: bool = True) -> LoadReport:
-    """Open-loop load (async; `run_open_loop` is the blocking form).
-
-    Either Poisson arrivals at `rate` req/s (seeded; bounded by `n_requests` and/or
-    `duration_s`) or an explicit `arrivals` schedule (send times in seconds from the start).
-    A warm-up of `warmup_s` seconds at the same rate (its own schedule) runs first and is
-    drained and left out. Other arguments as for `closed_loop`. With `warn`, a run whose client
-    sent more than 5 % below its schedule's rate warns `ClientFellBehind` (the report's
-    `rate_note`).
+    """Open-loop load (async; `run_open_loop` blocks): seeded Poisson arrivals at `rate` req/s
+    (bounded by `n_requests` and/or `duration_s`) or an `arrivals` schedule (s from the start),
+    after a left-out warm-up of `warmup_s` s at the same rate. With `warn`, a client that fell
+    behind warns `ClientFellBehind`. Other arguments as for `closed_loop`.
     """
     sched = _arrivals(rate, arrivals, n_requests, duration_s, seed)
     if warmup_s < 0:

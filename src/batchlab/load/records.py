@@ -1,9 +1,5 @@
-"""One record per request: when it was scheduled and sent, when its first and last responses came,
-how many tokens it returned, and what went wrong (if anything).
-
-Times are seconds on the client's monotonic clock (`time.perf_counter`), relative to the start of
-the measured phase. A request that failed keeps its error message (Triton's own words, with the
-status code in front) and is never silently dropped.
+"""One record per request (times in seconds on `time.perf_counter`, from the start of the measured
+phase), and their columns. A failed request keeps Triton's error message.
 """
 
 from __future__ import annotations
@@ -48,11 +44,6 @@ def is_rejection(message: str | None) -> bool:
     return any(m in low for m in REJECTION_MARKERS)
 
 
-def error_kind(message: str) -> str:
-    """A message with request-specific numbers masked, so equal causes group together."""
-    return re.sub(r"\d+", "N", message)[:200]
-
-
 @dataclass
 class Records:
     """Column arrays of many `RequestRecord`s (a dict of arrays is the course's table format)."""
@@ -71,13 +62,10 @@ class Records:
     def from_list(cls, records: Iterable[RequestRecord]) -> "Records":
         """Columns from a list of records, ordered by request index."""
         rs = sorted(records, key=lambda r: r.index)
-        f = lambda attr: np.array([getattr(r, attr) for r in rs], dtype=float)  # noqa: E731
+        times = {a: np.array([getattr(r, a) for r in rs], dtype=float) for a in ("scheduled", "sent", "first", "last")}
         return cls(
             index=np.array([r.index for r in rs], dtype=np.int64),
-            scheduled=f("scheduled"),
-            sent=f("sent"),
-            first=f("first"),
-            last=f("last"),
+            **times,
             tokens=np.array([r.tokens for r in rs], dtype=np.int64),
             responses=np.array([r.responses for r in rs], dtype=np.int64),
             error=[r.error for r in rs],
@@ -146,5 +134,5 @@ class Records:
 
     def errors(self) -> dict[str, int]:
         """Error kinds (numbers masked) and how often each occurred, most frequent first."""
-        c = Counter(error_kind(e) for e in self.error if e is not None)
+        c = Counter(re.sub(r"\d+", "N", e)[:200] for e in self.error if e is not None)
         return dict(c.most_common())

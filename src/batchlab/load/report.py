@@ -1,13 +1,6 @@
-"""A load run's report: what the client measured, what the server says, and how they add up.
-
-The article's T_total is split with the server's own statistics::
-
-    client latency = queue + compute + server other + overhead
-
-queue and compute (compute_input + compute_infer + compute_output) are the statistics
-extension's mean per-request times; server other is the rest of the server's request time
-(success ns / count) — parsing, scheduling, response handling; overhead is what the client saw
-beyond the server's request time: the network stack, (de)serialisation, the client's own event loop.
+"""A load run's report: what the client measured, what the server says, and how they add up:
+client latency = queue + compute + server other (the rest of the server's request time) + overhead
+(what the client saw beyond it: network, (de)serialisation, the client's event loop).
 """
 
 from __future__ import annotations
@@ -22,12 +15,9 @@ from batchlab.load.records import Records
 from batchlab.load.stats import ModelStats
 from batchlab.sim.summary import percentile_summary
 
-RATE_TOLERANCE = 0.05
-"""An open-loop run whose client sent more than this fraction below its schedule's rate fell behind."""
+RATE_TOLERANCE = 0.05  # An open-loop client sending more than this fraction below its schedule's rate fell behind...
 
-MIN_LAG_S = 0.005
-"""...and whose sending took at least this much longer than scheduled: a few ms are timer jitter,
-not a client that cannot keep up (this matters only for schedules a few ms long)."""
+MIN_LAG_S = 0.005  # ...if its sending also took this much longer than scheduled (less is timer jitter).
 
 
 class ClientFellBehind(UserWarning):
@@ -53,28 +43,23 @@ def json_ready(v: Any, digits: int | None = None) -> Any:
 
 @dataclass
 class LoadReport:
-    """The result of one load run (closed or open loop), with the server's view attached."""
+    """One load run (closed or open loop). Over the measured phase: ``wall_s`` first send to last
+    completion, ``client_cpu_s`` the client's CPU, ``server`` the statistics-extension difference,
+    ``metrics`` the Prometheus one. ``unit``: what a record is ('request', 'stream', 'sequence')."""
 
     model: str
     mode: str
     protocol: str
     records: Records
     wall_s: float
-    """Seconds from the first send to the last completion of the measured phase."""
     client_cpu_s: float
-    """CPU seconds the client process used during the measured phase."""
     concurrency: int | None = None
     offered_rate: float | None = None
     server: ModelStats | None = None
-    """Statistics-extension difference over the measured phase (None when not read)."""
     metrics: dict[str, Any] | None = None
-    """Prometheus figures for the model, differenced over the measured phase."""
     label: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     unit: str = "request"
-    """What one record is: 'request' (unary), 'stream' (decoupled), 'sequence' (several steps)."""
-
-    # -- counts and rates ----------------------------------------------------------------------
 
     @property
     def n(self) -> int:
@@ -111,8 +96,6 @@ class LoadReport:
         """Tokens per second over the measured phase."""
         return self.tokens / self.wall_s if self.wall_s > 0 else math.nan
 
-    # -- distributions -------------------------------------------------------------------------
-
     def latency_ms(self) -> dict[str, float]:
         """Client latency (send to last response) of successful requests: mean, p50..p99, max (ms)."""
         return percentile_summary(self.records.latency)
@@ -130,28 +113,20 @@ class LoadReport:
         return percentile_summary(self.records.lateness)
 
     def sent_rate_rps(self) -> float:
-        """The rate the client actually offered: requests sent / sending span, counted as the gaps
-        between the first and the last send per second (NaN with fewer than two sends)."""
+        """The rate the client actually sent at: gaps between first and last send per second."""
         return _span_rate(self.records.sent)
 
     def scheduled_rate_rps(self) -> float:
-        """Open loop: the rate of the schedule the client was given, counted like `sent_rate_rps`
-        over the scheduled send times; NaN for closed loop.
-
-        For Poisson arrivals it differs from the requested λ by chance (about 1/sqrt(n)); judging
-        the client against it, not against λ, leaves only what the client itself lost.
-        """
+        """Open loop: the rate of the schedule the client was given (a Poisson draw differs from λ by
+        about 1/sqrt(n)), counted like `sent_rate_rps`; NaN for closed loop."""
         return _span_rate(self.records.scheduled)
 
     def rate_shortfall(self) -> float:
-        """Open loop: 1 - sent rate / scheduled rate (0.2: the client sent 20 % slower than its
-        schedule); NaN for closed loop."""
+        """Open loop: 1 - sent rate / scheduled rate; NaN for closed loop."""
         return 1.0 - self.sent_rate_rps() / self.scheduled_rate_rps()
 
     def client_fell_behind(self) -> bool | None:
-        """Open loop: True when the client sent more than `RATE_TOLERANCE` below its schedule's
-        rate and its sending took at least `MIN_LAG_S` longer than scheduled; None for closed loop
-        or fewer than two sends."""
+        """Open loop: True past `RATE_TOLERANCE` and `MIN_LAG_S`; None for closed loop or < 2 sends."""
         short = self.rate_shortfall()
         if math.isnan(short):
             return None
@@ -177,15 +152,10 @@ class LoadReport:
                 f"（发送比时间表平均晚 {late['mean']:.1f} ms，最晚 {late['max']:.1f} ms）。")
 
     def client_kept_up(self, tolerance_ms: float = 10.0) -> bool | None:
-        """Open loop: True when the p95 send lateness stayed under `tolerance_ms`.
-
-        p95, not p99: on a shared machine another process can stall the client for a few tens of
-        ms now and then; a client that cannot keep up falls further behind with every request.
-        """
+        """Open loop: True when the p95 send lateness (not p99: a shared machine stalls now and then)
+        stayed under `tolerance_ms`."""
         late = self.lateness_ms()["p95"]
         return None if math.isnan(late) else bool(late <= tolerance_ms)
-
-    # -- the server's side ---------------------------------------------------------------------
 
     def mean_batch_size(self) -> float:
         """Batch items per model execution, from the server's statistics."""
@@ -196,13 +166,8 @@ class LoadReport:
         return self.server.batch_histogram() if self.server else {}
 
     def split_ms(self) -> dict[str, float]:
-        """Mean client latency split into queue, compute, server other and overhead (ms).
-
-        For client-driven sequences the split is per step (one server request): the total is the
-        mean of each sequence's latency divided by its steps. For decoupled streams it is not
-        defined (NaN parts): the server's request time ends when the model releases the request,
-        not when its last response leaves.
-        """
+        """Mean client latency split into queue, compute, server other and overhead (ms); per step for
+        sequences, NaN parts for decoupled streams (their server time ends before the last response)."""
         total = self.latency_ms()["mean"]
         if self.unit == "sequence":
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -217,8 +182,6 @@ class LoadReport:
         server_total = s.mean_ms("success")
         return {"queue": queue, "compute": compute, "server_other": server_total - queue - compute,
                 "overhead": total - server_total, "total": total}
-
-    # -- export --------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (NaN becomes None)."""
@@ -259,8 +222,7 @@ class LoadReport:
         return json_ready(out, digits=4)
 
     def describe(self) -> str:
-        """The report as a learner reads it (Chinese, a few lines); a client that fell behind is
-        said so in the first line."""
+        """The report as a learner reads it (Chinese, a few lines; a client that fell behind first)."""
         lat = self.latency_ms()
         lines = [self.rate_note()] if self.rate_note() else []
         if self.mode == "open":
@@ -289,7 +251,7 @@ class LoadReport:
 
 
 def _span_rate(times: np.ndarray) -> float:
-    """Events per second over the span of `times`: (n - 1) gaps / (last - first); NaN if undefined."""
+    """(n - 1) gaps / (last - first) of the finite `times`; NaN if undefined."""
     t = times[np.isfinite(times)]
     span = float(t.max() - t.min()) if t.size > 1 else 0.0
     return (t.size - 1) / span if span > 0 else math.nan
@@ -303,11 +265,8 @@ def _fmt_rate(r: float | None) -> str:
 
 
 def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:
-    """Several runs of one configuration (e.g. interleaved rounds) pooled into one report.
-
-    Records are laid end to end, walls and client CPU add up, server statistics are summed, so
-    throughput is total answered / total measured time and percentiles are over all requests.
-    """
+    """Several runs of one configuration pooled: records end to end, walls, client CPU and server
+    statistics summed."""
     if not reports:
         raise ValueError("no reports to pool")
     first = reports[0]

@@ -1,5 +1,5 @@
-"""What every load run shares: warm-up, server snapshots before and after, client CPU, progress bar,
-and running the asyncio code from plain Python or from inside Jupyter's own event loop.
+"""What every load run shares: warm-up, server snapshots, client CPU, progress bar, and running the
+asyncio code from plain Python or inside Jupyter's event loop.
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
 
 T = TypeVar("T")
 
-PROTOCOLS = ("grpc", "http", "grpc-stream")
-"""The ways a load run reaches the model (`make_transport`)."""
+PROTOCOLS = ("grpc", "http", "grpc-stream")  # The ways a load run reaches the model (`make_transport`).
 
-PROGRESS_AFTER_S = 3.0
-"""With ``progress=None`` a bar appears once a run has lasted this long."""
+PROGRESS_AFTER_S = 3.0  # With ``progress=None`` a bar appears once a run has lasted this long.
 
 
 @dataclass(frozen=True)
@@ -52,9 +50,6 @@ def check_server(server: Any) -> None:
             )
 
 
-# --------------------------------------------------------------------------- server-side snapshots
-
-
 def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
     """Statistics extension of `model` over HTTP (``GET /v2/models/<model>/stats``)."""
     url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/stats"
@@ -64,10 +59,8 @@ def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
 
 def check_model_ready(http_url: str, model: str, timeout: float = 10.0,
                       headers: dict[str, str] | None = None) -> None:
-    """Raise a ValueError naming `model` (and the models that are ready) unless it is ready.
-
-    `headers` go with the repository index (a restricted API: the server's `http_headers`).
-    """
+    """ValueError naming `model` and the ready models unless it is ready; `headers` go with the
+    repository index (a restricted API)."""
     url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -99,15 +92,9 @@ async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple
     return st, me
 
 
-# --------------------------------------------------------------------------- progress
-
-
 class Progress:
-    """A tqdm bar (tqdm.auto: a widget in notebooks, text on stderr elsewhere) that appears late.
-
-    `mode`: False never shows it; True shows it at once; None shows it only once the run has
-    lasted `PROGRESS_AFTER_S` seconds, so short runs print nothing.
-    """
+    """A tqdm.auto bar; `mode` False: never, True: at once, None: once the run lasted
+    `PROGRESS_AFTER_S`."""
 
     def __init__(self, mode: bool | None, total: int | None, desc: str) -> None:
         self.mode, self.total, self.desc = mode, total, desc
@@ -146,9 +133,6 @@ async def tick_progress(progress: Progress, records: list[RequestRecord], stop: 
     progress.close()
 
 
-# --------------------------------------------------------------------------- task groups
-
-
 async def run_all(coros: list[Awaitable[None]]) -> None:
     """Await coroutines concurrently; if one raises, cancel the others and re-raise (py3.10-safe)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -164,15 +148,9 @@ async def run_all(coros: list[Awaitable[None]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-# --------------------------------------------------------------------------- sync entry points
-
-
 def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
-    """Run an async load run to completion from synchronous code.
-
-    Inside Jupyter (an event loop already runs in this thread) it runs on a fresh loop in a
-    helper thread and blocks until done; elsewhere it uses `asyncio.run`.
-    """
+    """Run an async load run to completion from synchronous code (in a helper thread with its own
+    loop when one already runs here, as in Jupyter)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -193,11 +171,6 @@ def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
     return box["value"]
 
 
-def cpu_seconds() -> float:
-    """CPU seconds this process has used (all threads: the client's cost)."""
-    return time.process_time()
-
-
 def bound_check(n_requests: int | None, duration_s: float | None) -> None:
     """A run must be bounded by a request count and/or a duration."""
     if n_requests is None and duration_s is None:
@@ -205,9 +178,6 @@ def bound_check(n_requests: int | None, duration_s: float | None) -> None:
     optional_count("n_requests", n_requests, lo=0)
     if duration_s is not None:
         non_negative("duration_s", duration_s)
-
-
-# --------------------------------------------------------------------------- one measured run
 
 
 def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
@@ -231,11 +201,8 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
                   offered_rate: float | None = None, config: dict[str, Any] | None = None,
                   transport_options: dict[str, Any] | None = None) -> LoadReport:
-    """Warm up, snapshot the server, run the measured phase, snapshot again, build the report.
-
-    The warm-up phase is drained before the first snapshot, so the server's figures cover the
-    measured requests only (given no other traffic to the model).
-    """
+    """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
+    snapshot again, build the report."""
     check_server(server)
     await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "http_headers", None))
     transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
@@ -248,14 +215,14 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
         bar = Progress(progress, total, label or model)
         stop = asyncio.Event()
         ticker = asyncio.ensure_future(tick_progress(bar, records, stop))
-        cpu0 = cpu_seconds()
+        cpu0 = time.process_time()  # all threads: the client's cost
         t_start = time.perf_counter()
         try:
             await drive(transport, records, t_start)
         finally:
             stop.set()
             await ticker
-        cpu = cpu_seconds() - cpu0
+        cpu = time.process_time() - cpu0
         recs = Records.from_list(records)
         done = recs.last[np.isfinite(recs.last)]
         wall = float(done.max() - t_start) if done.size else 0.0

@@ -1,13 +1,6 @@
-"""The server's own view of a run: Triton's statistics extension, read before and after, differenced.
-
-``GET v2/models/<m>/stats`` (or ``client.get_inference_statistics(m)``) returns cumulative
-counters since the model loaded: how many inferences (batch items) and executions (batches) ran,
-the total time requests spent queued and in compute-input / compute-infer / compute-output, and
-`batch_stats`: for each executed batch size, how many batches of that size ran and their compute
-times. Two snapshots differenced give exactly what one run did.
-
-Per-request sums (queue, compute_*) count each request of a batch once, each charged the whole
-batch's time; `batch_stats` counts batches.
+"""The server's own view of a run: Triton's statistics extension (cumulative counters since the
+model loaded) read before and after, differenced. Per-request sums (queue, compute_*) charge each
+request of a batch the whole batch's time; `batch_stats` counts batches.
 """
 
 from __future__ import annotations
@@ -32,22 +25,18 @@ def _dur(d: Mapping[str, Any] | None) -> tuple[int, int]:
 
 @dataclass
 class ModelStats:
-    """Cumulative counters of one model version (a snapshot, or the difference of two)."""
+    """Cumulative counters of one model (a snapshot, or the difference of two): ``phases`` phase ->
+    (count, total ns); ``batches`` batch size -> phase -> (count of batches, total ns)."""
 
     model: str
     inference_count: int = 0
     execution_count: int = 0
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """phase -> (count, total ns), for success, fail, queue, compute_input/infer/output."""
     batches: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    """batch size -> phase -> (count of batches, total ns)."""
 
     @classmethod
     def from_json(cls, stats: Mapping[str, Any], model: str | None = None) -> "ModelStats":
-        """Parse the statistics JSON (gRPC's strings or HTTP's integers) for one model.
-
-        Several versions of the model are summed; `model` picks one entry when several are present.
-        """
+        """Parse the statistics JSON (gRPC's strings or HTTP's integers) of `model`, versions summed."""
         entries = stats.get("model_stats", [])
         if model is not None:
             entries = [e for e in entries if e.get("name") == model]
@@ -71,40 +60,29 @@ class ModelStats:
                     slot[p] = (c0 + c, ns0 + ns)
         return out
 
+    def _combine(self, other: "ModelStats", sign: int, verb: str) -> "ModelStats":
+        """Counters of self + sign · other; batch sizes without an execution left out."""
+        if other.model != self.model:
+            raise ValueError(f"cannot {verb} statistics of {self.model!r} and {other.model!r}")
+        out = ModelStats(self.model, self.inference_count + sign * other.inference_count,
+                         self.execution_count + sign * other.execution_count)
+        pair = lambda a, b: (a[0] + sign * b[0], a[1] + sign * b[1])  # noqa: E731
+        for p in PHASES:
+            out.phases[p] = pair(self.phases.get(p, (0, 0)), other.phases.get(p, (0, 0)))
+        for size in sorted(set(self.batches) | set(other.batches)):
+            x, y = self.batches.get(size, {}), other.batches.get(size, {})
+            slot = {p: pair(x.get(p, (0, 0)), y.get(p, (0, 0))) for p in BATCH_PHASES}
+            if _executions(slot):
+                out.batches[size] = slot
+        return out
+
     def __sub__(self, before: "ModelStats") -> "ModelStats":
         """What happened between `before` and this snapshot."""
-        if before.model != self.model:
-            raise ValueError(f"cannot difference statistics of {self.model!r} and {before.model!r}")
-        d = ModelStats(self.model, self.inference_count - before.inference_count,
-                       self.execution_count - before.execution_count)
-        for p in PHASES:
-            c1, n1 = self.phases.get(p, (0, 0))
-            c0, n0 = before.phases.get(p, (0, 0))
-            d.phases[p] = (c1 - c0, n1 - n0)
-        for size, slot in self.batches.items():
-            old = before.batches.get(size, {})
-            diff = {p: (slot.get(p, (0, 0))[0] - old.get(p, (0, 0))[0],
-                        slot.get(p, (0, 0))[1] - old.get(p, (0, 0))[1]) for p in BATCH_PHASES}
-            if _executions(diff):
-                d.batches[size] = diff
-        return d
+        return self._combine(before, -1, "difference")
 
     def __add__(self, other: "ModelStats") -> "ModelStats":
         """Two differences pooled (e.g. repeated rounds of one configuration)."""
-        if other.model != self.model:
-            raise ValueError(f"cannot pool statistics of {self.model!r} and {other.model!r}")
-        out = ModelStats(self.model, self.inference_count + other.inference_count,
-                         self.execution_count + other.execution_count)
-        for p in PHASES:
-            a, b = self.phases.get(p, (0, 0)), other.phases.get(p, (0, 0))
-            out.phases[p] = (a[0] + b[0], a[1] + b[1])
-        for size in sorted(set(self.batches) | set(other.batches)):
-            x, y = self.batches.get(size, {}), other.batches.get(size, {})
-            out.batches[size] = {p: (x.get(p, (0, 0))[0] + y.get(p, (0, 0))[0],
-                                     x.get(p, (0, 0))[1] + y.get(p, (0, 0))[1]) for p in BATCH_PHASES}
-        return out
-
-    # -- derived figures ----------------------------------------------------------------------
+        return self._combine(other, 1, "pool")
 
     @property
     def success(self) -> int:
@@ -163,10 +141,7 @@ class ModelStats:
             "fail": self.failed,
             "mean_batch_size": self.mean_batch_size,
             "batch_histogram": {str(k): v for k, v in self.batch_histogram().items()},
-            "queue_ms": self.mean_ms("queue"),
-            "compute_input_ms": self.mean_ms("compute_input"),
-            "compute_infer_ms": self.mean_ms("compute_infer"),
-            "compute_output_ms": self.mean_ms("compute_output"),
+            **{f"{p}_ms": self.mean_ms(p) for p in ("queue", *BATCH_PHASES)},
             "request_ms": self.mean_ms("success"),
         }
 
@@ -187,11 +162,8 @@ def read_stats(client: Any, model: str) -> ModelStats:
 def settle(read: Callable[[], ModelStats], before: ModelStats, requests: int, executions: int = 0,
            timeout: float = 3.0, poll: float = 0.01) -> ModelStats:
     """Statistics from `read()`, re-read until they count `requests` more successful requests and
-    `executions` more executions (`batch_stats`) than `before` *and* two reads in a row agree on the
-    inference, execution and batch counts; after `timeout` s the last read is returned.
-
-    Triton counts a request a moment after its answer has gone out, and the Python backend its batch
-    statistics later still, so one read right after the last answer can miss the last few.
+    `executions` more executions than `before` *and* two reads in a row agree on the counts (Triton
+    counts a request after its answer is out); after `timeout` s the last read is returned.
     """
     deadline = time.monotonic() + timeout
     prev = None

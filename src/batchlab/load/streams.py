@@ -1,10 +1,6 @@
-"""Decoupled models over one gRPC bidirectional stream: many requests in flight, tokens streamed back.
-
-Each request asks for ``triton_enable_empty_final_response``, so its last response carries
-``triton_final_response``; responses are matched to requests by id. The first data response is
-the time to first token, the last the completion, each data response one token (or, with
-`token_output`, as many as that tensor's elements). tritonclient's asyncio `stream_infer` refuses
-``triton_`` parameters, so requests go on the service stub directly.
+"""Decoupled models over gRPC bidirectional streams, responses matched to requests by id: the first
+data response is the first token, each one token (or `token_output`'s elements), the empty final one
+the end. tritonclient's asyncio `stream_infer` refuses ``triton_`` parameters: we use the stub.
 """
 
 from __future__ import annotations
@@ -15,11 +11,12 @@ from typing import Any, Mapping
 
 import grpc
 import numpy as np
-from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult, service_pb2_grpc
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import InferRequestedOutput, InferResult, service_pb2_grpc
 from tritonclient.grpc._utils import _get_inference_request
 
 from batchlab.load.records import RequestRecord
-from batchlab.load.transport import Transport, _apply_check, format_error, now, triton_dtype
+from batchlab.load.transport import Transport, _apply_check, format_error, infer_inputs, now
 from batchlab.load.workload import RequestSpec, SequenceSpec
 
 _MAX_MSG = 2**31 - 1
@@ -170,11 +167,7 @@ class StreamTransport(Transport):
             return
         if not self._queues:
             raise RuntimeError("StreamTransport used before open()")
-        inputs = []
-        for name, arr in spec.inputs.items():
-            inp = InferInput(name, list(arr.shape), triton_dtype(arr))
-            inp.set_data_from_numpy(arr)
-            inputs.append(inp)
+        inputs = infer_inputs(grpcclient, spec.inputs)
         outputs = [InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
         rid = str(next(self._ids))
         req = self._build(

@@ -1,11 +1,6 @@
-"""How one request travels: unary gRPC (asyncio), unary HTTP (asyncio), or a gRPC stream.
-
-A transport fills in a `RequestRecord`: the send time just before the call, the time of the first
-and last responses, the number of tokens, and the error (Triton's message with its status code,
-a client-side timeout, or a failed answer check). It never raises for a failed request: a failure
-is data, and is recorded.
-
-All transports live on one asyncio event loop; open them inside the loop that will use them.
+"""How one request travels (unary gRPC or HTTP on asyncio; the gRPC stream is `streams`), filling in
+its `RequestRecord`. A failed request is recorded, never raised. Open a transport inside the event
+loop that will use it.
 """
 
 from __future__ import annotations
@@ -48,6 +43,17 @@ def triton_dtype(arr: np.ndarray) -> str:
         raise ValueError(f"numpy dtype {arr.dtype} has no Triton datatype") from None
 
 
+def infer_inputs(module: Any, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> list[Any]:
+    """`module.InferInput`s (tritonclient grpc or http) holding ``inputs``; ``kwargs`` go to
+    ``set_data_from_numpy``."""
+    out = []
+    for name, arr in inputs.items():
+        inp = module.InferInput(name, list(arr.shape), triton_dtype(arr))
+        inp.set_data_from_numpy(arr, **kwargs)
+        out.append(inp)
+    return out
+
+
 def format_error(exc: BaseException) -> str:
     """One line naming what went wrong: Triton's ``[status] message``, or the exception type."""
     if isinstance(exc, InferenceServerException):
@@ -71,24 +77,19 @@ class Transport:
         self.model = model
         self.request_timeout_s = request_timeout_s
         self._ids = itertools.count(1)
+        # assigned sequence ids: far from any id a factory would pick, different per process
         self.sequence_id_base = (1 << 40) | ((os.getpid() & 0xFFFF) << 24)
-        """Automatically assigned sequence ids start here: far from any id a factory would pick, and
-        different per process, so runs against one server never reuse a live correlation id."""
-        self.saw_sequences = False
-        """True once a SequenceSpec ran (its record then spans several requests)."""
+        self.saw_sequences = False  # a SequenceSpec ran: its record spans several requests
 
     async def open(self) -> "Transport":
         """Connect (inside the running event loop)."""
         return self
 
     async def close(self) -> None:
-        """Release connections."""
-
-    async def __aenter__(self) -> "Transport":
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        """Release connections (the asyncio tritonclient ``client`` of a unary transport)."""
+        if getattr(self, "client", None) is not None:
+            await self.client.close()
+            self.client = None
 
     def new_sequence_id(self) -> int:
         """A correlation id not used before by this transport."""
@@ -101,7 +102,7 @@ class Transport:
             await self._sequence(spec, rec)
         elif isinstance(spec, RequestSpec):
             if spec.sequence_start and not spec.sequence_id:
-                spec = _replace(spec, sequence_id=self.new_sequence_id())
+                spec = replace(spec, sequence_id=self.new_sequence_id())
             await self._request(spec, rec)
         else:
             raise ValueError(f"a request source produced {type(spec).__name__}, not a RequestSpec or SequenceSpec")
@@ -142,7 +143,7 @@ class Transport:
             if spec is None:
                 break
             end = spec.sequence_end or (seq.n_steps is not None and k == seq.n_steps - 1)
-            spec = _replace(spec, sequence_id=sid, sequence_start=(k == 0), sequence_end=end)
+            spec = replace(spec, sequence_id=sid, sequence_start=(k == 0), sequence_end=end)
             try:
                 prev = await self._infer(spec, str(next(self._ids)), decode=True)
             except Exception as exc:  # noqa: BLE001
@@ -172,10 +173,6 @@ class Transport:
         raise NotImplementedError
 
 
-def _replace(spec: RequestSpec, **kw: Any) -> RequestSpec:
-    return replace(spec, **kw)
-
-
 def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
     try:
         msg = check(outs)
@@ -183,9 +180,6 @@ def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
         msg = f"the check raised {type(exc).__name__}: {exc}"
     if msg:
         rec.error = f"check failed: {msg}"
-
-
-# --------------------------------------------------------------------------- gRPC (asyncio)
 
 
 class GrpcTransport(Transport):
@@ -199,24 +193,10 @@ class GrpcTransport(Transport):
         self.client = grpc_aio.InferenceServerClient(self.url)
         return self
 
-    async def close(self) -> None:
-        """Close the client's connections."""
-        if getattr(self, "client", None) is not None:
-            await self.client.close()
-            self.client = None
-
-    def _inputs(self, spec: RequestSpec) -> list[Any]:
-        out = []
-        for name, arr in spec.inputs.items():
-            inp = self._mod.InferInput(name, list(arr.shape), triton_dtype(arr))
-            inp.set_data_from_numpy(arr)
-            out.append(inp)
-        return out
-
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
         outputs = [self._mod.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
         res = await self.client.infer(
-            self.model, self._inputs(spec), outputs=outputs, request_id=request_id,
+            self.model, infer_inputs(self._mod, spec.inputs), outputs=outputs, request_id=request_id,
             sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
             sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
             client_timeout=self.request_timeout_s, parameters=spec.parameters,
@@ -227,9 +207,6 @@ class GrpcTransport(Transport):
         if not decode:
             return None
         return {o.name: res.as_numpy(o.name) for o in resp.outputs}
-
-
-# --------------------------------------------------------------------------- HTTP (asyncio)
 
 
 class HttpTransport(Transport):
@@ -250,18 +227,8 @@ class HttpTransport(Transport):
         self._all_outputs = [o["name"] for o in meta.get("outputs", [])]
         return self
 
-    async def close(self) -> None:
-        """Close the client's connections."""
-        if getattr(self, "client", None) is not None:
-            await self.client.close()
-            self.client = None
-
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
-        inputs = []
-        for name, arr in spec.inputs.items():
-            inp = self._mod.InferInput(name, list(arr.shape), triton_dtype(arr))
-            inp.set_data_from_numpy(arr, binary_data=True)
-            inputs.append(inp)
+        inputs = infer_inputs(self._mod, spec.inputs, binary_data=True)
         names = list(spec.outputs) if spec.outputs else self._all_outputs
         outputs = [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
         res = await self.client.infer(

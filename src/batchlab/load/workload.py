@@ -1,39 +1,27 @@
-"""What to send and when: request specifications and arrival schedules.
-
-A load run asks a *request source* for request number ``i`` (a `RequestSpec`, or a `SequenceSpec`
-for a client-driven stateful sequence). A source is a single spec (sent every time), a list
-(cycled), or a callable ``i -> spec``. Open-loop runs also take an *arrival schedule*: the send
-times, fixed in advance, so that a slow server cannot slow the arrivals.
+"""What to send and when: request specifications (a source is one spec, a list cycled, or a callable
+``i -> spec``) and open-loop arrival schedules fixed in advance.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
 from batchlab._validate import positive, rng_of
 
-Outputs = Mapping[str, np.ndarray]
-"""A response's output tensors by name."""
+Outputs = Mapping[str, np.ndarray]  # A response's output tensors by name.
 
-Check = Callable[[Any], "str | None"]
-"""Validates a response: returns None when it is right, else a one-line reason."""
+Check = Callable[[Any], "str | None"]  # Validates a response: returns None when it is right, else a one-line reason.
 
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One inference request.
-
-    `inputs` maps input names to numpy arrays (shape includes the batch dimension when the model
-    batches). `outputs` names the outputs to request (None: all). `check`, when given, receives
-    the decoded outputs (a dict of arrays; for a stream, the list of per-response dicts) and
-    returns None or a reason the answer is wrong. `sequence_id` / `sequence_start` /
-    `sequence_end` address a stateful model; `timeout_us` is Triton's per-request timeout.
-    `count_tokens`, for a unary request whose one answer holds many tokens (request-level
-    generation), returns that number from the decoded outputs; `expected_tokens` makes a
-    stream that returns another number of tokens a failure.
+    """One inference request. `outputs`: the outputs to request (None: all); `check(decoded)` (a dict
+    of arrays, a list of them for a stream) returns None or why the answer is wrong; `timeout_us`:
+    Triton's per-request timeout; `count_tokens(outputs)`: the tokens of a unary answer that holds
+    many; `expected_tokens`: a stream returning another number fails.
     """
 
     inputs: Mapping[str, np.ndarray]
@@ -58,12 +46,9 @@ class RequestSpec:
 
 @dataclass(frozen=True)
 class SequenceSpec:
-    """A client-driven stateful sequence: several requests with one correlation id.
-
-    `step(k, previous_outputs)` returns request ``k`` of the sequence (previous_outputs is None
-    for k = 0) or None when the sequence is over. The runner sets `sequence_id`, START on the first
-    request and END on the last (`n_steps` must be known for END; with `n_steps` None the step
-    function must set `sequence_end` itself). Each step's response counts as one token.
+    """A client-driven stateful sequence: `step(k, previous_outputs or None)` returns request k or None
+    when over. The runner sets the id, START and END (with `n_steps` None, `step` sets
+    `sequence_end` itself). Each step's response counts as one token.
     """
 
     step: Callable[[int, Outputs | None], RequestSpec | None]
@@ -90,9 +75,6 @@ def as_factory(source: RequestSource) -> Callable[[int], Spec]:
     raise ValueError(f"requests must be a RequestSpec, a list of them or a callable i -> spec, not {type(source).__name__}")
 
 
-# --------------------------------------------------------------------------- arrival schedules
-
-
 def _count(rate: float, n: int | None, duration: float | None) -> None:
     positive("rate", rate)
     if n is None and duration is None:
@@ -105,10 +87,8 @@ def _count(rate: float, n: int | None, duration: float | None) -> None:
 
 def poisson_arrivals(rate: float, n: int | None = None, duration: float | None = None,
                      seed: int | np.random.Generator = 0) -> np.ndarray:
-    """Send times (s, from 0) of a Poisson process at `rate` req/s: the first `n`, or all before `duration`.
-
-    With both bounds, whichever comes first ends the schedule. Seeded, so a run is reproducible.
-    """
+    """Seeded send times (s, from 0) of a Poisson process at `rate` req/s: the first `n` and/or all
+    before `duration`, whichever ends first."""
     _count(rate, n, duration)
     rng = rng_of(seed)
     if n is None:
@@ -122,22 +102,3 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
         t = t[t < duration]
     return t
 
-
-@dataclass
-class Stage:
-    """A part of a piecewise-constant rate schedule: `rate` req/s for `duration` seconds."""
-
-    rate: float
-    duration: float
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def staged_poisson(stages: Sequence[Stage], seed: int | np.random.Generator = 0) -> np.ndarray:
-    """Poisson send times through consecutive stages of different rates (a load step or ramp)."""
-    rng = rng_of(seed)
-    out, t0 = [], 0.0
-    for st in stages:
-        if st.rate > 0:
-            out.append(t0 + poisson_arrivals(st.rate, duration=st.duration, seed=rng))
-        t0 += st.duration
-    return np.concatenate(out) if out else np.zeros(0)

@@ -1,11 +1,6 @@
-"""t_batch(B) measured on the real server: one execution of B rows at a time, timed by Triton.
-
-A request of B rows sent while nothing else is in flight is one execution of batch size B; the
-statistics extension's ``batch_stats`` read before and after a round (one request per size, sizes
-interleaved) give each size's execution time without client overhead (`measure_batch_times`).
-`calibrate_service` turns that into the simulator's service `Table` (`Calibration`); `batch_table`
-reads t(B) from the statistics of any run, which `service_from_stats`, `load_factor` and
-`service_model` build on.
+"""t_batch(B) measured on the real server: single executions of B rows timed by Triton's statistics
+extension (`measure_batch_times`, `calibrate_service`), or read from the statistics of any run
+(`batch_table` and what builds on it).
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import tritonclient.grpc as grpcclient
 
 from batchlab._validate import count, positive
 from batchlab.load.stats import ModelStats, read_stats, settle
-from batchlab.load.transport import triton_dtype
+from batchlab.load.transport import infer_inputs
 from batchlab.models.requests import random_embed_inputs
 from batchlab.sim.service import Table
 from batchlab.theory.formulas import fit_affine
@@ -31,34 +26,29 @@ InputsFn = Callable[[int], Mapping[str, np.ndarray]]
 
 @dataclass
 class BatchTimes:
-    """Per batch size: server compute times of single executions and client latencies (ms)."""
+    """Per batch size, each round's ``compute_ms`` (compute_input + infer + output), ``infer_ms``
+    (compute_infer: the model's `execute`) and client ``latency_ms``."""
 
     model: str
     sizes: list[int]
     compute_ms: dict[int, np.ndarray]
-    """compute_input + compute_infer + compute_output of each execution (ms)."""
     infer_ms: dict[int, np.ndarray]
-    """compute_infer alone of each execution (ms): the model's `execute`."""
     latency_ms: dict[int, np.ndarray]
-    """Client latency of each request (ms)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def _table(self, which: str) -> dict[int, np.ndarray]:
+    def _per_size(self, which: str, stat: Callable[[np.ndarray], Any]) -> np.ndarray:
         table = {"compute": self.compute_ms, "infer": self.infer_ms, "latency": self.latency_ms}.get(which)
         if table is None:
             raise ValueError(f"which must be 'compute', 'infer' or 'latency', not {which!r}")
-        return table
+        return np.array([float(stat(table[b])) if table[b].size else math.nan for b in self.sizes])
 
     def median(self, which: str = "compute") -> np.ndarray:
         """Median per batch size (ms), in the order of `sizes`; which: compute, infer or latency."""
-        table = self._table(which)
-        return np.array([float(np.median(table[b])) if table[b].size else math.nan for b in self.sizes])
+        return self._per_size(which, np.median)
 
     def minimum(self, which: str = "compute") -> np.ndarray:
-        """Fastest round per batch size (ms). Other processes can only slow an execution down, never
-        speed it up, so on a shared machine the minimum is the steadiest estimate of t(B)."""
-        table = self._table(which)
-        return np.array([float(np.min(table[b])) if table[b].size else math.nan for b in self.sizes])
+        """Fastest round per batch size (ms): contention only slows executions, so the steadiest t(B)."""
+        return self._per_size(which, np.min)
 
     def estimate(self, which: str = "compute", stat: str = "min") -> np.ndarray:
         """t(B) per batch size (ms) by ``stat``: 'min' or 'median'."""
@@ -93,26 +83,12 @@ def _settled(client: Any, model: str, base: ModelStats, expect: int) -> ModelSta
     return settle(lambda: read_stats(client, model), base, expect, expect)
 
 
-def _infer_inputs(module: Any, inputs: Mapping[str, np.ndarray]) -> list[Any]:
-    out = []
-    for name, arr in inputs.items():
-        inp = module.InferInput(name, list(arr.shape), triton_dtype(arr))
-        inp.set_data_from_numpy(arr)
-        out.append(inp)
-    return out
-
-
 def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                         rounds: int = 7, warmup_rounds: int = 1, timeout_s: float = 30.0,
                         requests_per_round: int | Callable[[int], int] = 1) -> BatchTimes:
-    """Time the executions of each batch size in ``sizes``, ``rounds`` times, interleaved.
-
-    ``inputs_for(B)`` gives a request with B rows. Each round sends, size after size,
-    ``requests_per_round`` requests (a number, or a function of B) one at a time; an entry of
-    `BatchTimes` is one round of one size: the mean of its executions (client latency: their
-    median), with one request per round simply that execution. Needs the model to yourself while
-    it runs (other traffic to the same model would mix into the statistics); raises ValueError on
-    bad arguments and RuntimeError when a round's statistics do not show one execution per request.
+    """Time the executions of each batch size, ``rounds`` interleaved rounds of ``requests_per_round``
+    (a number or a function of B) requests ``inputs_for(B)`` sent one at a time. Needs the model to
+    itself: RuntimeError when a round's statistics do not show one execution per request.
     """
     sz = [int(b) for b in sizes]
     if not sz or min(sz) < 1 or len(set(sz)) != len(sz):
@@ -123,13 +99,12 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
         raise ValueError(f"requests_per_round must be >= 1 for every size, got {per}")
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        reqs = {b: _infer_inputs(grpcclient, inputs_for(b)) for b in sz}
+        reqs = {b: infer_inputs(grpcclient, inputs_for(b)) for b in sz}
         for b in sz:
             first = next(iter(inputs_for(b).values()))
             if first.shape[0] != b:
                 raise ValueError(f"inputs_for({b}) must give tensors with {b} rows, got shape {first.shape}")
-        # Triton counts a request in its statistics a moment after the client has the answer,
-        # so every snapshot waits until it counts all requests sent so far.
+        # Triton counts a request a moment after the client has the answer: wait for all of them.
         base = read_stats(client, model)
         sent = 0
         for _ in range(warmup_rounds):
@@ -166,18 +141,11 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
     return BatchTimes(model, sz, arr(comp), arr(inf), arr(lat), extra={"rounds": rounds})
 
 
-# --------------------------------------------------------------------------- the simulator's service table
-
-
 @dataclass
 class Calibration:
-    """t(B) measured on the real server: the simulator service and what it leaves out.
-
-    ``compute_ms``: batch size → mean compute_infer time of one execution (statistics
-    extension); ``service_ms``: compute_input + infer + output; ``client_ms``: client p50 latency
-    at that batch size; ``overhead_ms``: client p50 minus the server's service time at the
-    smallest batch size (gRPC, the Python backend's request handling), a constant the simulator
-    adds to each latency.
+    """t(B) measured on the real server (ms per batch size): ``compute_ms`` compute_infer,
+    ``service_ms`` compute_input + infer + output, ``client_ms`` client latency; ``overhead_ms``:
+    client minus service time at the smallest size, a constant the simulator adds to each latency.
     """
 
     model: str
@@ -189,8 +157,7 @@ class Calibration:
 
     @classmethod
     def from_times(cls, times: BatchTimes) -> "Calibration":
-        """Each size's fastest round by service time (its compute_infer with it); the fastest
-        round's client latency."""
+        """Each size's fastest round by service time (with its compute_infer) and fastest client latency."""
         compute, service, client = {}, {}, {}
         for b in times.sizes:
             i = int(np.argmin(times.compute_ms[b]))
@@ -206,25 +173,14 @@ class Calibration:
         return Table(tuple(sorted(self.service_ms)), tuple(self.service_ms[b] * scale for b in sorted(self.service_ms)),
                      unit="ms")
 
-    def speedup(self) -> dict[int, float]:
-        """S(B) = B · t(1) / t(B) from the measured compute times."""
-        if 1 not in self.compute_ms:
-            raise ValueError("the calibration has no batch size 1 to compare with")
-        return {b: b * self.compute_ms[1] / t for b, t in sorted(self.compute_ms.items())}
-
 
 def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
                       rows_per_size: int = 96, min_requests: int = 6, warmup_requests: int = 2,
                       rounds: int = 3, inputs_for: InputsFn | None = None) -> Calibration:
-    """Measure one execution's time at each batch size on the real server (`measure_batch_times`).
-
-    Requests of B rows are sent one at a time (concurrency 1), so each execution holds exactly
-    one request and B rows; about ``rows_per_size`` rows (at least ``min_requests`` requests)
-    per size, split over ``rounds`` interleaved rounds (every size once per round), after
-    ``warmup_requests`` of each size. Each size keeps its fastest round ("best of N", as
-    benchmarks do): a burst of CPU contention from another process then spoils one round, not
-    the table. ``inputs_for(B)`` builds the request (default: random `embed` token rows,
-    `batchlab.models.requests.random_embed_inputs` seeded with B).
+    """One execution's time at each batch size (`measure_batch_times`), each size's fastest round:
+    about ``rows_per_size`` rows (at least ``min_requests`` requests) per size over ``rounds``
+    interleaved rounds, after ``warmup_requests`` of each; ``inputs_for(B)`` builds a request
+    (default: `random_embed_inputs` seeded with B).
     """
     sizes = sorted({int(b) for b in batch_sizes})
     if not sizes or sizes[0] < 1:
@@ -255,9 +211,8 @@ def service_from_stats(stats: ModelStats, min_batches: int = 3) -> Table:
 
 
 def load_factor(cal: Calibration, stats: ModelStats, min_batches: int = 5) -> float:
-    """How much slower a loaded run's executions (``stats``, e.g. ``LoadReport.server``) ran than
-    the calibration: per batch size executed at least ``min_batches`` times, the run's mean over the
-    calibrated time (interpolated), averaged weighted by executions."""
+    """How much slower a run's executions (``stats``) ran than ``cal``: the run's mean over the
+    calibrated time per batch size (executed >= ``min_batches`` times), weighted by executions."""
     table = cal.service()
     sizes, ms, counts = batch_table(stats, min_batches)
     r = np.asarray([t / (table.time(int(b)) * 1e3) for b, t in zip(sizes, ms)], dtype=float)
@@ -282,11 +237,6 @@ def service_model(stats: ModelStats, min_count: int = 3) -> dict[str, Any]:
     sizes, ms, counts = batch_table(stats, min_count)
     affine = (fit_affine(sizes, ms, weights=counts, nonneg=True) if len(sizes) > 1 else (float(ms[0]), 0.0))
     return {"sizes": sizes, "raw_ms": ms, "counts": counts, "smooth_ms": isotonic(ms, counts), "affine_ms": affine}
-
-
-def smoothed_table(model: dict[str, Any]) -> Table:
-    """The simulator `Table` of a `service_model`'s smoothed t(b)."""
-    return Table(tuple(int(b) for b in model["sizes"]), tuple(float(t) for t in model["smooth_ms"]), unit="ms")
 
 
 def speedup_ceiling(model: dict[str, Any], t1_ms: float, max_b: int = 16) -> dict[str, float] | None:

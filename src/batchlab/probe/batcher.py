@@ -1,10 +1,6 @@
-"""Triton's batch-forming rule, observed: crafted arrival patterns against the real dynamic batcher.
-
-A `Pattern` is a few send times and a `BatchRule`. `batcher_config` reloads a model with that rule
-(the repository API's config override; Triton reads batcher settings only at load) and restores
-it afterwards; `run_pattern` sends the requests open-loop and reads the batch size each response
-reports and the ``batch_stats`` histogram; `simulate_pattern` runs the same pattern through the
-simulator. The rule (core ``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
+"""Triton's batch-forming rule observed with crafted arrival patterns (`Pattern`: send times and a
+`BatchRule`), on the real dynamic batcher and in the simulator. The rule (core
+``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
 
 1. a batch reaching the largest preferred size (``max_batch_size`` when none) goes at once;
 2. before the oldest request's delay expires, the largest reachable preferred size goes at once;
@@ -18,6 +14,7 @@ import contextlib
 import json
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -27,7 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.load.stats import read_stats, settle
-from batchlab.probe.batch_time import _infer_inputs, _settled
+from batchlab.load.transport import infer_inputs
+from batchlab.probe.batch_time import _settled
 from batchlab.server import TritonServer
 from batchlab.sim.dynamic import simulate_rule
 from batchlab.sim.rule import BatchRule
@@ -69,11 +67,8 @@ def spaced(n: int, gap_s: float, start: float = 0.0) -> tuple[float, ...]:
 
 
 def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
-    """Batches in arrival order from each request's reported batch size, or None if inconsistent.
-
-    Triton forms batches from the queue in arrival order, so the requests of one batch are
-    consecutive: [4, 4, 4, 4, 3, 3, 3] is a batch of 4 then a batch of 3.
-    """
+    """Batches in order from each request's reported batch size (a batch's requests are consecutive:
+    [4, 4, 4, 4, 3, 3, 3] is a batch of 4 then one of 3), or None if inconsistent."""
     out, i, s = [], 0, [int(x) for x in sizes]
     while i < len(s):
         k = s[i]
@@ -84,19 +79,14 @@ def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
     return out
 
 
-# --------------------------------------------------------------------------- the simulator's answer
-
-
 @dataclass
 class PatternOutcome:
-    """What one run of a pattern gave (on the server or in the simulator)."""
+    """One run of a pattern: ``sizes`` the batch size that served each request (arrival order in the
+    simulator, completion order on the server), ``histogram`` executions per batch size."""
 
     pattern: Pattern
     sizes: list[int]
-    """Batch size of the execution that served each request, in the order the requests were
-    served (arrival order in the simulator, completion order on the server)."""
     histogram: dict[int, int]
-    """Executions per batch size."""
     latency_ms: np.ndarray
     sent_s: np.ndarray
     extra: dict[str, Any] = field(default_factory=dict)
@@ -108,24 +98,17 @@ class PatternOutcome:
 
 
 def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float] | None = None) -> PatternOutcome:
-    """The pattern through `batchlab.sim.simulate_dynamic` with the service model ``service``.
-
-    ``arrivals_s`` replaces the designed send times (e.g. with the times a real run actually sent).
-    """
+    """The pattern through the simulator with the service model ``service``; ``arrivals_s`` replaces
+    the designed send times (e.g. with those a real run actually sent)."""
     a = np.asarray(pattern.arrivals_s if arrivals_s is None else arrivals_s, dtype=float)
     res = simulate_rule(a, service, pattern.settings, warmup=0.0)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
     sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
-    hist: dict[int, int] = {}
-    for k in b["size"]:
-        hist[int(k)] = hist.get(int(k), 0) + 1
+    hist = Counter(int(k) for k in b["size"])
     return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
                           latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,
                           extra={"result": res})
-
-
-# --------------------------------------------------------------------------- the real server
 
 
 def _grpc(server: Any) -> Any:
@@ -135,20 +118,11 @@ def _grpc(server: Any) -> Any:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
-def allows_reload(server: Any) -> bool:
-    """True when ``server`` is an embedded server started with explicit model control."""
-    return getattr(server, "model_control", None) == "explicit"
-
-
 @contextlib.contextmanager
 def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
-    """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs
-    with explicit model control, else a private embedded one (stopped on exit).
-
-    A shared server (``make start``, ``TRITON_URL``) loads every model at start-up and refuses
-    reloads; the private one leaves it untouched.
-    """
-    if allows_reload(server):
+    """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs with
+    explicit model control, else a private embedded one (stopped on exit); a shared one is untouched."""
+    if getattr(server, "model_control", None) == "explicit":
         yield server
         return
     with TritonServer(models=list(models)) as private:
@@ -157,11 +131,8 @@ def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def batcher_config(server: Any, model: str, settings: BatchRule) -> Iterator[dict[str, Any]]:
-    """Reload ``model`` with ``settings``; yield the configuration the server then reports.
-
-    On exit the model is reloaded with the configuration it had. Raises ProbeError when the server
-    refuses model control (start it with explicit control, or use `reloadable`).
-    """
+    """Reload ``model`` with ``settings``, yield the configuration the server then reports, restore
+    the old one on exit. ProbeError when the server refuses model control (see `reloadable`)."""
     client = _grpc(server)
     try:
         base = client.get_model_config(model, as_json=True)["config"]
@@ -187,19 +158,15 @@ def batcher_config(server: Any, model: str, settings: BatchRule) -> Iterator[dic
 
 def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, np.ndarray],
                 size_output: str = "BATCH_SIZE", settle_s: float | None = None) -> PatternOutcome:
-    """Send ``pattern`` to ``model`` (already configured, e.g. inside `batcher_config`).
-
-    ``inputs`` is one request's tensors (batch dimension 1). One warm-up request goes first and
-    the run waits ``settle_s`` (default: the batcher delay + 50 ms) so the pattern starts on an
-    idle instance with an empty queue.
-    """
+    """Send ``pattern`` of one-row requests ``inputs`` to ``model`` (configured, e.g. in `batcher_config`)
+    after a warm-up request and ``settle_s`` (default: the batcher delay + 50 ms) of quiet."""
     first = next(iter(inputs.values()))
     if first.shape[0] != 1:
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
     client = _grpc(server)
     try:
         base = read_stats(client, model)
-        client.infer(model, _infer_inputs(grpcclient, inputs))  # warm-up
+        client.infer(model, infer_inputs(grpcclient, inputs))  # warm-up
         wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
         time.sleep(wait)
         before = _settled(client, model, base, 1)
@@ -236,12 +203,8 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
 
 def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: Mapping[str, np.ndarray],
                  service: Any) -> list[dict[str, Any]]:
-    """Each pattern on the server and in the simulator; one reload per distinct batcher setting.
-
-    Returns, per pattern (in the given order), a dict with ``pattern``, ``config`` (what the
-    server reports after the reload), ``real`` and ``sim`` (`PatternOutcome`s). ``service`` is
-    the simulator's service model (e.g. `batchlab.sim.Affine` fitted to measured t(B)).
-    """
+    """Each pattern on the server and in the simulator (service model ``service``), one reload per
+    batcher setting: per pattern a dict of ``pattern``, ``config`` (as reported), ``real``, ``sim``."""
     out: dict[int, dict[str, Any]] = {}
     groups: dict[BatchRule, list[int]] = {}
     for i, p in enumerate(patterns):
@@ -255,15 +218,9 @@ def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: M
     return [out[i] for i in range(len(patterns))]
 
 
-# --------------------------------------------------------------------------- the chapter's patterns
-
-
 def chapter_patterns() -> list[Pattern]:
-    """The crafted patterns of chapter 02, each isolating one clause of the rule.
-
-    Delays are hundreds of milliseconds and gaps tens of milliseconds, so that a busy 2-core
-    machine (a few ms of timer jitter) cannot change the outcome.
-    """
+    """Chapter 02's patterns, one per clause of the rule; delays and gaps large enough that timer
+    jitter on a busy machine cannot change the outcome."""
     d8 = BatchRule(max_batch_size=8, max_queue_delay_us=150_000)
     pref = BatchRule(max_batch_size=8, preferred=(4, 8), max_queue_delay_us=150_000)
     nodelay = BatchRule(max_batch_size=8)

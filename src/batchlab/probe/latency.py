@@ -1,11 +1,7 @@
-"""T_total = T_queue + T_prefill + T_decode + T_overhead, measured on the real server (`generate`).
+"""T_total = T_queue + T_prefill + T_decode + T_overhead of `generate`, measured on the real server.
 
-No counter separates prefill from decode inside one execution, so `calibrate_generate` times
-single executions of B rows (`probe.batch_time`) with MAX_TOKENS = 1 (prefill t_p(B)) and N
-(prefill + N − 1 decode steps). `split_report` splits a load run per request: queue (statistics),
-prefill (t_p of the batch each request ran in), decode (compute − prefill), overhead (client
-latency − server queue − compute). `GenerateCalibration.token_cost()` gives the simulator's
-`TokenCost` for `sim.simulate_static_generation`.
+No counter separates prefill from decode inside one execution, so `calibrate_generate` times single
+executions with MAX_TOKENS = 1 (prefill t_p(B)) and N (prefill + N − 1 decode steps).
 """
 
 from __future__ import annotations
@@ -48,25 +44,18 @@ class GenerateCalibration:
         return (self.full_ms - self.prefill_ms) / (self.n_tokens - 1)
 
     def step_fit(self) -> tuple[float, float]:
-        """(a, b) of t_step(B) = a + b·B (ms), with a >= 0."""
-        a, b = fit_affine(self.sizes, self.step_ms)
-        if a < 0:
-            x = np.asarray(self.sizes, float)
-            a, b = 0.0, float(np.dot(x, self.step_ms) / np.dot(x, x))
-        return a, b
+        """(a, b) of t_step(B) = a + b·B (ms), with a, b >= 0."""
+        return fit_affine(self.sizes, self.step_ms, nonneg=True)
 
     def prefill_at(self, batch_size: float | np.ndarray) -> float | np.ndarray:
         """t_p at any batch size, interpolated linearly between the measured ones (ms)."""
         return np.interp(batch_size, self.sizes, self.prefill_ms)
 
     def token_cost(self) -> Any:
-        """The simulator's `TokenCost` (µs) fitted to this calibration.
-
-        decode_base + decode_per_seq·B is the step fit; the prefill of B prompts of P tokens is
-        decode_base + prefill_per_token·B·P, its slope fitted through the measured t_p(B).
-        """
+        """The simulator's `TokenCost` (µs): the step fit, and prefill = decode_base +
+        prefill_per_token·B·P (P prompt tokens) with its slope fitted through the measured t_p(B)."""
         a, b = self.step_fit()
-        a, b = max(a, 1e-3), max(b, 0.0)
+        a = max(a, 1e-3)
         x = np.asarray(self.sizes, float) * self.prompt_len
         y = self.prefill_ms - a
         ppt = max(float(np.dot(x, y) / np.dot(x, x)), 0.0)
@@ -87,7 +76,7 @@ def _rows_of(prompt: Sequence[int], max_tokens: int) -> Any:
 
 def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] = (1, 4, 16),
                        n_tokens: int = 16, rounds: int = 3, model: str = "generate") -> GenerateCalibration:
-    """Measure t_p(B) and t(B, N) of ``model`` with single executions (see module docstring)."""
+    """Measure t_p(B) and t(B, N) of ``model`` with single executions."""
     if n_tokens < 2:
         raise ValueError("n_tokens must be >= 2 to see a decode step")
     pre = measure_batch_times(server, model, _rows_of(prompt, 1), sizes, rounds=rounds)
@@ -96,11 +85,8 @@ def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] 
 
 
 def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
-    """Mean T_queue, T_prefill, T_decode, T_overhead and T_total (ms) of a `generate` load run.
-
-    Also returns the server's mean batch size (``batch``) and the request-weighted one
-    (``batch_seen``: the batch size the average request ran in).
-    """
+    """Mean T_queue, T_prefill, T_decode, T_overhead and T_total (ms) of a `generate` load run, the
+    server's mean batch size and ``batch_seen`` (the batch size the average request ran in)."""
     s = report.server
     if s is None or not s.success:
         raise ValueError("the report has no server statistics (run the load with stats=True)")

@@ -1,7 +1,5 @@
-"""The decode roofline measured: `measure_cpu` / `measure_gpu` (bandwidth and peak FLOP/s),
-`decode_sweep` (the weight GEMMs of one decode step per batch size: numpy on CPU, torch bf16 on
-CUDA when the optional ``[gpu]`` extra is installed) and `report` (both, with the knee of the
-measured curve). The bound itself is `batchlab.theory.roofline`.
+"""The decode roofline measured on this CPU (numpy) or a CUDA GPU (torch, the ``[gpu]`` extra): peak
+bandwidth and FLOP/s, and a sweep of one decode step over batch sizes.
 
     python -m batchlab.probe.roofline --device cuda        # prints one JSON object
     python -m batchlab.probe.roofline --device cpu --quick
@@ -27,25 +25,31 @@ from batchlab.theory.roofline import (CPU_SHAPE, GPU_SHAPE, DecodeShape, Hardwar
                                       roofline_time, spec_for)
 
 
-# --------------------------------------------------------------------------- shapes
-
-
 def toy_shape() -> DecodeShape:
     """The course LM's layer widths (`batchlab.lm.LMConfig` defaults)."""
     c = LMConfig()
     return DecodeShape("toy LM (batchlab.lm)", c.d_model, c.d_ff, c.n_layers)
 
 
-# --------------------------------------------------------------------------- measuring
-
-
-def _best(fn: Callable[[], None], repeats: int) -> float:
+def _timed(fn: Callable[[], Any], repeats: int, torch: Any = None) -> list[float]:
+    """Seconds of each of `repeats` calls of `fn` after a warm-up call (CUDA events when `torch` is given)."""
+    fn()
+    if torch is not None:
+        torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        if torch is None:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        else:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(stop) / 1e3)
+    return times
 
 
 def cpu_name() -> str:
@@ -61,26 +65,19 @@ def cpu_name() -> str:
 
 
 def measure_cpu(array_mb: int = 128, matmul_n: int = 1024, repeats: int = 5) -> Hardware:
-    """Read bandwidth and float32 matmul FLOP/s of this CPU, measured with numpy.
-
-    Bandwidth: the faster of a dot product of two arrays of `array_mb` MiB in total (bytes read)
-    and a copy (bytes read + written) — decode only reads its weights. Peak: the best of
-    `repeats` `matmul_n`-square float32 matmuls (BLAS on every core numpy uses).
-    """
+    """Bandwidth (the faster of a dot product and a copy of `array_mb` MiB) and float32 matmul
+    FLOP/s (best of `repeats` `matmul_n`-square matmuls) of this CPU, measured with numpy."""
     n = int(positive("array_mb", array_mb) * 2**20 // 8)
     a = np.ones(n, dtype=np.float32)
     b = np.ones(n, dtype=np.float32)
-    a.dot(b)
-    read = 2 * a.nbytes / _best(lambda: a.dot(b), repeats)
-    copy = 2 * a.nbytes / _best(lambda: np.copyto(b, a), repeats)
+    read = 2 * a.nbytes / min(_timed(lambda: a.dot(b), repeats))
+    copy = 2 * a.nbytes / min(_timed(lambda: np.copyto(b, a), repeats))
     bandwidth = max(read, copy)
     a = b = None  # free the buffers before the matmul
     m = int(positive("matmul_n", matmul_n))
     x = np.random.default_rng(0).standard_normal((m, m), dtype=np.float32)
     y = np.random.default_rng(1).standard_normal((m, m), dtype=np.float32)
-    x @ y
-    t = _best(lambda: x @ y, repeats)
-    flops = 2.0 * m**3 / t
+    flops = 2.0 * m**3 / min(_timed(lambda: x @ y, repeats))
     cores = os.cpu_count() or 1
     return Hardware(f"{cpu_name()} ({cores} cores)", bandwidth, flops, "float32", "measured here")
 
@@ -106,25 +103,11 @@ def measure_gpu(array_mb: int = 1024, matmul_n: int = 8192, repeats: int = 10) -
     n = int(array_mb * 2**20 // 2)
     a = torch.ones(n, dtype=torch.bfloat16, device=dev)
     b = torch.empty_like(a)
-
-    def timed(fn: Callable[[], None]) -> float:
-        fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(repeats):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            torch.cuda.synchronize()
-            best = min(best, start.elapsed_time(stop) / 1e3)
-        return best
-
-    bandwidth = 2 * a.numel() * 2 / timed(lambda: b.copy_(a))
+    bandwidth = 2 * a.numel() * 2 / min(_timed(lambda: b.copy_(a), repeats, torch))
     a = b = None  # free the buffers before the matmul
     x = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=dev)
     y = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=dev)
-    flops = 2.0 * matmul_n**3 / timed(lambda: torch.matmul(x, y))
+    flops = 2.0 * matmul_n**3 / min(_timed(lambda: torch.matmul(x, y), repeats, torch))
     return Hardware(torch.cuda.get_device_name(0), bandwidth, flops, "bf16", "measured here")
 
 
@@ -139,14 +122,10 @@ class SweepPoint:
     tflops: float
 
 
-def _numpy_step(shape: DecodeShape, seed: int) -> tuple[Callable[[int], Callable[[], Any]], int]:
-    rng = np.random.default_rng(seed)
-    weights = [rng.standard_normal((r, c), dtype=np.float32) * np.float32(1 / math.sqrt(r))
-               for r, c in shape.matrices()]
-    d = shape.d_model
-
+def _step_maker(weights: list[Any], d: int, randn: Callable[[int], Any]) -> Callable[[int], Callable[[], Any]]:
+    """batch -> one decode step's weight GEMMs (qkv, proj, up, down per layer) on `randn(batch)` rows."""
     def make(batch: int) -> Callable[[], Any]:
-        x0 = rng.standard_normal((batch, d), dtype=np.float32)
+        x0 = randn(batch)
 
         def step() -> Any:
             x = x0
@@ -159,7 +138,15 @@ def _numpy_step(shape: DecodeShape, seed: int) -> tuple[Callable[[int], Callable
 
         return step
 
-    return make, 4
+    return make
+
+
+def _numpy_step(shape: DecodeShape, seed: int) -> tuple[Callable[[int], Callable[[], Any]], int]:
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal((r, c), dtype=np.float32) * np.float32(1 / math.sqrt(r))
+               for r, c in shape.matrices()]
+    return _step_maker(weights, shape.d_model,
+                       lambda batch: rng.standard_normal((batch, shape.d_model), dtype=np.float32)), 4
 
 
 def _torch_step(shape: DecodeShape, seed: int, torch: Any, device: str = "cuda"
@@ -169,33 +156,15 @@ def _torch_step(shape: DecodeShape, seed: int, torch: Any, device: str = "cuda"
     dtype = torch.bfloat16
     weights = [torch.randn(r, c, dtype=dtype, device=dev, generator=gen) / math.sqrt(r)
                for r, c in shape.matrices()]
-    d = shape.d_model
-
-    def make(batch: int) -> Callable[[], Any]:
-        x0 = torch.randn(batch, d, dtype=dtype, device=dev, generator=gen)
-
-        def step() -> Any:
-            x = x0
-            for i in range(0, len(weights), 4):
-                qkv, proj, up, down = weights[i:i + 4]
-                h = x @ qkv
-                h = h[:, :d] @ proj
-                x = (h @ up) @ down
-            return x
-
-        return step
-
-    return make, 2
+    return _step_maker(weights, shape.d_model,
+                       lambda batch: torch.randn(batch, shape.d_model, dtype=dtype, device=dev, generator=gen)), 2
 
 
 def decode_sweep(shape: DecodeShape, batches: Sequence[int], device: str = "cpu",
                  repeats: int = 5, seed: int = 0, budget_s: float | None = None) -> list[SweepPoint]:
-    """Median time of one decode step's weight GEMMs at each batch size.
-
-    `device` "cpu" runs numpy float32; "cuda" runs torch bf16 on the GPU (timed with CUDA events,
-    after a warm-up); "torch-cpu" runs the torch bf16 code on the CPU (to test that path without
-    a GPU). With `budget_s`, larger batches are skipped once the sweep has used that many seconds.
-    """
+    """Median time of one decode step's weight GEMMs at each batch size: numpy float32 on "cpu",
+    torch bf16 on "cuda" or "torch-cpu" (that path without a GPU); with `budget_s`, larger batches
+    are skipped once the sweep has used that many seconds."""
     sizes = [int(b) for b in batches]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"batch sizes must be positive ints, got {list(batches)}")
@@ -220,30 +189,11 @@ def decode_sweep(shape: DecodeShape, batches: Sequence[int], device: str = "cpu"
     for b in sizes:
         if budget_s is not None and points and time.perf_counter() - start > budget_s:
             break
-        step = make(b)
-        step()  # warm-up
-        if torch is not None:
-            torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            if torch is not None:
-                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                ev0.record()
-                step()
-                ev1.record()
-                torch.cuda.synchronize()
-                times.append(ev0.elapsed_time(ev1) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - t0)
+        times = _timed(make(b), repeats, torch)
         sec = sorted(times)[len(times) // 2]
         p = shape.n_params
         points.append(SweepPoint(b, sec, b / sec, p * bpp / sec / 1e9, 2.0 * p * b / sec / 1e12))
     return points
-
-
-# --------------------------------------------------------------------------- report
 
 
 def report(device: str = "auto", shape: DecodeShape | None = None,

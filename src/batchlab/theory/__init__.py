@@ -6,7 +6,7 @@
   `max_queue_delay`, Bailey's embedded chain, the unbounded-batch latency (chapter 04);
 * `padding` — η of request-level batching for any length distribution, exact and Monte Carlo;
 * `kv` — KV-cache bytes per token, the table of model shapes, KV planning for a GPU;
-* `roofline` — hardware spec sheets, ridge point, decode intensity, roofline time.
+* `roofline` — hardware spec sheets, ridge point, roofline time.
 
 Everything here imports only `batchlab._validate`; every other layer may import it.
 """

@@ -1,12 +1,6 @@
-"""The article's six formulas and the queueing results the chapters check them against.
-
-Every function is a plain computation (no simulation, no plotting), so chapters, quiz questions
-and lab checks compute the same quantity the same way.
-
-KV-cache arithmetic lives in `batchlab.theory.kv`, the decode roofline in `batchlab.theory.roofline`.
-
-Symbols follow the article: B batch size, t_single / t_batch times, L_i sequence lengths,
-f parallel fraction, C_GPU cost per hour, ρ = λ/μ utilisation.
+"""The article's six formulas, the affine batch-time model and the queueing results the chapters
+check them against. Symbols follow the article: B batch size, t_single / t_batch times, L_i
+sequence lengths, f parallel fraction, C_GPU cost per hour, ρ = λ/μ utilisation.
 """
 
 from __future__ import annotations
@@ -15,8 +9,6 @@ import math
 from typing import Sequence
 
 import numpy as np
-
-# ----------------------------------------------------------------------------- the article's six
 
 
 def t_total(t_queue: float, t_prefill: float, t_decode: float, t_overhead: float) -> float:
@@ -40,11 +32,8 @@ def padding_efficiency(lengths: Sequence[float]) -> float:
 
 
 def heavy_load_wait(n_queue: float, t_batch: float, batch_size: float) -> float:
-    """The article's T̄_wait = N_queue · T_batch / B_size (chapter 04).
-
-    A heavy-load approximation: full batches, one instance. At light load the wait is set by
-    `max_queue_delay` and the arrival rate instead.
-    """
+    """The article's T̄_wait = N_queue · T_batch / B_size (chapter 04): heavy load (full batches,
+    one instance); at light load `max_queue_delay` and the arrival rate set the wait."""
     if batch_size <= 0:
         raise ValueError("batch_size must be positive")
     return n_queue * t_batch / batch_size
@@ -78,9 +67,6 @@ def cost_per_million_tokens(c_gpu_per_hour: float, tokens_per_s: float, utilizat
     return c_gpu_per_hour / 3600.0 / (tokens_per_s * utilization) * 1e6
 
 
-# ----------------------------------------------------------------------------- batch-time models
-
-
 def affine_batch_time(batch_size: float | np.ndarray, a: float, b: float) -> float | np.ndarray:
     """t(B) = a + b · B: a fixed cost per execution plus a cost per batch item."""
     return a + b * np.asarray(batch_size, dtype=float) if np.ndim(batch_size) else a + b * batch_size
@@ -94,12 +80,10 @@ def affine_speedup(batch_size: float | np.ndarray, a: float, b: float) -> float 
 
 
 def amdahl_f_from_affine(a: float, b: float) -> float:
-    """The Amdahl fraction f that makes S_p(B) identical to the affine speedup: f = a / (a + b).
+    """The Amdahl fraction f that makes S_p(B) the affine speedup: f = a / (a + b).
 
-    1/S(B) = (a + b·B) / (B(a + b)) = b/(a + b) + [a/(a + b)]/B, which is Amdahl's
-    (1 − f) + f/B with f = a/(a + b). So Amdahl's "parallel" part is, for batching, the part
-    that is *shared* by the batch (the fixed cost a, e.g. reading the weights once), and the
-    ceiling 1/(1 − f) = (a + b)/b.
+    1/S(B) = (a + b·B) / (B(a + b)) = b/(a + b) + [a/(a + b)]/B is Amdahl's (1 − f) + f/B: the
+    "parallel" part is the cost the batch shares (a), and the ceiling 1/(1 − f) = (a + b)/b.
     """
     if a < 0 or b <= 0:
         raise ValueError("need a >= 0 and b > 0")
@@ -108,11 +92,8 @@ def amdahl_f_from_affine(a: float, b: float) -> float:
 
 def fit_affine(batch_sizes: Sequence[float], times: Sequence[float], *, weights: Sequence[float] | None = None,
                nonneg: bool = False) -> tuple[float, float]:
-    """Least-squares fit of t(B) = a + b·B; returns (a, b).
-
-    `weights` (e.g. execution counts) weight each point's squared residual; with `nonneg` a fit whose a < 0 is redone
-    through the origin (a = 0) and b is kept >= 0: a fixed cost or a cost per item cannot be negative.
-    """
+    """Least-squares (a, b) of t(B) = a + b·B, `weights` on the squared residuals; with `nonneg` a
+    fit with a < 0 is redone through the origin and b is kept >= 0."""
     x = np.asarray(batch_sizes, dtype=float)
     y = np.asarray(times, dtype=float)
     w = np.sqrt(np.ones_like(x) if weights is None else np.asarray(weights, dtype=float))
@@ -140,9 +121,6 @@ def fit_amdahl_f(batch_sizes: Sequence[float], speedups: Sequence[float]) -> flo
     if denom == 0:
         raise ValueError("need at least one batch size > 1")
     return float(np.clip(np.dot(x, y) / denom, 0.0, 1.0))
-
-
-# ----------------------------------------------------------------------------- queueing theory
 
 
 def md1_wait(arrival_rate: float, service_time: float) -> float:

@@ -1,17 +1,10 @@
-"""KV-cache arithmetic: bytes per token, the reference model shapes, and capacity planning.
-
-    KV bytes per token  = 2 (K and V) · layers · kv_heads · head_dim · bytes per element
-    KV budget (bytes)   = (GPU memory − weights − activation reserve) · fraction
-    max sequences       = ⌊ budget / (bytes per token · tokens per sequence) ⌋
-
-`MODEL_SHAPES` is the one table of reference models (chapters 03, 06, 09, the quiz, the toy LM's
-`kv_report`); `plan_kv` does the arithmetic for one model on one GPU, `kv_plan_table` for several
-sequence lengths. Everything here is plain computation.
+"""KV-cache arithmetic: 2 (K and V) · layers · kv_heads · head_dim · bytes per element per token, the
+reference model shapes (`MODEL_SHAPES`), and how many sequences fit in one GPU's budget.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from batchlab._validate import count
@@ -27,7 +20,6 @@ __all__ = [
     "max_concurrent_sequences",
     "plan_kv",
     "kv_plan_table",
-    "kv_memory_for_batch",
 ]
 
 GIB = 1024**3
@@ -48,11 +40,8 @@ def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the KV formula (and weight accounting) needs to know about a decoder-only model.
-
-    `params_b` is the parameter count in billions and `context_len` the trained context length
-    (None where they do not apply, e.g. the toy LM).
-    """
+    """A decoder-only model's KV shape; `params_b` (billions of parameters) and `context_len` are
+    None where they do not apply (the toy LM)."""
 
     name: str
     n_layers: int
@@ -116,19 +105,12 @@ class KVPlan:
     max_sequences: int
     bytes_per_sequence: int
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
-
 
 def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_per_sequence: int,
             fraction: float = 0.9, reserve_bytes: float = 0.0) -> KVPlan:
-    """How many sequences of `tokens_per_sequence` fit in the KV cache of one GPU.
-
-    The budget is `fraction` of what is left after the weights and an activation/workspace
-    `reserve_bytes` (TensorRT-LLM's `kv_cache_free_gpu_mem_fraction` defaults to 0.9 of the
-    memory free after loading the model). Raises ValueError when nothing is left.
-    """
+    """How many sequences of `tokens_per_sequence` fit in the KV cache of one GPU: the budget is
+    `fraction` (TensorRT-LLM's default 0.9) of (GPU − weights − `reserve_bytes`); ValueError when
+    nothing is left."""
     if gpu_bytes <= 0 or weight_bytes < 0 or reserve_bytes < 0:
         raise ValueError("gpu_bytes must be positive, weight_bytes and reserve_bytes non-negative")
     if not 0 < fraction <= 1:
@@ -151,11 +133,8 @@ def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_
 
 def kv_plan_table(models: Iterable[str], gpu: str, seq_lens: Sequence[int], fraction: float = 0.9,
                   weight_bytes_per_param: float = 2.0, reserve_gb: float = 0.0) -> list[dict[str, Any]]:
-    """Rows of max concurrent sequences for reference `models` on `gpu` at each sequence length.
-
-    Weights are `ModelShape.params_b` × `weight_bytes_per_param` (2 = bf16). Each row: model, gpu,
-    seq_len, kv_bytes_per_token, kv_gib_per_seq, budget_gib, max_sequences.
-    """
+    """Rows (model, gpu, seq_len, kv_bytes_per_token, kv_gib_per_seq, budget_gib, max_sequences) for
+    each of `models` on `gpu` at each of `seq_lens`; weights = params_b × `weight_bytes_per_param`."""
     if gpu not in GPU_MEMORY_GB:
         raise ValueError(f"unknown gpu {gpu!r}; known: {', '.join(GPU_MEMORY_GB)}")
     rows = []
@@ -169,10 +148,3 @@ def kv_plan_table(models: Iterable[str], gpu: str, seq_lens: Sequence[int], frac
                          "kv_gib_per_seq": p.bytes_per_sequence / GIB, "budget_gib": p.kv_budget_bytes / GIB,
                          "max_sequences": p.max_sequences})
     return rows
-
-
-def kv_memory_for_batch(bytes_per_token: int, batch_sizes: Sequence[int], tokens_per_sequence: int) -> list[float]:
-    """KV bytes held by `b` concurrent sequences of `tokens_per_sequence`, for each b: linear in b."""
-    if bytes_per_token <= 0 or tokens_per_sequence <= 0:
-        raise ValueError("bytes_per_token and tokens_per_sequence must be positive")
-    return [float(b) * bytes_per_token * tokens_per_sequence for b in batch_sizes]

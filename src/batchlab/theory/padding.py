@@ -1,27 +1,10 @@
-"""The padding efficiency η of a static batch: its exact expectation and a Monte Carlo check.
-
-For a batch of B requests with lengths L_1 … L_B padded to the longest, the article's
-
-    η = Σ L_i / (B · L_max)
-
-is the share of computed token-steps somebody needed. When the lengths are i.i.d. draws from a
-discrete distribution p(l) (the article's demo: ``random.randint(5, 50)``), its expectation is
-exact and cheap:
-
-    E[η] = E[L_1 / L_max]                                 (exchangeability: every L_i alike)
-         = Σ_l Σ_m  p(l) · q_{B-1}(m) · l / max(l, m)       (condition on L_1 = l and on the
-                                                            longest of the other B-1, M' = m)
-
-where q_{B-1}(m) = F(m)^{B-1} − F(m⁻)^{B-1} is the distribution of the maximum of B−1 draws
-(F the cumulative distribution; for B = 1, M' is "nothing": η = 1). This is **not** the ratio of
-expectations E[L] / E[L_max], which `ratio_of_expectations` computes so a chapter can show the
-difference: L_1 and L_max rise together, and E[X/Y] ≠ E[X]/E[Y].
-
-Everything here is a plain computation: no simulation of servers, no plotting.
+"""The padding efficiency η = Σ L_i / (B · L_max) of a static batch: its exact expectation for i.i.d.
+lengths from a discrete distribution, and a Monte Carlo check.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,7 +16,7 @@ from batchlab._validate import count, rng_of
 
 __all__ = [
     "LengthPMF", "pmf_of", "uniform_pmf", "expected_eta", "expected_max", "ratio_of_expectations",
-    "eta_limit", "eta_curve", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
+    "eta_limit", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
 ]
 
 
@@ -74,12 +57,8 @@ def _pmf(values: Sequence[int], probs: Sequence[float] | None, exact: Sequence[F
     v, p = v[order].astype(np.int64), p[order]
     if np.any(np.diff(v) == 0):
         raise ValueError("values must be distinct")
-    ex = None
-    if exact is not None:
-        ex = tuple(Fraction(exact[i]) for i in order)
     keep = p > 0
-    if ex is not None:
-        ex = tuple(f for f, k in zip(ex, keep) if k)
+    ex = None if exact is None else tuple(Fraction(exact[i]) for i, k in zip(order, keep) if k)
     return LengthPMF(tuple(int(x) for x in v[keep]), tuple(float(x) for x in p[keep]), ex)
 
 
@@ -91,14 +70,21 @@ def uniform_pmf(lo: int, hi: int) -> LengthPMF:
     return LengthPMF(tuple(range(int(lo), int(hi) + 1)), (1.0 / n,) * n, (Fraction(1, n),) * n)
 
 
-def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
-    """A `LengthPMF` from what a chapter has at hand.
+def _capped(lo: int, cap: int, surv: Any) -> LengthPMF:
+    """L = clip(ceil(X), lo, cap) with S(k) = `surv(k)` = P(X > k): P(L = k) = S(k−1) − S(k) inside,
+    1 − S(lo) at lo and S(cap − 1) at cap."""
+    ks = np.arange(lo, cap + 1)
+    s = np.array([surv(float(k)) for k in ks])
+    prev = np.concatenate([[1.0], s[:-1]])
+    p = prev - s
+    p[0] = 1.0 - s[0]
+    p[-1] = prev[-1] if cap > lo else 1.0
+    return _pmf(ks, p)
 
-    Accepts a `LengthPMF`; a ``(lo, hi)`` pair (uniform integers); a sequence of values (with
-    optional ``probs``; equally likely otherwise); or one of the simulator's length distributions
-    (``batchlab.sim.lengths``: Uniform, Fixed, Empirical, CappedExponential, CappedLognormal), recognised by their
-    fields.
-    """
+
+def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
+    """A `LengthPMF` from a `LengthPMF`, a ``(lo, hi)`` pair (uniform integers), values (with optional
+    ``probs``, else equally likely) or a ``batchlab.sim.lengths`` distribution (by its fields)."""
     if isinstance(dist, LengthPMF):
         return dist
     name = type(dist).__name__
@@ -111,26 +97,11 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
         w = np.ones(len(dist.values)) if dist.weights is None else np.asarray(dist.weights, dtype=float)
         return _pmf(vals, np.bincount(where, weights=w))
     if name == "CappedExponential" and hasattr(dist, "mean_tokens"):
-        # L = clip(ceil(X), lo, cap), X ~ Exp(mean): P(ceil X = k) = q^(k-1) - q^k, q = exp(-1/mean)
         q = float(np.exp(-1.0 / dist.mean_tokens))
-        lo, cap = int(dist.lo), int(dist.cap)
-        ks = np.arange(lo, cap + 1)
-        p = q ** (ks - 1.0) - q ** ks
-        p[0] = 1.0 - q ** lo
-        p[-1] = q ** (cap - 1.0) if cap > lo else 1.0
-        return _pmf(ks, p)
+        return _capped(int(dist.lo), int(dist.cap), lambda k: q ** k)
     if name == "CappedLognormal" and hasattr(dist, "median") and hasattr(dist, "sigma"):
-        # L = clip(ceil(X), lo, cap), X lognormal: P(ceil X = k) = S(k-1) - S(k), S the survival
-        lo, cap = int(dist.lo), int(dist.cap)
-        ks = np.arange(lo, cap + 1)
-        x = np.maximum(ks.astype(float), 1e-300)
-        surv = np.array([0.5 * math.erfc((math.log(v) - math.log(dist.median)) / (dist.sigma * math.sqrt(2.0)))
-                         for v in x])
-        prev = np.concatenate([[1.0], surv[:-1]])  # S(k-1) for k > lo; the first entry takes all of X <= lo
-        p = prev - surv
-        p[0] = 1.0 - surv[0]
-        p[-1] = prev[-1] if cap > lo else 1.0
-        return _pmf(ks, p)
+        return _capped(int(dist.lo), int(dist.cap), lambda k: 0.5 * math.erfc(
+            (math.log(k) - math.log(dist.median)) / (dist.sigma * math.sqrt(2.0))))
     if isinstance(dist, tuple) and len(dist) == 2 and probs is None and all(
             isinstance(x, (int, np.integer)) for x in dist):
         return uniform_pmf(int(dist[0]), int(dist[1]))
@@ -138,10 +109,6 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
         return _pmf(dist, probs)
     raise ValueError(f"cannot read a length distribution from {type(dist).__name__}; "
                      "pass (lo, hi), a list of values, a LengthPMF or a batchlab.sim length distribution")
-
-
-def _batch(batch_size: Any) -> int:
-    return count("batch_size", batch_size)
 
 
 def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
@@ -153,31 +120,22 @@ def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
 def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fraction:
     """E[η] for a batch of ``batch_size`` i.i.d. lengths from ``dist`` (see `pmf_of`), exactly.
 
-    E[η] = Σ_l Σ_m p(l) q_{B-1}(m) · l / max(l, m). With ``exact=True`` and a distribution whose
-    probabilities are known as fractions (uniform ones), the result is a `fractions.Fraction`.
+    By exchangeability E[η] = E[L_1 / L_max] = Σ_l Σ_m p(l) q_{B-1}(m) · l / max(l, m), with
+    q_{B-1}(m) = F(m)^{B-1} − F(m⁻)^{B-1} the law of the longest of the other B − 1 (η = 1 for
+    B = 1); not E[L] / E[L_max] (`ratio_of_expectations`). With ``exact=True`` and probabilities
+    known as fractions (uniform ones), the result is a `fractions.Fraction`.
     """
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     if b == 1:
         return Fraction(1) if exact else 1.0
     if exact:
         if pmf.exact is None:
             raise ValueError("exact=True needs probabilities known as fractions (e.g. uniform_pmf)")
-        vals = pmf.values
-        p = pmf.exact
-        cdf, acc = [], Fraction(0)
-        for x in p:
-            acc += x
-            cdf.append(acc)
-        up = [c ** (b - 1) for c in cdf]
+        vals, p = pmf.values, pmf.exact
+        up = [c ** (b - 1) for c in itertools.accumulate(p)]
         q = [up[0]] + [up[i] - up[i - 1] for i in range(1, len(up))]
-        total = Fraction(0)
-        for i, l in enumerate(vals):
-            inner = Fraction(0)
-            for j, m in enumerate(vals):
-                inner += q[j] * Fraction(l, max(l, m))
-            total += p[i] * inner
-        return total
+        return sum(pl * sum(qm * Fraction(l, max(l, m)) for qm, m in zip(q, vals)) for pl, l in zip(p, vals))
     v = np.asarray(pmf.values, dtype=float)
     p = np.asarray(pmf.probs)
     q = _max_pmf(np.cumsum(p), b - 1)
@@ -186,13 +144,10 @@ def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fra
 
 
 def steps_paid_quantile(dist: Any, batch_size: int, q: float) -> int:
-    """The q-quantile of the steps a random member of a padded batch computes: its batch's L_max.
-
-    Every member of a static batch runs L_max steps, so P(steps ≤ x) = F(x)^B: the smallest x
-    with F(x)^B ≥ q. With ``batch_size`` 1 (or continuous batching) it is the quantile of L itself.
-    """
+    """The q-quantile of the steps a member of a padded batch computes (its batch's L_max): the
+    smallest x with F(x)^B ≥ q. With ``batch_size`` 1 (continuous batching) the quantile of L."""
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     if not 0 < q <= 1:
         raise ValueError(f"q must lie in (0, 1], got {q!r}")
     cdf = np.cumsum(pmf.probs) ** b
@@ -203,7 +158,7 @@ def steps_paid_quantile(dist: Any, batch_size: int, q: float) -> int:
 def expected_max(dist: Any, batch_size: int) -> float:
     """E[L_max] for ``batch_size`` i.i.d. lengths: Σ_m m · (F(m)^B − F(m⁻)^B)."""
     pmf = pmf_of(dist)
-    b = _batch(batch_size)
+    b = count("batch_size", batch_size)
     q = _max_pmf(np.cumsum(pmf.probs), b)
     return float(np.dot(pmf.values, q))
 
@@ -218,12 +173,6 @@ def eta_limit(dist: Any) -> float:
     """lim_{B→∞} E[η] = E[L] / max L: a huge static batch almost surely holds the longest length."""
     pmf = pmf_of(dist)
     return pmf.mean / pmf.max
-
-
-def eta_curve(dist: Any, batch_sizes: Sequence[int]) -> np.ndarray:
-    """E[η] for each batch size in ``batch_sizes``."""
-    pmf = pmf_of(dist)
-    return np.asarray([expected_eta(pmf, int(b)) for b in batch_sizes])
 
 
 def eta_of_batches(lengths: np.ndarray) -> np.ndarray:
@@ -250,12 +199,9 @@ class MonteCarloEta:
 
 def monte_carlo_eta(dist: Any, batch_size: int, n_batches: int = 20_000,
                     seed: int | np.random.Generator | None = 0) -> MonteCarloEta:
-    """Draw ``n_batches`` batches of ``batch_size`` lengths from ``dist`` and average their η.
-
-    ``dist`` is anything `pmf_of` reads; a distribution with a ``sample(n, rng)`` method (the
-    simulator's) is sampled directly.
-    """
-    b = _batch(batch_size)
+    """Mean η of ``n_batches`` random batches from ``dist`` (anything `pmf_of` reads; one with a
+    ``sample(n, rng)`` method is sampled directly)."""
+    b = count("batch_size", batch_size)
     count("n_batches", n_batches, lo=2)
     rng = rng_of(seed)
     n = int(n_batches) * b

@@ -1,26 +1,5 @@
-"""Queueing results for a batching server (Poisson arrivals at rate λ, one model instance serving
-batches), each checked against the simulator in chapter 04. Times in seconds, rates per second.
-
-1. Little's law, batch form (`little_wait`): λ = K·U·B̄ / T̄_batch, so W̄q = L̄q·T̄_batch / (K·U·B̄).
-   The article's T̄_wait = N_queue·T_batch/B_size is K = 1, U = 1: exact when saturated, too small
-   by 1/U at light load.
-2. The light-load window (`window_wait`): an arrival at an idle server opens a window closing after
-   D = ``max_queue_delay`` or at K = ``max_batch_size`` requests. With N(t) the later arrivals and
-   m = K − 1: E[τ] = (1/λ) Σ_{j<m} P(N(D) > j), E[∫₀^τ N dt] = (1/λ) Σ_{j<m} j·P(N(D) > j),
-   W̄ = (E[τ] + E[∫N]) / (1 + λE[τ]), B̄ = 1 + λE[τ]; for K = ∞, W̄ = (D + λD²/2)/(1 + λD).
-3. The greedy batch queue (`batch_queue`, delay 0): with Q_n waiting when execution n ends,
-   Q_{n+1} = max(Q_n − K, 0) + A_{n+1}, A ~ Poisson(λ·t(min(Q_n, K))) (1 after an idle period):
-   the embedded chain of the bulk-service queue (Bailey 1954; Neuts 1967) with size-dependent t(k)
-   (Inoue, arXiv:1912.06322), solved truncated and turned into time averages by renewal–reward.
-   Means only.
-4. Bailey's closed form (`bailey_queue`, t independent of the batch, μ = λT): with z_k the roots of
-   z^K = e^{μ(z−1)} inside the unit disk, E[Q] = μ + Σ_k 1/(1 − z_k) − (K(K−1) − μ²)/(2(K − μ)) and
-   P(Q = 0) = (K − μ) ∏_k (−z_k)/(1 − z_k); K = 1 is M/D/1.
-5. No batch limit, t(x) = a + b·x (`unbounded_latency`, `unbounded_latency_bound`, Inoue's model):
-   from X' = A + 1{A = 0}, E[X](1 − λb) = λa + p₀ and
-   E[X²](1 − λ²b²) = λa + λ²a² + p₀ + (λb + 2λ²ab)E[X], E[D] = (λE[S²]/2 + E[X·S]) / E[X] with
-   S = a + bX. E[D] falls with p₀ ≥ p* = W(kC)/k (Jensen; k = λb/(1 − λb), C = e^{−λa/(1−λb)}),
-   so E[D] ≤ E[D](p*) (our bound, not Inoue's formula).
+"""Queueing results for a batching server (Poisson arrivals at rate λ, one instance serving batches),
+each checked against the simulator in chapter 04. Times in seconds, rates per second.
 """
 
 from __future__ import annotations
@@ -38,9 +17,6 @@ __all__ = [
     "bailey_roots", "bailey_queue", "BaileyResult", "unbounded_latency", "unbounded_latency_bound",
     "lambert_w", "as_batch_time",
 ]
-
-
-# ----------------------------------------------------------------------------- helpers
 
 
 def as_batch_time(batch_time: Any) -> Callable[[int], float]:
@@ -61,43 +37,18 @@ def as_batch_time(batch_time: Any) -> Callable[[int], float]:
 
 def _poisson_pmf(mu: float, n: int) -> np.ndarray:
     """P(A = j) for j = 0 … n − 1, A ~ Poisson(mu)."""
-    j = np.arange(n, dtype=float)
     if mu == 0:
-        out = np.zeros(n)
-        out[0] = 1.0
-        return out
-    lg = np.array([math.lgamma(x + 1.0) for x in j]) if n < 64 else _lgamma_table(n)
-    return np.exp(j * math.log(mu) - mu - lg)
-
-
-_LG_CACHE: dict[int, np.ndarray] = {}
-
-
-def _lgamma_table(n: int) -> np.ndarray:
-    top = max((k for k in _LG_CACHE if k >= n), default=None)
-    if top is None:
-        size = max(n, 1024)
-        _LG_CACHE[size] = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, size, dtype=float)))])
-        top = size
-    return _LG_CACHE[top][:n]
-
-
-def _poisson_sf(mu: float, m: int) -> np.ndarray:
-    """P(N > j) for j = 0 … m − 1, N ~ Poisson(mu)."""
-    if m <= 0:
-        return np.zeros(0)
-    pmf = _poisson_pmf(mu, m)
-    return np.clip(1.0 - np.cumsum(pmf), 0.0, 1.0)
-
-
-# ----------------------------------------------------------------------------- 1. Little's law
+        return np.eye(1, n)[0]
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n, dtype=float)))])[:n]
+    return np.exp(np.arange(n) * math.log(mu) - mu - log_fact)
 
 
 def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: float = 1.0,
                 instances: int = 1) -> float:
-    """W̄q = L̄q · T̄_batch / (K · U · B̄): Little's law with the throughput of busy instances.
+    """W̄q = L̄q · T̄_batch / (K · U · B̄): Little's law, λ = K·U·B̄ / T̄_batch, for K busy instances.
 
-    With ``utilization`` 1 and one instance it is the article's N_queue · T_batch / B_size.
+    With U = 1 and K = 1 it is the article's N_queue · T_batch / B_size: exact when saturated,
+    too small by 1/U at light load.
     """
     nq = non_negative("n_queue", n_queue)
     tb = positive("t_batch", t_batch)
@@ -107,9 +58,6 @@ def little_wait(n_queue: float, t_batch: float, batch_mean: float, utilization: 
         raise ValueError(f"utilization must lie in (0, 1], got {utilization!r}")
     k = count("instances", instances)
     return nq * tb / (k * u * bm)
-
-
-# ----------------------------------------------------------------------------- 2. light-load window
 
 
 @dataclass(frozen=True)
@@ -122,44 +70,35 @@ class WindowResult:
 
 
 def window_wait(arrival_rate: float, max_queue_delay_s: float, max_batch_size: int | None) -> WindowResult:
-    """Mean wait of requests batched in a window opened by an arrival at an idle server.
+    """Mean wait in a window opened by an arrival at an idle server (light load: windows do not
+    overlap executions), closed after D = ``max_queue_delay_s`` or at K = ``max_batch_size``.
 
-    The window closes after ``max_queue_delay_s`` or when ``max_batch_size`` requests are in it
-    (None: no size limit). Valid when windows do not overlap executions (light load); at heavy
-    load the queue behind a busy instance dominates instead.
+    With N(t) the later arrivals and m = K − 1: E[τ] = (1/λ) Σ_{j<m} P(N(D) > j),
+    E[∫₀^τ N dt] = (1/λ) Σ_{j<m} j·P(N(D) > j), W̄ = (E[τ] + E[∫N]) / (1 + λE[τ]),
+    B̄ = 1 + λE[τ]; for K = None (no limit) W̄ = (D + λD²/2)/(1 + λD).
     """
     lam = positive("arrival_rate", arrival_rate)
     d = non_negative("max_queue_delay_s", max_queue_delay_s)
     k = optional_count("max_batch_size", max_batch_size)
     if d == 0 or k == 1:
         return WindowResult(0.0, 0.0, 1.0)
-    mu = lam * d
     if k is None:
         tau = d
         integral = lam * d * d / 2.0
     else:
         m = k - 1
-        sf = _poisson_sf(mu, m)
-        j = np.arange(m, dtype=float)
+        sf = np.clip(1.0 - np.cumsum(_poisson_pmf(lam * d, m)), 0.0, 1.0)  # P(N(D) > j), j < m
         tau = float(sf.sum()) / lam
-        integral = float((j * sf).sum()) / lam
+        integral = float((np.arange(m) * sf).sum()) / lam
     batch = 1.0 + lam * tau
     return WindowResult((tau + integral) / batch, tau, batch)
 
 
-# ----------------------------------------------------------------------------- 3. greedy chain
-
-
 @dataclass(frozen=True)
 class BatchQueueResult:
-    """Exact means of the greedy batch queue (delay 0, one instance) from its embedded chain.
-
-    ``wait_s``: arrival to the start of its execution; ``latency_s``: arrival to its end;
-    ``queue_mean``: time-average number waiting; ``batch_mean``: mean executed batch size;
-    ``utilization``: share of time the instance computes; ``p_idle``: probability an execution
-    ends with nobody waiting; ``throughput_rps``: completions per second from the chain (equals
-    the arrival rate when the truncation is good); ``capacity_rps``: K / t(K); ``states``: the
-    truncation used.
+    """Exact means of the greedy batch queue (`batch_queue`). ``wait_s`` ends at the start of
+    execution, ``latency_s`` at its end; ``p_idle``: P(an execution ends with nobody waiting);
+    ``throughput_rps`` equals the arrival rate when the truncation (``states``) is good.
     """
 
     arrival_rate: float
@@ -212,9 +151,10 @@ def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None
                 tol: float = 1e-10, max_states: int = 4000) -> BatchQueueResult:
     """Mean wait, latency and batch size of Triton's dynamic batcher with delay 0, exactly.
 
-    ``batch_time``: see `as_batch_time` (deterministic execution times t(b)); ``max_batch_size``
-    K (None: no limit, Inoue's model). Raises ``ValueError`` when the load is not below capacity
-    or too close to it for ``max_states``.
+    Embedded chain of the bulk-service queue (Bailey 1954; Neuts 1967) with size-dependent t(k)
+    (Inoue, arXiv:1912.06322): Q' = max(Q − K, 0) + A, A ~ Poisson(λ·t(min(Q, K))) (1 after an
+    idle period), solved truncated; time averages by renewal–reward. ``batch_time``: see
+    `as_batch_time`; K = None: no limit. ValueError at or too near capacity for ``max_states``.
     """
     lam = positive("arrival_rate", arrival_rate)
     t = as_batch_time(batch_time)
@@ -251,9 +191,6 @@ def batch_queue(arrival_rate: float, batch_time: Any, max_batch_size: int | None
     )
 
 
-# ----------------------------------------------------------------------------- 4. Bailey
-
-
 def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray:
     """The K − 1 roots of z^K = e^{μ(z−1)} inside the unit disk (μ < K), by fixed point + Newton."""
     mu = non_negative("mu", mu)
@@ -265,11 +202,9 @@ def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray
         w = np.exp(2j * np.pi * j / s)
         z = 0.0 + 0.0j
         for _ in range(iterations):
-            z_new = w * np.exp(mu * (z - 1.0) / s)
-            if abs(z_new - z) < 1e-15:
-                z = z_new
+            z, z_old = w * np.exp(mu * (z - 1.0) / s), z
+            if abs(z - z_old) < 1e-15:
                 break
-            z = z_new
         for _ in range(5):  # Newton polish on f(z) = z^K − e^{μ(z−1)}
             f = z ** s - np.exp(mu * (z - 1.0))
             df = s * z ** (s - 1) - mu * np.exp(mu * (z - 1.0))
@@ -282,11 +217,8 @@ def bailey_roots(mu: float, capacity: int, iterations: int = 2000) -> np.ndarray
 
 @dataclass(frozen=True)
 class BaileyResult:
-    """Bailey's bulk queue with a batch time T independent of the batch size.
-
-    ``queue_at_completion``: E[Q], the number waiting when an execution ends; ``p_empty``:
-    P(Q = 0); ``wait_s``: mean arrival-to-start wait under ``rule``.
-    """
+    """Bailey's queue: ``queue_at_completion`` E[Q] (waiting when an execution ends), ``p_empty``
+    P(Q = 0), ``wait_s`` mean arrival-to-start wait under ``rule``."""
 
     arrival_rate: float
     batch_time_s: float
@@ -299,11 +231,11 @@ class BaileyResult:
 
 
 def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: str = "greedy") -> BaileyResult:
-    """Bailey's closed form (via the roots) for batches of up to K with a constant time T.
+    """Bailey's closed form for batches of up to K with a constant time T (μ = λT < K).
 
-    ``rule="greedy"``: an idle server serves the next arrival at once (Triton, delay 0);
-    ``rule="bus"``: executions run back to back every T whether or not anyone waits. Both share
-    the embedded chain Q' = max(Q − K, 0) + A; they differ in time (idle periods), hence in wait.
+    With z_k the `bailey_roots`: E[Q] = μ + Σ_k 1/(1 − z_k) − (K(K−1) − μ²)/(2(K − μ)),
+    P(Q = 0) = (K − μ) ∏_k (−z_k)/(1 − z_k); K = 1 is M/D/1. ``rule="greedy"``: an idle server
+    serves the next arrival at once (Triton, delay 0); ``"bus"``: executions every T regardless.
     """
     lam = positive("arrival_rate", arrival_rate)
     T = positive("batch_time_s", batch_time_s)
@@ -319,12 +251,8 @@ def bailey_queue(arrival_rate: float, batch_time_s: float, capacity: int, rule: 
     if rule == "bus":
         wait = (eq - mu / 2.0) / lam
     else:
-        lq = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam)
-        wait = lq / lam
+        wait = ((eq - mu) * T + lam * T * T / 2.0) / (T + p0 / lam) / lam  # L̄q / λ
     return BaileyResult(lam, T, s, rule, eq, p0, wait, z)
-
-
-# ----------------------------------------------------------------------------- 5. no batch limit
 
 
 def lambert_w(x: float) -> float:
@@ -344,10 +272,10 @@ def lambert_w(x: float) -> float:
 
 
 def unbounded_latency(arrival_rate: float, a: float, b: float, p_idle: float) -> dict[str, float]:
-    """Exact mean batch size, wait and latency of Inoue's model given p₀ = P(no arrival in an execution).
-
-    t(x) = a + b·x seconds, no batch limit, deterministic times. Returns ``batch_mean``,
-    ``batch_m2`` (E[X²]), ``latency_s`` and ``wait_s``.
+    """Exact means of Inoue's model (no batch limit, t(x) = a + b·x s) given p₀ = P(no arrival in
+    an execution): from X' = A + 1{A = 0}, E[X](1 − λb) = λa + p₀,
+    E[X²](1 − λ²b²) = λa + λ²a² + p₀ + (λb + 2λ²ab)E[X], E[D] = (λE[S²]/2 + E[X·S]) / E[X] with
+    S = a + bX. Returns ``batch_mean``, ``batch_m2`` (E[X²]), ``latency_s`` and ``wait_s``.
     """
     lam = positive("arrival_rate", arrival_rate)
     a = non_negative("a", a)
@@ -366,10 +294,9 @@ def unbounded_latency(arrival_rate: float, a: float, b: float, p_idle: float) ->
 
 
 def unbounded_latency_bound(arrival_rate: float, a: float, b: float) -> dict[str, float]:
-    """Closed-form upper bound on the mean latency of Inoue's model (our derivation, see module doc).
-
-    p₀ ≥ p* = W(kC)/k, k = λb/(1 − λb), C = e^{−λa/(1−λb)} (p* = e^{−λa} when b = 0, which is
-    then exact); returns `unbounded_latency` at p*, plus ``p_star``.
+    """Upper bound on the mean latency of Inoue's model (our bound): E[D] falls with p₀, and
+    p₀ ≥ p* = W(kC)/k (Jensen; k = λb/(1 − λb), C = e^{−λa/(1−λb)}; p* = e^{−λa}, exact, when
+    b = 0). Returns `unbounded_latency` at p*, plus ``p_star``.
     """
     lam = positive("arrival_rate", arrival_rate)
     a = non_negative("a", a)

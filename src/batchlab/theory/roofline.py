@@ -1,18 +1,6 @@
-"""The decode roofline: the weight-bandwidth floor of a decode step, and the spec-sheet hardware.
-
-One decode step of a decoder-only LM at batch B reads every weight once and does about
-2 FLOP per weight per sequence, so
-
-    t(B) >= max(W·s / BW, 2·P·B / F)        (P parameters, s bytes each, W·s = P·s bytes)
-
-Arithmetic intensity is 2·B/s FLOP per byte; decode turns compute-bound when it reaches the
-ridge F/BW, i.e. at B* = ridge · s / 2 (bf16: B* = ridge; float32: B* = 2·ridge).
-
-Plain computation only: `Hardware` and the spec sheets (`H200`, `H100_SXM`, … and `spec_for`), the bound
-(`ridge_point`, `decode_intensity`, `ridge_batch`, `roofline_time`), the decoder shapes a sweep
-runs (`DecodeShape`, `CPU_SHAPE`, `GPU_SHAPE`) and `knee_batch`, which finds where a measured
-curve turns from flat (memory-bound) to linear (compute-bound). The measurements themselves
-(`measure_cpu`, `measure_gpu`, `decode_sweep`, the CLI) are `batchlab.probe.roofline`.
+"""The decode roofline: a decode step at batch B reads every weight once (P parameters, s bytes each)
+and does 2·P·B FLOP, so t(B) >= max(P·s / BW, 2·P·B / F); compute-bound from B* = (F/BW) · s / 2.
+Spec-sheet hardware, decoder shapes and `knee_batch`; the measurements are `batchlab.probe.roofline`.
 """
 
 from __future__ import annotations
@@ -22,9 +10,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from batchlab._validate import count, positive
-
-
-# --------------------------------------------------------------------------- hardware
 
 
 @dataclass(frozen=True)
@@ -71,11 +56,6 @@ def ridge_point(bandwidth: float, peak_flops: float) -> float:
     return positive("peak_flops", peak_flops) / positive("bandwidth", bandwidth)
 
 
-def decode_intensity(batch: float, bytes_per_param: float) -> float:
-    """FLOP per weight byte of a decode step at `batch` (2 FLOP per weight per sequence)."""
-    return 2.0 * positive("batch", batch) / positive("bytes_per_param", bytes_per_param)
-
-
 def ridge_batch(bandwidth: float, peak_flops: float, bytes_per_param: float) -> float:
     """Batch size at which decode's intensity reaches the ridge: ridge · s / 2."""
     return ridge_point(bandwidth, peak_flops) * positive("bytes_per_param", bytes_per_param) / 2.0
@@ -90,9 +70,6 @@ def roofline_time(batch: float, n_params: float, bytes_per_param: float,
     return max(memory, compute)
 
 
-# --------------------------------------------------------------------------- model shapes
-
-
 @dataclass(frozen=True)
 class DecodeShape:
     """The weight matrices of a decoder stack: per layer qkv (d×3d), proj (d×d), up, down."""
@@ -104,8 +81,7 @@ class DecodeShape:
 
     def __post_init__(self) -> None:
         for f in ("d_model", "d_ff", "n_layers"):
-            v = getattr(self, f)
-            count(f"DecodeShape.{f}", v)
+            count(f"DecodeShape.{f}", getattr(self, f))
 
     def matrices(self) -> list[tuple[int, int]]:
         """(rows, cols) of every weight GEMM of one step, in order."""
@@ -129,13 +105,9 @@ GPU_SHAPE = DecodeShape("Llama-7B widths, 4 layers", 4096, 11008, 4)
 
 
 def knee_batch(batches: Sequence[float], seconds: Sequence[float], tail: int = 3) -> float:
-    """Where the measured curve leaves its floor: t_min / c.
-
-    t_min is the time at the smallest batch (the memory-bound floor); c is the least-squares
-    slope (seconds per sequence) of a straight line through the `tail` largest batches. For
-    t(B) = max(a, c·B) or a + c·B this gives a/c. If the tail does not rise (c <= 0), or the
-    knee lies beyond the largest batch measured (still memory-bound there), returns infinity.
-    """
+    """Where the measured curve leaves its floor: t(smallest batch) / c, c the least-squares slope
+    through the `tail` largest batches (a/c for t(B) = max(a, c·B) or a + c·B); infinity when the
+    tail does not rise or the knee lies beyond the largest batch."""
     x = [float(b) for b in batches]
     y = [float(s) for s in seconds]
     if len(x) != len(y) or len(x) < 2:
