@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from batchlab.classroom import notebook as cnb
-from batchlab.classroom.grade import read_submission, score_executed
+from batchlab.classroom.grade import score_executed
 from batchlab.classroom.sandbox import Sandbox, bwrap_args, pick
 from batchlab.labs import _core, load_checks
 from batchlab.labs._evidence import from_evidence, to_evidence

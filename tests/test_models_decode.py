@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.lm import VOCAB_SIZE, ToyLM
+from batchlab.lm import VOCAB_SIZE
 from batchlab.paths import MODEL_REPOSITORY
 
 import fake_pb  # tests/fake_pb.py
