@@ -1,4 +1,6 @@
-"""Shared fixtures: one embedded Triton server with the course model repository per test run."""
+"""Shared fixtures: one embedded Triton server with the course model repository per test process
+(per xdist worker), and the marker rules: notebook cells are marked `notebook`, tests that ask for a
+server fixture are marked `server`, and an unmarked test that starts a server fails."""
 
 from __future__ import annotations
 
@@ -95,6 +97,30 @@ def _process_tree(pid: int | None) -> list[psutil.Process]:
         return [p, *p.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+SERVER_FIXTURES = frozenset({"triton", "start_triton", "echo_repo"})  # echo_repo is staged for a server
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark nbval's notebook cells `notebook`, and tests that use a server fixture (or the
+    repository staged for one) `server`."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.notebook)
+        elif SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
+@pytest.fixture(autouse=True)
+def _server_needs_its_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without the `server` marker that starts an embedded server fails (`make test-fast`
+    leaves out `server` tests, so it must know them all)."""
+    if request.node.get_closest_marker("server") is None:
+        def refuse(self: TritonServer, *args: Any, **kwargs: Any) -> None:
+            pytest.fail(f"{request.node.nodeid} starts a Triton server: mark it @pytest.mark.server", pytrace=False)
+        monkeypatch.setattr(TritonServer, "_launch", refuse)
 
 
 def pytest_report_header(config):
