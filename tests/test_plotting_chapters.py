@@ -84,6 +84,7 @@ def test_plot_utilization_sweep_generation_and_stateless() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_film_strip_and_animation_frame_are_clean(lanes) -> None:
     fig = film_strip(lanes, [1.5, 4.0, 7.0, 10.0])
     assert len(fig.axes) == len(lanes) * 4 and fig.axes[0].get_title() == "t = 1.5 s"
@@ -210,6 +211,7 @@ def test_plot_batch_size_capacity_and_full_batch_time() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_llm_batch_throughput_and_kv() -> None:
     bpt = kv_bytes_for("Llama-3-8B")
     h100 = plan_kv(80e9, MODEL_SHAPES["Llama-3-8B"].params_b * 1e9 * 2, bpt, tokens_per_sequence=1)
@@ -219,6 +221,7 @@ def test_plot_llm_batch_throughput_and_kv() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_combination_p99_and_capacity() -> None:
     combo = M.combination_comparison(rate=2.0, cost=LLM_COST, overload_rate=30.0)
     fig = PM.plot_combination(combo, {"dynamic_only": "只有动态批", "sequence_only": "只提前出锅", "combined": "组合：连续批处理"})
@@ -226,6 +229,7 @@ def test_plot_combination_p99_and_capacity() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_delay_sweep_throughput_and_busy_time() -> None:
     delays = M.delay_sweep([0, 100, 1000, 5000, 20000], [0.1, 0.5, 0.9, 1.2])
     fig = PM.plot_delay_sweep(delays)
@@ -234,6 +238,7 @@ def test_plot_delay_sweep_throughput_and_busy_time() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_kv_growth_measured_and_formula() -> None:
     toy, scaled = M.kv_growth(ToyLM.default(), [1, 2, 4, 8, 16, 32], tokens_per_seq=4096)
     fig = PM.plot_kv_growth(toy, scaled, 60.0)

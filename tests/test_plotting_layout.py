@@ -100,6 +100,7 @@ def test_cut_markers_bars_and_stray_labels_are_caught() -> None:
     assert figure_problems(fig) == []
 
 
+@pytest.mark.slow
 def test_legend_goes_outside_when_the_axes_are_full_and_follows_later_limits() -> None:
     fig, ax = plt.subplots()
     for k in range(12):                                              # a grid of points everywhere

@@ -109,6 +109,7 @@ def test_check_banks(tmp_path: Path) -> None:
     assert r.returncode == 2 and "ch03-1: missing" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_show_shuffles_chapter_options_per_learner_and_keeps_article_order_on_request() -> None:
     def options(out: str, qid: str) -> list[str]:
         block = out.split(f"\n\n{qid} ")[1].split("\n\n")[0]
