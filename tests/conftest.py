@@ -100,17 +100,26 @@ def _process_tree(pid: int | None) -> list[psutil.Process]:
 
 
 SERVER_FIXTURES = frozenset({"triton", "start_triton", "echo_repo"})  # echo_repo is staged for a server
+HEAVY_FIRST = ({"browser"}, {"notebook", "slow"}, {"server"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark nbval's notebook cells `notebook`, and tests that use a server fixture (or the
-    repository staged for one) `server`."""
+    repository staged for one) `server`. Then put the files with heavy tests first (browser, then
+    notebook and slow, then server), keeping each file's order: xdist hands out whole files, and
+    the short ones left for the end keep both workers busy until the last."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
         elif SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
+    weight: dict[Path, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        rank = next((i for i, m in enumerate(HEAVY_FIRST) if marks & m), len(HEAVY_FIRST))
+        weight[item.path] = min(weight.get(item.path, rank), rank)
+    items.sort(key=lambda item: weight[item.path])  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)
