@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,8 @@ def start_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
         return server
 
     yield factory
-    for server, _ in made:
-        server.stop()
+    with ThreadPoolExecutor() as pool:  # in parallel: each stop waits seconds for the server's stubs
+        list(pool.map(lambda entry: entry[0].stop(), made))
     leftover = [p for _, procs in made for p in procs]
     _, alive = psutil.wait_procs(leftover, timeout=15)
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
