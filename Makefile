@@ -7,11 +7,18 @@ BOOK_STAMP := $(VENV)/.batchlab-book-installed
 # configurable-http-proxy for the JupyterHub test, pinned in .node/package-lock.json (needs Node >= 20).
 CHP    := .node/node_modules/.bin/configurable-http-proxy
 
-.PHONY: start test book venv node handout labs check-labs execute bench bench-record clean help
+# make test runs on JOBS pytest-xdist workers; loadscope keeps a test module (a notebook) on one worker.
+JOBS   ?= 2
+PYTEST := $(PY) -m pytest -n $(JOBS) --dist loadscope
+# The edit loop: unit tests only (no server, notebook, browser or slow test).
+FAST   := not server and not slow and not browser and not notebook
+
+.PHONY: start test test-fast book venv node handout labs check-labs execute bench bench-record clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
 	@echo "make test    the whole suite: unit, real-server, every notebook under nbval"
+	@echo "make test-fast  unit tests only (no server, notebook, browser or slow test): the edit loop"
 	@echo "make handout the learner release: labs/ from solutions/ (TODO stubs, nbgrader metadata)"
 	@echo "make check-labs  fail if labs/ or the solutions' nbgrader metadata is stale"
 	@echo "make execute NB=notebooks/02_dynamic_batching.ipynb   re-execute a notebook in place"
@@ -38,7 +45,10 @@ $(BOOK_STAMP): $(STAMP)
 	@touch $(BOOK_STAMP)
 
 test: $(STAMP) $(BOOK_STAMP) node
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PYTEST) tests -m "$(FAST)" $(PYTEST_ARGS)
 
 book: $(BOOK_STAMP)
 	$(PY) book/build.py build/book

@@ -1,10 +1,13 @@
-"""Shared fixtures: one embedded Triton server with the course model repository per test run."""
+"""Shared fixtures: one embedded Triton server with the course model repository per test process
+(per xdist worker), and the marker rules: notebook cells are marked `notebook`, tests that ask for a
+server fixture are marked `server`, and an unmarked test that starts a server fails."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +81,8 @@ def start_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
         return server
 
     yield factory
-    for server, _ in made:
-        server.stop()
+    with ThreadPoolExecutor() as pool:  # in parallel: each stop waits seconds for the server's stubs
+        list(pool.map(lambda entry: entry[0].stop(), made))
     leftover = [p for _, procs in made for p in procs]
     _, alive = psutil.wait_procs(leftover, timeout=15)
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -95,6 +98,39 @@ def _process_tree(pid: int | None) -> list[psutil.Process]:
         return [p, *p.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+SERVER_FIXTURES = frozenset({"triton", "start_triton", "echo_repo"})  # echo_repo is staged for a server
+HEAVY_FIRST = ({"browser"}, {"notebook", "slow"}, {"server"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark nbval's notebook cells `notebook`, and tests that use a server fixture (or the
+    repository staged for one) `server`. Then put the files with heavy tests first (browser, then
+    notebook and slow, then server), keeping each file's order: xdist hands out whole files, and
+    the short ones left for the end keep both workers busy until the last."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.notebook)
+        elif SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+    weight: dict[Path, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        rank = next((i for i, m in enumerate(HEAVY_FIRST) if marks & m), len(HEAVY_FIRST))
+        weight[item.path] = min(weight.get(item.path, rank), rank)
+    items.sort(key=lambda item: weight[item.path])  # stable: a file's tests keep their order
+
+
+@pytest.fixture(autouse=True)
+def _server_needs_its_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without the `server` marker that starts an embedded server fails (`make test-fast`
+    leaves out `server` tests, so it must know them all)."""
+    if request.node.get_closest_marker("server") is None:
+        def refuse(self: TritonServer, *args: Any, **kwargs: Any) -> None:
+            pytest.fail(f"{request.node.nodeid} starts a Triton server: mark it @pytest.mark.server", pytrace=False)
+        monkeypatch.setattr(TritonServer, "_launch", refuse)
 
 
 def pytest_report_header(config):

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -28,11 +27,13 @@ ROOT = repo_root()
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
 SHOTS = ROOT / "build" / "browser"
 CJK_HINTS = ("CJK", "Han Sans", "Han Serif", "WenQuanYi", "Hei", "Noto Sans SC", "PingFang", "YaHei")
-BUILD_LIMIT_S = 300
+BUILD_TIMEOUT_S = 600  # a hung build fails instead of blocking the run
 REMOTE = re.compile(r"^\s*(?:[a-zA-Z][a-zA-Z0-9+.-]*:)?//")  # http://, https://, protocol-relative //
 CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]+)")
 CSS_IMPORT = re.compile(r"@import\s+['\"]([^'\"]+)")
 RAW_MATH = re.compile(r"\$[^$\s][^$]*?\$|\\\(|\\\[")
+
+pytestmark = pytest.mark.slow  # every test here builds the whole book (one to two minutes)
 
 pytest.importorskip("sphinx", reason="book test skipped: the `book` extra is not installed (make test installs it)")
 pytest.importorskip("myst_nb", reason="book test skipped: the `book` extra is not installed (make test installs it)")
@@ -53,24 +54,17 @@ def _repo_copy(dst: Path) -> None:
 def book(tmp_path_factory) -> dict:
     clone = tmp_path_factory.mktemp("clone")
     _repo_copy(clone)
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "book/build.py", "build/book"], cwd=clone,
-                          capture_output=True, text=True, timeout=2 * BUILD_LIMIT_S,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                           env={**os.environ, "PYTHONPATH": str(clone / "src")})
-    seconds = time.perf_counter() - start
-    out = clone / "build" / "book"
-    return {"proc": proc, "seconds": seconds, "out": out}
+    return {"proc": proc, "out": clone / "build" / "book"}
 
 
-def test_book_builds_quickly_without_warnings(book) -> None:
+def test_book_builds_without_warnings(book) -> None:
     proc = book["proc"]
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"book build failed:\n{log[-4000:]}"
     assert "WARNING" not in log and "ERROR" not in log, log[-4000:]
-    assert book["seconds"] < BUILD_LIMIT_S, f"book build took {book['seconds']:.0f} s"
-    pages = sorted(p.relative_to(book["out"]).as_posix() for p in book["out"].rglob("*.html")
-                   if "_static" not in p.parts)
-    print(f"book: {len(pages)} pages in {book['seconds']:.1f} s")
 
 
 def test_book_has_every_chapter_lab_and_quiz(book) -> None:
@@ -263,12 +257,15 @@ def test_a_broken_image_fails_the_build(tmp_path) -> None:
     """Warnings are errors: a notebook pointing at a missing image stops the build."""
     _repo_copy(tmp_path)
     nb_path = tmp_path / "notebooks" / "01_bottleneck.ipynb"
+    for other in [*(tmp_path / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(tmp_path / "labs").glob("lab*.ipynb")]:
+        if other != nb_path:  # a book of one chapter builds in seconds
+            other.unlink()
     nb = json.loads(nb_path.read_text(encoding="utf-8"))
     nb["cells"].append({"cell_type": "markdown", "id": "broken-image", "metadata": {},
                         "source": "![没有这张图](no_such_figure.png)"})
     nb_path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     proc = subprocess.run([sys.executable, "book/build.py", "build/book"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=2 * BUILD_LIMIT_S,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                           env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
     assert proc.returncode != 0
     assert "no_such_figure.png" in proc.stderr + proc.stdout

@@ -53,13 +53,26 @@ pytestmark = [
 ]
 
 
+RUN_IN_LAB = [repo_root() / "notebooks" / "00_visual_demo.ipynb", repo_root() / "quiz" / "quiz.ipynb"]
+
+
 @pytest.fixture(scope="module")
-def course():
-    """`python -m batchlab.start` (what `make start` runs), yielding its JSON info line."""
+def course(tmp_path_factory):
+    """`python -m batchlab.start` (what `make start` runs), yielding its JSON info line.
+
+    JupyterLab gets private user settings with autosave off (and private workspaces): running a
+    notebook here must not rewrite the tracked file, which other tests (other xdist workers) read.
+    """
+    settings = tmp_path_factory.mktemp("lab-user-settings")
+    (settings / "@jupyterlab" / "docmanager-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces"))}
+    stored = {p: p.read_bytes() for p in RUN_IN_LAB}
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "batchlab.start", "--no-browser", "--lab-port", str(port), "--token", "browser-test"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     info = None
     for line in proc.stdout:
@@ -79,6 +92,7 @@ def course():
             proc.kill()
     _, alive = psutil.wait_procs(tree[1:], timeout=10)
     assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert [p.name for p in RUN_IN_LAB if p.read_bytes() != stored[p]] == [], "JupyterLab saved a tracked notebook"
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,7 @@ def _evidence_of(monkeypatch, call):
     return result, got[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check, answer", [
     (check_dynamic_batching_block, solution_namespace("lab2")["dynamic_batching_block"]),
     (check_dynamic_batching_block, lambda d, p=(): "dynamic_batching {\n  max_batch_size: 8\n}"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+import numpy as np
 import pytest
 
 from batchlab.course import engineering as E
@@ -145,9 +146,11 @@ def test_engineering_plots_draw():
 
 @pytest.mark.server
 def test_live_metrics_run_sees_the_load(triton):
-    rows, rep = E.live_metrics_run(triton, "embed", [40, 120], seconds_per_phase=0.6, interval=0.15, tail_s=0.3)
+    """The windows of the live timeline hold the requests the load sent (merging keeps them all)."""
+    rows, rep = E.live_metrics_run(triton, "embed", [40, 120], seconds_per_phase=0.6, interval=0.15, tail_s=1.0)
     assert rep.n_errors == 0 and rep.n_ok > 20
-    assert len(rows) >= 5
     served = [r for r in rows if r["rps"] > 0]
-    assert served and all(r["mean_batch"] >= 1 for r in served)
-    assert sum(r["rps"] * 0.15 for r in rows) == pytest.approx(rep.n_ok, rel=0.35)
+    assert len(served) >= 3 and min(r["mean_batch"] for r in served) >= 1
+    # the first scrape precedes the load; a scrape delayed by a busy machine can only miss requests
+    covered = sum(r["rps"] * dt for r, dt in zip(rows, np.diff([0.0] + [r["t"] for r in rows])))
+    assert 0.9 * rep.n_ok <= covered <= rep.n_ok + 1e-6

@@ -314,7 +314,6 @@ def test_three_learners_on_one_hub(tmp_path_factory: pytest.TempPathFactory) -> 
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    t_start = time.monotonic()
     tmp = tmp_path_factory.mktemp("hub")
     tmp.chmod(0o700)
     tag = secrets.token_hex(3)
@@ -420,7 +419,6 @@ c.Spawner.environment["PYTHONPATH"] = {str(ROOT / "src")!r}  # this checkout's b
         chapter_models = sorted(ast.literal_eval(re.search(r"models=(\[[^\]]*\])", _server_cell()).group(1)))
         for line in result["serving"]:
             assert line.strip() == f"(2, 256) True {chapter_models}", line
-        elapsed_learners = time.monotonic() - t_start
     finally:
         if hub is not None and hub.poll() is None:
             hub.send_signal(signal.SIGTERM)  # the hub stops every learner's server, then the proxy
@@ -445,7 +443,6 @@ c.Spawner.environment["PYTHONPATH"] = {str(ROOT / "src")!r}  # this checkout's b
     assert described == [], f"learner processes left after the hub stopped: {described}"
     for f in facts:
         assert not Path(f["workdir"]).exists() and not any(Path(r).exists() for r in f["shm"])
-    assert elapsed_learners < 180, f"the three-learner run took {elapsed_learners:.0f} s"
 
 
 def _hub_up(port: int) -> bool:

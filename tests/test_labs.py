@@ -214,6 +214,7 @@ def test_malformed_markers_are_named(src: str, message: str) -> None:
         labgen.make_lab(_sol_nb(_code(src)), "lab9_x.ipynb")
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path) -> None:
     sol, labs = tmp_path / "solutions", tmp_path / "labs"
     sol.mkdir()
@@ -295,6 +296,7 @@ def test_release_links_resolve_without_the_solutions() -> None:
         assert "solutions/" not in json.dumps(_nb(path), ensure_ascii=False), path.name
 
 
+@pytest.mark.slow
 def test_nbgrader_generates_the_same_release(tmp_path: Path) -> None:
     """nbgrader's own generate_assignment reads the solutions' metadata and stubs the same cells."""
     pytest.importorskip("nbgrader")

@@ -117,7 +117,7 @@ def test_weights_are_deterministic_from_the_seed():
 
 # --------------------------------------------------------------------------- batch invariance
 
-@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8, 16, 33, 64])
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8, *(pytest.param(b, marks=pytest.mark.slow) for b in (16, 33, 64))])
 def test_decode_logits_are_bitwise_identical_alone_and_in_a_batch(lm, batch):
     prompts = article_prompts(batch, seed=batch)
     steps = 6
@@ -192,6 +192,7 @@ def test_sampling_is_seeded_and_greedy_at_zero_temperature(lm):
 
 # --------------------------------------------------------------------------- generation paths
 
+@pytest.mark.slow
 def test_generation_is_the_same_alone_in_static_and_in_mixed_batches(lm):
     prompts = article_prompts(12, seed=7)
     specs = [dict(max_tokens=int(5 + 3 * (i % 5)), temperature=0.0 if i % 3 else 0.9,
@@ -247,6 +248,7 @@ def test_request_input_builders_have_the_models_shapes():
     assert s["PROMPT"].shape == (3,) and s["MAX_TOKENS"].shape == (1,)
 
 
+@pytest.mark.slow
 def test_logits_do_not_depend_on_blas_threads_or_context_growth(lm):
     from batchlab.lm import blas
 

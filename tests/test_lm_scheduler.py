@@ -35,6 +35,7 @@ def test_fcfs_rejects_what_can_never_fit_and_bad_limits():
         FCFSAdmission(max_active=0)
 
 
+@pytest.mark.slow
 def test_batcher_outputs_equal_solo_generation_and_respect_max_active(lm):
     prompts = [encode(t) for t in ("动态批处理", "一口锅", "序列批处理让", "拼锅", "KV cache")]
     specs = [(8, 0.0, 0), (5, 0.7, 3), (12, 0.0, 0), (3, 1.0, 9), (7, 0.0, 0)]

@@ -246,6 +246,39 @@ def test_timeline_rows_difference_counters() -> None:
     assert tl.rows("m") == rows and MetricsTimeline("x").series("m", "a").shape == (0, 2)
 
 
+def test_timeline_rows_merge_counters_caught_out_of_step() -> None:
+    """Triton counts a batch's inferences just before its execution; a scrape in between once gave a
+    0.15-s window 7 inferences / 8 executions (mean batch 0.875). Such windows are merged."""
+    cum = [(0.0, 0, 0, 0), (0.15, 9, 8, 1), (0.30, 16, 16, 0), (0.45, 16, 16, 0), (0.60, 20, 18, 0),
+           (0.75, 22, 18, 2), (0.90, 24, 20, 0)]  # t, inferences (= successes), executions, pending
+    rows = timeline_rows([(t, _scrape(n, n, e, 100 * n, p)) for t, n, e, p in cum], "m")
+    assert [r["t"] for r in rows] == [0.30, 0.45, 0.60, 0.90]
+    np.testing.assert_allclose([r["mean_batch"] for r in rows], [1.0, np.nan, 2.0, 2.0])
+    np.testing.assert_allclose([r["rps"] for r in rows], [16 / 0.30, 0.0, 4 / 0.15, 4 / 0.30])
+    # a first window that starts on a half-counted batch has nothing to merge into; an unsettled last one
+    cum = [(0.0, 5, 4), (0.2, 5, 5), (0.4, 7, 7), (0.6, 9, 7)]
+    rows = timeline_rows([(t, _scrape(n, n, e, 0, 0)) for t, n, e in cum], "m")
+    assert [(r["t"], r["mean_batch"]) for r in rows] == [(0.4, 1.0)]
+
+    # Random batches, scraped at random moments (also between a batch's two counts): every window's
+    # mean is >= 1 and the windows together hold every request.
+    rng = np.random.default_rng(0)
+    n = e = 0
+    snaps = [(0.0, _scrape(0, 0, 0, 0, 0))]
+    for size in rng.integers(1, 4, size=300):
+        n += size
+        if rng.random() < 0.3:
+            snaps.append((len(snaps) * 0.1, _scrape(n, n, e, 0, 0)))
+        e += 1
+        if rng.random() < 0.3:
+            snaps.append((len(snaps) * 0.1, _scrape(n, n, e, 0, 0)))
+    snaps.append((len(snaps) * 0.1, _scrape(n, n, e, 0, 0)))
+    rows = timeline_rows(snaps, "m")
+    assert np.nanmin([r["mean_batch"] for r in rows]) >= 1
+    dts = np.diff([0.0] + [r["t"] for r in rows])
+    assert sum(r["rps"] * dt for r, dt in zip(rows, dts)) == pytest.approx(n)
+
+
 def test_pool_reports_lays_runs_end_to_end() -> None:
     from batchlab.load import pool_reports
 

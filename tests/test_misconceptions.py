@@ -89,6 +89,7 @@ def test_day_experiment_policies():
     assert res["retuned"].instance_hours < res["fixed_3"].instance_hours
 
 
+@pytest.mark.slow
 def test_misconception_plots_draw():
     """The chapter 09 figures draw the numbers they are given, with their labels."""
     import matplotlib.pyplot as plt

@@ -159,6 +159,7 @@ def test_plot_batch_size_capacity_and_full_batch_time() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_llm_batch_throughput_and_kv() -> None:
     bpt = kv_bytes_for("Llama-3-8B")
     h100 = plan_kv(80e9, MODEL_SHAPES["Llama-3-8B"].params_b * 1e9 * 2, bpt, tokens_per_sequence=1)
@@ -168,12 +169,14 @@ def test_plot_llm_batch_throughput_and_kv() -> None:
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_delay_sweep_throughput_and_busy_time() -> None:
     fig = PM.plot_delay_sweep(M.delay_sweep([0, 100, 1000, 5000, 20000], [0.1, 0.5, 0.9, 1.2]))
     assert legend_of(fig.axes[1]) == ["负载 0.1", "负载 0.5", "负载 0.9", "负载 1.2"]
     assert_clean(fig)
 
 
+@pytest.mark.slow
 def test_plot_kv_growth_measured_and_formula() -> None:
     toy, scaled = M.kv_growth(ToyLM.default(), [1, 4, 16, 32], tokens_per_seq=1024)
     fig = PM.plot_kv_growth(toy, scaled, 60.0)

@@ -110,6 +110,7 @@ def test_check_banks(tmp_path: Path) -> None:
     assert "ch03.json: ch03-1: 'question' is a required property" in r.stderr
 
 
+@pytest.mark.slow
 def test_show_shuffles_chapter_options_per_learner_and_keeps_article_order_on_request() -> None:
     def options(out: str, qid: str) -> list[str]:
         block = out.split(f"\n\n{qid} ")[1].split("\n\n")[0]

@@ -60,6 +60,7 @@ def test_blind_strategies_do_not_beat_chance_in_article_order(strategy: str) -> 
             assert r[strategy] <= r[f"{strategy}:chance"] + max(0.10, 1 / r[f"{strategy}:n"]) + 1e-9, name
 
 
+@pytest.mark.slow
 def test_blind_strategies_under_per_learner_shuffling() -> None:
     firsts, longests = [], []
     for i in range(200):
@@ -71,6 +72,7 @@ def test_blind_strategies_under_per_learner_shuffling() -> None:
     assert np.mean(longests) <= base + 0.10
 
 
+@pytest.mark.slow
 def test_uniform_random_guess_graded_by_the_grader_scores_chance() -> None:
     rng = np.random.default_rng(16)
     trials = 100

@@ -89,6 +89,7 @@ def test_chapter_export_grades_only_what_was_shown(tmp_path: Path) -> None:
     assert set(r["results"]) == set(shown)
 
 
+@pytest.mark.slow
 def test_learner_command(own_config: Path) -> None:
     env = {**os.environ, "BATCHLAB_CONFIG_DIR": str(own_config)}
     env.pop(LEARNER_ENV, None)

@@ -78,6 +78,7 @@ def test_measure_cpu_is_plausible() -> None:
     assert hw.dtype == "float32" and hw.ridge == pytest.approx(hw.peak_flops / hw.bandwidth)
 
 
+@pytest.mark.slow
 def test_cli_cpu_quick_prints_json() -> None:
     proc = subprocess.run([sys.executable, "-m", "batchlab.probe.roofline", "--device", "cpu", "--quick",
                            "--preset", "toy", "--batches", "1,8"], capture_output=True, text=True, timeout=300)

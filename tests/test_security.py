@@ -47,11 +47,19 @@ def _refused(call, grpc: bool) -> str:
     return exc.message()
 
 
-@pytest.mark.parametrize("proto", ["http", "grpc"])
-def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_triton, proto: str) -> None:
+def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_triton) -> None:
     # Explicit model control, as the labs run it: without the key anyone could load their own code.
     server = start_triton(["echo"], model_control="explicit", extra_args=["--load-model=*"])
-    grpc = proto == "grpc"
+    for grpc in (False, True):
+        _refused_then_served(server, grpc)
+    # The learner's own clients send the key without being told.
+    for own in (server.http_client(), server.grpc_client()):
+        own.load_model("echo")
+        assert own.is_model_ready("echo")
+
+
+def _refused_then_served(server: srv.TritonServer, grpc: bool) -> None:
+    """Every restricted call of a client without the key (HTTP or gRPC) is refused; nothing changed."""
     other = (grpcclient.InferenceServerClient(server.grpc_url) if grpc
              else httpclient.InferenceServerClient(server.http_url))
     # The attack of issue 18: a system shared-memory region that points into the Python backend's own region.
@@ -83,9 +91,6 @@ def test_a_client_without_the_key_is_refused_and_the_server_keeps_serving(start_
     # The open APIs stay open: health, metadata, model config, statistics, inference.
     assert other.is_server_ready() and other.is_model_ready("echo")
     assert other.get_model_config("echo") and other.get_inference_statistics("echo")
-    # The learner's own client sends the key without being told.
-    own.load_model("echo")
-    assert own.is_model_ready("echo")
 
 
 def test_python_backend_regions_are_private_even_after_a_later_load(start_triton) -> None:
@@ -105,8 +110,8 @@ def test_python_backend_regions_are_private_even_after_a_later_load(start_triton
     assert server.private_regions() == []  # nothing left to fix
 
 
-def test_the_key_is_not_in_the_process_list(start_triton) -> None:
-    server = start_triton(["echo"])
+def test_each_launch_has_its_own_hidden_key_folder_log_and_shared_memory(start_triton) -> None:
+    server, other = start_triton(["echo"]), start_triton(["echo"])
     assert server.key and len(server.key) >= 32 and server.key_hidden
     ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
     assert server.key not in ps
@@ -115,21 +120,14 @@ def test_the_key_is_not_in_the_process_list(start_triton) -> None:
     # The real value travels in the environment, which only the owner (and root) can read.
     mode = stat.S_IMODE(os.stat(f"/proc/{server.pid}/environ").st_mode)
     assert mode & 0o077 == 0, oct(mode)
-    # ... and still the server enforces the real key, not the placeholder.
+    # ... and still the server enforces the real key, not the placeholder, nor another launch's key.
     with pytest.raises(InferenceServerException):
         httpclient.InferenceServerClient(server.http_url).get_model_repository_index(headers={srv.KEY_HEADER: "(hidden)"})
-    assert server.http_client().get_model_repository_index()
-
-
-def test_each_launch_draws_a_new_key(start_triton) -> None:
-    a, b = start_triton(["echo"]), start_triton(["echo"])
-    assert a.key != b.key
+    assert other.key != server.key
     with pytest.raises(InferenceServerException):
-        httpclient.InferenceServerClient(b.http_url).get_model_repository_index(headers=a.http_headers)
-
-
-def test_launch_folder_log_and_shared_memory_are_the_launchs_own(start_triton) -> None:
-    server = start_triton(["echo"])
+        httpclient.InferenceServerClient(other.http_url).get_model_repository_index(headers=server.http_headers)
+    assert server.http_client().get_model_repository_index()
+    # Its folder, log and shared memory are private, named after this process, and gone after stop().
     assert stat.S_IMODE(server.workdir.stat().st_mode) == 0o700
     assert stat.S_IMODE(server.log_path.stat().st_mode) == 0o600
     assert psutil.Process(server.pid).cwd() == str(server.workdir)

@@ -30,6 +30,7 @@ def test_workload_from_trace_is_the_articles_requests():
     assert L.min() >= 5 and L.max() <= 50
 
 
+@pytest.mark.slow
 def test_redo_same_requests_and_steady_state():
     a, L = R.workload_from_trace(sd.trace_sim(4, 3.0, True))
     rows = {r["scheduler"]: r for r in R.redo(a, L, 4, 3.0)}

@@ -34,6 +34,7 @@ def test_controls_carry_the_css_classes(anim: BatchingAnimation) -> None:
     assert anim.play.max == anim.slider.max == 11
 
 
+@pytest.mark.slow
 def test_step_changes_label_and_picture(anim: BatchingAnimation) -> None:
     anim.slider.value = 0
     label, picture = anim.label.value, anim.picture.value
@@ -47,6 +48,7 @@ def test_step_changes_label_and_picture(anim: BatchingAnimation) -> None:
     assert anim.index == 0  # wraps around
 
 
+@pytest.mark.slow
 def test_speed_and_parameters(anim: BatchingAnimation) -> None:
     anim.speed.value = 300
     assert anim.play.interval == 300

@@ -9,7 +9,7 @@ batch size.
 
 `MetricsTimeline` scrapes the endpoint every `interval` seconds in a background thread while a
 load runs; `timeline_rows` turns consecutive scrapes into queue time per request, mean batch size
-and pending requests per interval.
+and pending requests per interval (intervals whose counters are out of step are merged).
 """
 
 from __future__ import annotations
@@ -189,18 +189,42 @@ class MetricsTimeline:
 def timeline_rows(snapshots: Sequence[tuple[float, MetricsSnapshot]], model: str) -> list[dict[str, float]]:
     """Per interval between consecutive scrapes: t (s, end of interval), requests/s, queue_ms
     (queue time per successful request), mean_batch (inferences / executions), pending (the
-    gauge at the end), exec_per_s. Intervals without requests have NaN ratios."""
-    rows = []
-    for (t0, a), (t1, b) in zip(snapshots, snapshots[1:]):
-        dt = t1 - t0
-        if dt <= 0:
+    gauge at the end), exec_per_s. Intervals without requests have NaN ratios.
+
+    Triton counts a batch's inferences just before its execution, so a scrape can fall between the
+    two. Intervals are merged until their counts are settled: one with inferences but no execution
+    grows into the next; one with fewer inferences than executions (its start caught a batch half
+    counted) is merged into the previous ones (dropped if there are none); an unsettled last
+    interval is dropped. So every reported mean batch is >= 1."""
+    spans: list[tuple[float, MetricsSnapshot, float, MetricsSnapshot]] = []
+    start = snapshots[0] if snapshots else None
+    for t1, b in snapshots[1:]:
+        t0, a = start
+        if t1 <= t0:
             continue
-        g = lambda s, n: s.get(n, model=model)  # noqa: E731
-        ok = g(b, "nv_inference_request_success") - g(a, "nv_inference_request_success")
-        inf = g(b, "nv_inference_count") - g(a, "nv_inference_count")
-        ex = g(b, "nv_inference_exec_count") - g(a, "nv_inference_exec_count")
-        q = g(b, "nv_inference_queue_duration_us") - g(a, "nv_inference_queue_duration_us")
+        inf, ex = _deltas(a, b, model)[1:3]
+        while inf < ex and spans:  # merge back until the interval starts where the counts agree
+            t0, a = spans.pop()[:2]
+            inf, ex = _deltas(a, b, model)[1:3]
+        if inf >= ex and (ex > 0 or inf == 0):
+            spans.append((t0, a, t1, b))
+            start = (t1, b)
+        elif inf < ex:
+            start = (t1, b)  # nothing earlier to merge into: dropped
+        else:
+            start = (t0, a)  # inferences without an execution: grow into the next interval
+    rows = []
+    for t0, a, t1, b in spans:
+        ok, inf, ex, q = _deltas(a, b, model)
+        dt = t1 - t0
         rows.append({"t": t1, "rps": ok / dt, "queue_ms": q / 1e3 / ok if ok else math.nan,
                      "mean_batch": inf / ex if ex else math.nan,
-                     "pending": g(b, "nv_inference_pending_request_count"), "exec_per_s": ex / dt})
+                     "pending": b.get("nv_inference_pending_request_count", model=model), "exec_per_s": ex / dt})
     return rows
+
+
+def _deltas(a: MetricsSnapshot, b: MetricsSnapshot, model: str) -> tuple[float, float, float, float]:
+    """Successes, inferences, executions and queue time (us) of `model` from scrape `a` to `b`."""
+    names = ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+             "nv_inference_queue_duration_us")
+    return tuple(b.get(n, model=model) - a.get(n, model=model) for n in names)  # type: ignore[return-value]
