@@ -341,7 +341,7 @@ def test_a_client_that_cannot_keep_up_says_so() -> None:
     arrivals = np.arange(100) / 1000.0
     rep = _open_report(0.004, arrivals, rate=1000.0)
     assert rep.scheduled_rate_rps() == pytest.approx(1000.0, rel=0.02)
-    assert 150 < rep.sent_rate_rps() < 260, rep.sent_rate_rps()
+    assert rep.sent_rate_rps() < 260, rep.sent_rate_rps()    # >= 4 ms a send: at most 250/s, however busy
     assert rep.rate_shortfall() == pytest.approx(1 - rep.sent_rate_rps() / rep.scheduled_rate_rps())
     assert rep.rate_shortfall() > 0.7 and rep.client_fell_behind() is True
     assert rep.client_kept_up() is False                         # the lateness says the same
@@ -360,9 +360,9 @@ def test_a_client_that_cannot_keep_up_says_so() -> None:
 
 
 def test_a_client_that_keeps_up_adds_no_note() -> None:
-    arrivals = np.arange(40) / 200.0
-    rep = _open_report(0.0, arrivals, rate=200.0)
-    assert rep.sent_rate_rps() == pytest.approx(200.0, rel=0.05)
+    arrivals = np.arange(200) / 100.0       # 2 s: a stall of the shared machine is small against it
+    rep = _open_report(0.0, arrivals, rate=100.0)
+    assert rep.sent_rate_rps() == pytest.approx(100.0, rel=0.05)
     assert abs(rep.rate_shortfall()) < 0.05 and rep.client_fell_behind() is False
     assert rep.rate_note() is None and "note" not in rep.summary()
     assert "注意" not in rep.describe() and "FELL BEHIND" not in repr(rep)
@@ -416,7 +416,7 @@ def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
     monkeypatch.setattr(runner, "make_transport", lambda *a, **k: _SlowSender(0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", ClientFellBehind)
-        rep = run_open_loop(server, "m", spec, rate=100.0, n_requests=20, stats=False, progress=False)
+        rep = run_open_loop(server, "m", spec, rate=100.0, n_requests=200, stats=False, progress=False)
     assert rep.client_fell_behind() is False
 
 
