@@ -17,7 +17,7 @@ from typing import Any, Callable
 from batchlab.classroom.notebook import GradedQuestion, questions, rebuild
 from batchlab.classroom.sandbox import SANDBOX_DIR, Sandbox, run
 from batchlab.labs import load_checks
-from batchlab.labs._core import EVIDENCE_MIME, ReplayError, replay
+from batchlab.labs._core import EVIDENCE_MIME, Raised, ReplayError, Result, replay
 
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
@@ -28,22 +28,12 @@ class UnreadableSubmission(ValueError):
 
 
 @dataclass
-class QuestionScore:
-    """One question of one learner: score, max, and the feedback lines (Chinese)."""
-
-    qid: str
-    score: int
-    max_score: int
-    lines: list[str] = field(default_factory=list)
-
-
-@dataclass
 class LearnerGrade:
     """One learner's grade for one lab."""
 
     learner: str
     lab: str
-    questions: list[QuestionScore] = field(default_factory=list)
+    questions: list[Result] = field(default_factory=list)
     note: str = ""
 
     @property
@@ -95,7 +85,7 @@ def find_submission(folder: Path, lab: str, release_name: str) -> Path | None:
 def _error_of(cell: dict[str, Any]) -> str:
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            return f"{out.get('ename', 'Error')}: {(str(out.get('evalue') or '').splitlines() or [''])[0]}".rstrip(": ")
+            return Raised(str(out.get("ename", "Error")), str(out.get("evalue") or "")).short()
     return ""
 
 
@@ -105,7 +95,7 @@ def _evidence(cell: dict[str, Any], qid: str) -> list[Any]:
     return [ev for ev in evs if isinstance(ev, dict) and ev.get("qid") == qid]
 
 
-def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[QuestionScore]:
+def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[Result]:
     """Each question's score from an executed, rebuilt notebook (evidence replayed here)."""
     cells = {c.get("id"): c for c in executed.get("cells", []) if isinstance(c, dict)}
     info = executed.get("metadata", {}).get("batchlab_execution", {}) or {}
@@ -123,13 +113,13 @@ def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: C
             except ReplayError as exc:
                 why = f"检查格留下的记录无法复核（{exc}），记 0 分。"
             else:
-                out.append(QuestionScore(q.qid, result.score, result.max_score, result.lines[:-1]))
+                out.append(Result(q.qid, result.score, result.max_score, result.lines[:-1]))
                 continue
         else:
             err = _error_of(check_cell)
             why = (f"检查格运行时出错：{err}" if err else
                    f"没有运行到这道题的检查格（{info.get('reason') or '前面的格子没有运行完'}）") + "，记 0 分。"
-        out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}"]))
+        out.append(Result(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}"]))
     return out
 
 
@@ -216,7 +206,7 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
         path = find_submission(folder, job.lab, release_path.name)
         if path is None:
             log(f"{folder.name}: no {job.lab} notebook (0 points)")
-            return LearnerGrade(folder.name, job.lab, [QuestionScore(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
+            return LearnerGrade(folder.name, job.lab, [Result(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
         try:
             g = grade_one(job, folder.name, path, release, qs)
         except UnreadableSubmission as exc:

@@ -1,15 +1,7 @@
 """Generate the learner labs (`labs/`) from the complete solutions (`solutions/`).
 
-In a solution, each answer sits between ``### BEGIN SOLUTION [hint]`` and ``### END SOLUTION``
-(nbgrader's markers); in the lab a code answer becomes ``# YOUR CODE HERE`` and
-``raise NotImplementedError("TODO（第 N 题）：hint …")`` (cell tagged ``raises-exception``), a markdown
-answer becomes `MARKDOWN_STUB`. Questions are numbered in notebook order; question N of lab L is
-checked by ``labL.qN``. Labs keep no outputs and get a banner cell. Every cell carries nbgrader
-metadata (schema 3) derived from the markers and the check calls (`nbgrader_metadata`).
-
-    python -m batchlab.tools.labgen solutions labs             # write labs/ (make handout)
-    python -m batchlab.tools.labgen solutions labs --check     # exit 1 listing stale labs or metadata (CI)
-    python -m batchlab.tools.labgen solutions labs --annotate  # (re)write the solutions' nbgrader metadata
+Each answer between ``### BEGIN SOLUTION [hint]`` and ``### END SOLUTION`` becomes a TODO stub
+(``raise NotImplementedError("TODO（第 N 题）…")``); question N of lab L is checked by ``labL.qN``.
 """
 
 from __future__ import annotations
