@@ -93,10 +93,8 @@ def _summary_problem(key: str, got: Any, want: Any, label: str) -> str:
 
 @check("lab1.q1", points=5, title="读懂模型配置")
 def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str, Any] | None = None) -> None:
-    """`fn(config_dict) -> {"max_batch_size", "inputs", "outputs", "dynamic_batching", "instances"}`.
-
-    Tried on the course's embed config (the server's own copy when `config` is embed's) and on a
-    config unlike it (no batching, three instances)."""
+    """`fn(config_dict) -> {"max_batch_size", "inputs", "outputs", "dynamic_batching", "instances"}`,
+    tried on embed's config (the server's copy when given) and on one unlike it."""
     embed = config if isinstance(config, Mapping) and config.get("name") == "embed" else _EMBED
     results = []
     for label, cfg, want in (("embed", embed, _EXPECTED["embed"]),

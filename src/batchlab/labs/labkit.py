@@ -243,17 +243,15 @@ class Workspace:
 
     def history(self, model: str) -> list[dict[str, Any]]:
         """One entry per configuration `model` ran between two `reload`s (the last up to now): its
-        ``delay_us`` and ``preferred`` and the ``success``, ``success_ns``, ``inference_count`` and
-        ``execution_count`` the server's statistics added meanwhile."""
+        ``delay_us`` and ``preferred`` and how much each of `_COUNTERS` grew meanwhile."""
         out = [dict(s) for s in self._segments.get(model, [])]
         if model in self._open and (now := self._counters(model)) is not None:
             out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
         return out
 
     def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
-        """Make workspace model `model` (a copy of `lm_stream`) admit with the lab's `admit(waiting,
-        active, max_active, kv_token_budget)`: its source goes to ``<model>/1/policy.py`` (it must be
-        self-contained), ``model.py`` becomes `lm_stream` calling it. Reload the model afterwards."""
+        """Make workspace model `model` (a copy of `lm_stream`) admit with the lab's self-contained
+        `admit(waiting, active, max_active, kv_token_budget)` (copied to ``1/policy.py``); then reload it."""
         if not callable(admit) or getattr(admit, "__name__", "") == "<lambda>":
             raise ValueError("admit must be a function defined with def (its source is copied into the model)")
         try:
