@@ -95,13 +95,12 @@ def _evidence(cell: dict[str, Any], qid: str) -> list[Any]:
     return [ev for ev in evs if isinstance(ev, dict) and ev.get("qid") == qid]
 
 
-def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[Result]:
+def score_executed(executed: dict[str, Any], qs: list[GradedQuestion]) -> list[Result]:
     """Each question's score from an executed, rebuilt notebook (evidence replayed here)."""
     cells = {c.get("id"): c for c in executed.get("cells", []) if isinstance(c, dict)}
     info = executed.get("metadata", {}).get("batchlab_execution", {}) or {}
     out = []
     for q in qs:
-        n = number(q.qid)
         raised = [e for e in (_error_of(cells.get(a, {})) for a in q.answer_cells) if e]
         check_cell = cells.get(q.check_cell, {})
         evidence = _evidence(check_cell, q.qid)
@@ -119,7 +118,7 @@ def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: C
             err = _error_of(check_cell)
             why = (f"检查格运行时出错：{err}" if err else
                    f"没有运行到这道题的检查格（{info.get('reason') or '前面的格子没有运行完'}）") + "，记 0 分。"
-        out.append(Result(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}"]))
+        out.append(Result(q.qid, 0, q.points, [f"✗ 第 {q.qid.rsplit('q', 1)[1]} 题：{why}"]))
     return out
 
 
@@ -140,7 +139,6 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
     """Rebuild, execute in the sandbox, score. Raises UnreadableSubmission when `path` is not a notebook."""
     submission = read_submission(path)
     nb = rebuild(release, submission)
-    number = lambda qid: int(qid.rsplit("q", 1)[1])
     work = Path(tempfile.mkdtemp(prefix=f"batchlab-grade-{job.lab}-"))
     try:
         (work / "submission.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
@@ -157,7 +155,7 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
             grade.note = tail.strip().splitlines()[-1] if tail.strip() else ""
         if [c.get("id") for c in executed.get("cells", [])] not in ([c.get("id") for c in nb["cells"]], []):
             executed = {"cells": [], "metadata": {"batchlab_execution": {"reason": "执行结果与提交的格子对不上"}}}
-        grade.questions = score_executed(executed, qs, number)
+        grade.questions = score_executed(executed, qs)
         if job.keep is not None and executed_path.exists():
             (job.keep / learner).mkdir(parents=True, exist_ok=True)
             shutil.copy(executed_path, job.keep / learner / f"{job.lab}.ipynb")
