@@ -144,11 +144,11 @@ def test_score_executed_names_what_went_wrong() -> None:
     q = cnb.GradedQuestion("lab4.q2", 3, "chk", ["ans"])
     raised = {"cells": [{"id": "ans", "outputs": [{"output_type": "error", "ename": "ValueError", "evalue": "boom"}]},
                         {"id": "chk", "outputs": []}]}
-    (s,) = score_executed(raised, [q], lambda qid: 2)
+    (s,) = score_executed(raised, [q])
     assert s.score == 0 and "ValueError: boom" in s.lines[0]
     missing = {"cells": [{"id": "ans", "outputs": []}, {"id": "chk", "outputs": []}],
                "metadata": {"batchlab_execution": {"reason": "memory: more than 3072 MiB"}}}
-    (s,) = score_executed(missing, [q], lambda qid: 2)
+    (s,) = score_executed(missing, [q])
     assert s.score == 0 and "memory" in s.lines[0]
 
 

@@ -1,10 +1,5 @@
-"""Execute one notebook in a fresh kernel, cell by cell, going on past errors (runs in the sandbox).
-
-    python -m batchlab.classroom.execute IN.ipynb OUT.ipynb --cell-timeout 300 --memory-mb 2048
-
-A cell past the timeout is interrupted; a kernel whose processes use more than the memory limit is
-killed. OUT carries ``batchlab_execution`` metadata: cells run, where the kernel stopped, why.
-"""
+"""`python -m batchlab.classroom.execute IN OUT --cell-timeout S --memory-mb M` (runs in the sandbox):
+a fresh kernel runs each cell past errors; OUT's ``batchlab_execution`` metadata says where it stopped, why."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from batchlab.classroom.notebook import GradedQuestion, questions, rebuild
 from batchlab.classroom.sandbox import SANDBOX_DIR, Sandbox, run
 from batchlab.labs import load_checks
-from batchlab.labs._core import EVIDENCE_MIME, ReplayError, replay
+from batchlab.labs._core import EVIDENCE_MIME, Raised, ReplayError, Result, replay
 
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
@@ -28,22 +28,12 @@ class UnreadableSubmission(ValueError):
 
 
 @dataclass
-class QuestionScore:
-    """One question of one learner: score, max, and the feedback lines (Chinese)."""
-
-    qid: str
-    score: int
-    max_score: int
-    lines: list[str] = field(default_factory=list)
-
-
-@dataclass
 class LearnerGrade:
     """One learner's grade for one lab."""
 
     learner: str
     lab: str
-    questions: list[QuestionScore] = field(default_factory=list)
+    questions: list[Result] = field(default_factory=list)
     note: str = ""
 
     @property
@@ -95,7 +85,7 @@ def find_submission(folder: Path, lab: str, release_name: str) -> Path | None:
 def _error_of(cell: dict[str, Any]) -> str:
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            return f"{out.get('ename', 'Error')}: {(str(out.get('evalue') or '').splitlines() or [''])[0]}".rstrip(": ")
+            return Raised(str(out.get("ename", "Error")), str(out.get("evalue") or "")).short()
     return ""
 
 
@@ -105,13 +95,12 @@ def _evidence(cell: dict[str, Any], qid: str) -> list[Any]:
     return [ev for ev in evs if isinstance(ev, dict) and ev.get("qid") == qid]
 
 
-def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: Callable[[str], int]) -> list[QuestionScore]:
+def score_executed(executed: dict[str, Any], qs: list[GradedQuestion]) -> list[Result]:
     """Each question's score from an executed, rebuilt notebook (evidence replayed here)."""
     cells = {c.get("id"): c for c in executed.get("cells", []) if isinstance(c, dict)}
     info = executed.get("metadata", {}).get("batchlab_execution", {}) or {}
     out = []
     for q in qs:
-        n = number(q.qid)
         raised = [e for e in (_error_of(cells.get(a, {})) for a in q.answer_cells) if e]
         check_cell = cells.get(q.check_cell, {})
         evidence = _evidence(check_cell, q.qid)
@@ -123,13 +112,13 @@ def score_executed(executed: dict[str, Any], qs: list[GradedQuestion], number: C
             except ReplayError as exc:
                 why = f"检查格留下的记录无法复核（{exc}），记 0 分。"
             else:
-                out.append(QuestionScore(q.qid, result.score, result.max_score, result.lines[:-1]))
+                out.append(Result(q.qid, result.score, result.max_score, result.lines[:-1]))
                 continue
         else:
             err = _error_of(check_cell)
             why = (f"检查格运行时出错：{err}" if err else
                    f"没有运行到这道题的检查格（{info.get('reason') or '前面的格子没有运行完'}）") + "，记 0 分。"
-        out.append(QuestionScore(q.qid, 0, q.points, [f"✗ 第 {n} 题：{why}"]))
+        out.append(Result(q.qid, 0, q.points, [f"✗ 第 {q.qid.rsplit('q', 1)[1]} 题：{why}"]))
     return out
 
 
@@ -150,7 +139,6 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
     """Rebuild, execute in the sandbox, score. Raises UnreadableSubmission when `path` is not a notebook."""
     submission = read_submission(path)
     nb = rebuild(release, submission)
-    number = lambda qid: int(qid.rsplit("q", 1)[1])
     work = Path(tempfile.mkdtemp(prefix=f"batchlab-grade-{job.lab}-"))
     try:
         (work / "submission.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
@@ -167,7 +155,7 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
             grade.note = tail.strip().splitlines()[-1] if tail.strip() else ""
         if [c.get("id") for c in executed.get("cells", [])] not in ([c.get("id") for c in nb["cells"]], []):
             executed = {"cells": [], "metadata": {"batchlab_execution": {"reason": "执行结果与提交的格子对不上"}}}
-        grade.questions = score_executed(executed, qs, number)
+        grade.questions = score_executed(executed, qs)
         if job.keep is not None and executed_path.exists():
             (job.keep / learner).mkdir(parents=True, exist_ok=True)
             shutil.copy(executed_path, job.keep / learner / f"{job.lab}.ipynb")
@@ -216,7 +204,7 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
         path = find_submission(folder, job.lab, release_path.name)
         if path is None:
             log(f"{folder.name}: no {job.lab} notebook (0 points)")
-            return LearnerGrade(folder.name, job.lab, [QuestionScore(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
+            return LearnerGrade(folder.name, job.lab, [Result(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
         try:
             g = grade_one(job, folder.name, path, release, qs)
         except UnreadableSubmission as exc:

@@ -70,13 +70,11 @@ def rebuild(release: dict[str, Any], submission: dict[str, Any]) -> dict[str, An
         if cid in by_id and cid not in placed:
             placed.add(cid)
             mine = by_id[cid]
+            kept = _clean(mine)
             if nbgrader(mine).get("solution") and cell.get("cell_type") == mine.get("cell_type"):
-                kept = _clean(mine)
                 src = cell.get("source", "")
                 kept["source"] = "".join(src) if isinstance(src, list) else str(src)
-                cells.append(kept)
-            else:
-                cells.append(_clean(mine))
+            cells.append(kept)
             continue
         extra += 1
         own = _clean({k: cell.get(k) for k in ("cell_type", "source") if k in cell})

@@ -1,14 +1,6 @@
-"""Run one submission's execution as a separate, confined process (`pick` chooses, `run` runs).
-
-* ``docker`` / ``podman``: a container (no network, memory and pids limits, the submission's folder
-  the only mount); needs ``--image`` with the course installed and an engine that answers;
-* ``bwrap``: bubblewrap, new namespaces (network loopback only), system and Python folders
-  read-only, the submission's folder the only writable place, fresh /tmp, cleared environment;
-* ``none``: a plain subprocess with a cleared environment, only for the instructor's own notebooks.
-
-``auto`` takes a container when ``--image`` is given and the engine answers, else bubblewrap, else
-refuses. `run` also kills the process tree past a wall-clock limit.
-"""
+"""Run one submission's execution as a confined process: a container (docker / podman, with
+``--image``), bubblewrap (read-only system, the submission's folder the only writable place), or
+``none`` (a plain subprocess, for the instructor's own notebooks). `pick` chooses, `run` runs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""What every lab check shares: Chinese feedback, one ``[score] labL.qN s/max`` line, and evidence.
+"""`check` makes ``body(g, answer, ...)`` a lab check: Chinese feedback, a ``[score] labL.qN s/max`` line.
 
-`check(qid, points, title)` turns ``body(g, answer, ...)`` into a check. The body learns about the
-answer only through the `Grader` (`g.call`, `g.observe`, the answer values), which records all of
-it as JSON evidence (`batchlab.labs._evidence`); the body always judges the recorded values. Under
-the classroom grader (``BATCHLAB_GRADING=1``) the check cell emits the evidence as an
-`EVIDENCE_MIME` output and the grader `replay`s the body on it in its own process.
+The body sees the answer only through its `Grader`, which records it as JSON evidence; under the
+classroom grader (``BATCHLAB_GRADING=1``) the cell emits that evidence and the grader `replay`s it.
 """
 
 from __future__ import annotations
@@ -350,11 +347,8 @@ def _blocked(lab: int, after: tuple) -> str | None:
 
 def check(qid: str, points: int, title: str, shortcuts: tuple = (),
           after: tuple = ()) -> Callable[[Callable[..., None]], Callable[..., Result]]:
-    """Make `body(g, *answer)` a check that prints Chinese feedback and ``[score] qid s/points``.
-
-    `shortcuts`: course functions that compute the answer (an answer calling one fails there);
-    `after`: earlier questions whose functions produce this answer (a missing one names them).
-    """
+    """A check of `body(g, *answer)`. `shortcuts`: course functions an answer may not call;
+    `after`: earlier questions whose functions produce this answer (a missing one names them)."""
     codes = _shortcut_codes(tuple(shortcuts))
     m = QID_RE.match(qid)
     if not m:

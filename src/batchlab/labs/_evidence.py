@@ -1,9 +1,5 @@
-"""A check's evidence as plain JSON, and back.
-
-Decoding builds only plain data (numbers, strings, containers, numpy arrays and scalars of
-numeric dtypes, tritonclient's `InferenceServerException`) and behaviourless *stand-ins* named
-like the original object's class; nothing the learner controls is unpickled, imported or run.
-"""
+"""A check's evidence as plain JSON, and back. Decoding builds only plain data, numeric numpy
+values, `InferenceServerException`s and behaviourless stand-ins: nothing is unpickled, imported or run."""
 
 from __future__ import annotations
 

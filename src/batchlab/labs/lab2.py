@@ -89,9 +89,8 @@ def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[st
 def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
                      preferred_sets: Sequence[Sequence[int]] | None = None, rate: float | None = None,
                      workspace: Any = None, model: str = "embed") -> None:
-    """`rows`: one dict per config with delay_us, preferred, throughput_rps, p95_ms, mean_batch,
-    checked against the offered `rate` and the statistics the server recorded for each config
-    (`workspace.history(model)`, kept by `labkit.Workspace.reload`)."""
+    """`rows` (one dict per config, `ROW_KEYS`) against the offered `rate` and the statistics the
+    server recorded for each config (`workspace.history(model)`)."""
     rows = _check_rows(g, rows, delays, preferred_sets, "测量结果 measured ")
     if delays is None or preferred_sets is None:
         g.expect(False, "", "检查需要网格：check_sweep_rows(measured, delays=DELAYS, preferred_sets=PREFERRED, ...)")

@@ -45,14 +45,12 @@ def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     got = _indices(g, g.call(fn, waiting, active, MAX_ACTIVE, KV_TOKEN_BUDGET))
     tight = [_seq(0, 1000, 500), _seq(1, 50, 50)]          # 1500 (does not fit) and 100 (would)
     got2 = _indices(g, g.call(fn, tight, active, MAX_ACTIVE, KV_TOKEN_BUDGET))
-    if got == [0, 1] and got2 in ([], [1]):  # [1] respects the budget; overtaking is graded below
-        g.expect(True, "KV 预算按 prompt + max_tokens 预留：活跃序列的预留也算在内", "")
-    elif got2 in ([0, 1], [0]):
-        g.expect(False, "", "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（SeqInfo.reserved_tokens），"
-                 "活跃序列现在虽然只用了 kv_tokens 个，但它可能长到预留的那么多（不预留就可能中途爆显存）")
-    else:
-        g.expect(False, "", f"已预留 3000、预算 {KV_TOKEN_BUDGET} 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
-                 f"而 [1500, 100] 一条也不接纳；你的是 {got} 与 {got2}")
+    # [1] respects the budget; overtaking is graded below
+    g.expect(got == [0, 1] and got2 in ([], [1]), "KV 预算按 prompt + max_tokens 预留：活跃序列的预留也算在内",
+             "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（SeqInfo.reserved_tokens），"
+             "活跃序列现在虽然只用了 kv_tokens 个，但它可能长到预留的那么多（不预留就可能中途爆显存）"
+             if got2 in ([0, 1], [0]) else f"已预留 3000、预算 {KV_TOKEN_BUDGET} 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
+             f"而 [1500, 100] 一条也不接纳；你的是 {got} 与 {got2}")
     g.expect(got2 != [1], "先来先服务：队首放不下时，后面的也不插队",
              "你让后面的小请求插了队（返回 [1]）：本题要求先来先服务——队首放不下就停，否则大请求可能永远排不上（饿死）")
 
@@ -96,15 +94,12 @@ def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
     got = g.number(g.call(fn, n, pad), "eta")
     want = 16 / 24   # Σn / Σ(n + padding)
     per_request = sum(a / (a + b) for a, b in zip(n, pad)) / len(n)
-    if math.isclose(got, want, rel_tol=1e-6):
-        g.expect(True, f"两锅、一锅有人提前出锅：η = 16 / 24 = {want:.3f}", "")
-    elif math.isclose(got, per_request, rel_tol=1e-6):
-        g.expect(False, "", f"你对每个请求的比例取了平均（{per_request:.3f}）：η 是总的有用 token 步数 ÷ 总的计算槽位，"
-                 f"Σn / Σ(n + padding) = {want:.3f}")
-    elif math.isclose(got, 1 / want, rel_tol=1e-6):
-        g.expect(False, "", f"倒过来了：η = 有用 ÷ 总计 = {want:.3f}，不是 {got:.3f}")
-    else:
-        g.expect(False, "", f"tokens {n}、padding {pad} 时 η 应为 Σn / Σ(n + padding) = {want:.3f}，你的是 {got}")
+    wrong = [(per_request, f"你对每个请求的比例取了平均（{per_request:.3f}）：η 是总的有用 token 步数 ÷ 总的计算槽位，"
+                           f"Σn / Σ(n + padding) = {want:.3f}"),
+             (1 / want, f"倒过来了：η = 有用 ÷ 总计 = {want:.3f}，不是 {got:.3f}")]
+    g.expect(math.isclose(got, want, rel_tol=1e-6), f"两锅、一锅有人提前出锅：η = 16 / 24 = {want:.3f}",
+             next((why for v, why in wrong if math.isclose(got, v, rel_tol=1e-6)),
+                  f"tokens {n}、padding {pad} 时 η 应为 Σn / Σ(n + padding) = {want:.3f}，你的是 {got}"))
     got = g.number(g.call(fn, [1, 1], [99, 99]), "eta")
     g.expect(math.isclose(got, 0.01, rel_tol=1e-6), "极端情况：每行 1 个有用 token、99 步 padding，η = 0.01",
              f"tokens [1, 1]、padding [99, 99] 时 η 应为 0.01，你的是 {got}")

@@ -17,6 +17,8 @@ from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
 from batchlab.labs.lab3 import lm_tokens
 from batchlab.lm import encode
+from batchlab.load.transport import triton_dtype
+from batchlab.models.requests import generate_inputs
 
 
 def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> Any:
@@ -95,9 +97,8 @@ def check_priority_block(g: Grader, fn: Callable[..., Any]) -> None:
 
 def _stream_inputs(prompt: np.ndarray, n: int) -> list[Any]:
     out = []
-    for name, arr, dt in (("PROMPT", np.asarray(prompt, np.int32), "INT32"), ("MAX_TOKENS", np.array([n], np.int32), "INT32"),
-                          ("IGNORE_EOS", np.array([True]), "BOOL")):
-        inp = grpcclient.InferInput(name, list(arr.shape), dt)
+    for name, arr in generate_inputs(prompt, n, ignore_eos=True, batched=False).items():
+        inp = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
         inp.set_data_from_numpy(arr)
         out.append(inp)
     return out
@@ -115,7 +116,7 @@ def _stream(grpc_url: str, n: int, model: str, read: Callable[[Any], Any]) -> An
             raise RuntimeError(str(error))
         return result
     try:
-        client.async_stream_infer(model, _stream_inputs(np.asarray(encode("锅"), np.int32), n))
+        client.async_stream_infer(model, _stream_inputs(encode("锅"), n))
         return read(get)
     finally:
         client.stop_stream()

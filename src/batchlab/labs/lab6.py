@@ -57,23 +57,18 @@ def check_ridge_batch(g: Grader, fn: Callable[..., Any]) -> None:
     for hw, label in ((H100_SXM, "H100 SXM"), (H200, "H200")):
         got = g.number(g.call(fn, hw.bandwidth, hw.peak_flops, 2), "ridge_batch")
         want = ridge_batch(hw.bandwidth, hw.peak_flops, 2)
-        if _close(got, want):
-            g.expect(True, f"{label}（bf16）：B* ≈ {got:.0f}", "")
-        elif _close(got, 1 / want) or _close(got, hw.bandwidth / hw.peak_flops):
-            g.expect(False, "", f"{label}：你的结果是倒数。屋脊点 = 峰值算力 ÷ 带宽（FLOP/字节），应约为 {want:.0f}")
-        else:
-            g.expect(False, "", f"{label}（bf16）应约为 {want:.0f}（{hw.peak_flops / 1e12:.0f} TFLOP/s ÷ "
-                     f"{hw.bandwidth / 1e12:.2f} TB/s），你的函数给出 {got:.4g}")
+        inverted = _close(got, 1 / want) or _close(got, hw.bandwidth / hw.peak_flops)
+        g.expect(_close(got, want), f"{label}（bf16）：B* ≈ {got:.0f}",
+                 f"{label}：你的结果是倒数。屋脊点 = 峰值算力 ÷ 带宽（FLOP/字节），应约为 {want:.0f}" if inverted else
+                 f"{label}（bf16）应约为 {want:.0f}（{hw.peak_flops / 1e12:.0f} TFLOP/s ÷ "
+                 f"{hw.bandwidth / 1e12:.2f} TB/s），你的函数给出 {got:.4g}")
     bw, peak = 40e9, 200e9  # a CPU in float32: ridge 5 FLOP/B
     got = g.number(g.call(fn, bw, peak, 4), "ridge_batch")
     want = ridge_batch(bw, peak, 4)
-    if _close(got, want):
-        g.expect(True, f"float32 的 CPU（40 GB/s、200 GFLOP/s）：B* = {got:.0f}，是屋脊点 5 的 2 倍", "")
-    elif _close(got, 5.0):
-        g.expect(False, "", "float32 时不对：你返回了屋脊点本身（FLOP/字节）。decode 的强度是 2·B / s FLOP/字节，"
-                 "所以 B* = 屋脊点 × s / 2；bf16 时 s = 2 恰好抵消，float32 时 s = 4")
-    else:
-        g.expect(False, "", f"float32 的 CPU（40 GB/s、200 GFLOP/s）应为 B* = {want:.0f}，你的函数给出 {got:.4g}")
+    g.expect(_close(got, want), f"float32 的 CPU（40 GB/s、200 GFLOP/s）：B* = {got:.0f}，是屋脊点 5 的 2 倍",
+             "float32 时不对：你返回了屋脊点本身（FLOP/字节）。decode 的强度是 2·B / s FLOP/字节，"
+             "所以 B* = 屋脊点 × s / 2；bf16 时 s = 2 恰好抵消，float32 时 s = 4" if _close(got, 5.0) else
+             f"float32 的 CPU（40 GB/s、200 GFLOP/s）应为 B* = {want:.0f}，你的函数给出 {got:.4g}")
 
 
 @check("lab6.q3", points=3, title="从测量曲线找拐点", shortcuts=(knee_batch,))

@@ -1,9 +1,5 @@
-"""Helpers the labs share: the lab's server, a private model repository, the guard after a TODO.
-
-`lab_server(models)` reaches the `TRITON_URL` server or starts an embedded one; `workspace(models)`
-is a private copy of course models with its own embedded server (`Workspace`); `needs`, `attempt`
-and `ready` skip a cell, with one Chinese sentence, while the question it depends on is not right.
-"""
+"""What a lab imports: its server (`lab_server`), a private model repository (`workspace`), and
+`needs` / `attempt` / `ready`, which skip a cell while the question it depends on is not right."""
 
 from __future__ import annotations
 
@@ -20,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from batchlab.config_pbtxt import parse_config, stage_model, to_text
-from batchlab.labs._core import MARK_BAD, MARK_TODO, current_lab, last_result
+from batchlab.labs._core import MARK_BAD, MARK_TODO, Raised, current_lab, last_result
+from batchlab.load.stats import read_stats
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect
 
@@ -61,8 +58,7 @@ def attempt(question: int, fn: Callable[..., Any], *args: Any, requires: Sequenc
         m = re.search(r"第 (\d+) 题", str(exc))
         print(_not_done(int(m.group(1)) if m else question))
     except Exception as exc:  # the learner's answer raised on this cell's inputs: say so, no traceback
-        first = str(exc).strip().splitlines()
-        what = f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
+        what = Raised(type(exc).__name__, str(exc)).short()
         print(f"{MARK_BAD} 第 {question} 题的函数在这一格里抛出了 {what}：先把第 {question} 题改对，这一格先跳过。")
     return None
 
@@ -81,12 +77,8 @@ _LAB_SERVER: list[TritonServer] = []
 
 
 def lab_server(models: Sequence[str], **kwargs: Any) -> TritonServer | ExternalServer:
-    """Start (or reach) the server a lab uses for the course models, and say which it is.
-
-    With `TRITON_URL` set, the shared server is used (it must serve `models`); otherwise an
-    embedded server is started that loads only `models` (explicit model control). Running the
-    cell again stops the server it started before, so a re-run never leaves a second one behind.
-    """
+    """The `TRITON_URL` server or an embedded one loading only `models` (see `server.connect`), said
+    in Chinese; a re-run stops the embedded server this function started before."""
     while _LAB_SERVER:
         _LAB_SERVER.pop().stop()
     server = connect(models=list(models), **kwargs).start()
@@ -230,12 +222,10 @@ class Workspace:
 
     def _counters(self, model: str) -> dict[str, int] | None:
         try:
-            stats = self.server.http_client().get_inference_statistics(model)["model_stats"][0]
+            s = read_stats(self.server.http_client(), model)
         except Exception:  # model not loaded (yet), or the server is gone
             return None
-        ok = stats.get("inference_stats", {}).get("success", {})
-        return dict(zip(_COUNTERS, (int(ok.get("count", 0)), int(ok.get("ns", 0)), int(stats.get("inference_count", 0)),
-                                    int(stats.get("execution_count", 0)))))
+        return dict(zip(_COUNTERS, (*s.phases["success"], s.inference_count, s.execution_count)))
 
     def _segment(self, model: str, open_new: bool) -> None:
         """Close `model`'s open history segment at its counters now; with `open_new`, open the next."""
@@ -253,17 +243,15 @@ class Workspace:
 
     def history(self, model: str) -> list[dict[str, Any]]:
         """One entry per configuration `model` ran between two `reload`s (the last up to now): its
-        ``delay_us`` and ``preferred`` and the ``success``, ``success_ns``, ``inference_count`` and
-        ``execution_count`` the server's statistics added meanwhile."""
+        ``delay_us`` and ``preferred`` and how much each of `_COUNTERS` grew meanwhile."""
         out = [dict(s) for s in self._segments.get(model, [])]
         if model in self._open and (now := self._counters(model)) is not None:
             out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
         return out
 
     def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
-        """Make workspace model `model` (a copy of `lm_stream`) admit with the lab's `admit(waiting,
-        active, max_active, kv_token_budget)`: its source goes to ``<model>/1/policy.py`` (it must be
-        self-contained), ``model.py`` becomes `lm_stream` calling it. Reload the model afterwards."""
+        """Make workspace model `model` (a copy of `lm_stream`) admit with the lab's self-contained
+        `admit(waiting, active, max_active, kv_token_budget)` (copied to ``1/policy.py``); then reload it."""
         if not callable(admit) or getattr(admit, "__name__", "") == "<lambda>":
             raise ValueError("admit must be a function defined with def (its source is copied into the model)")
         try:

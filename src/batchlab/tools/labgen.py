@@ -1,15 +1,7 @@
 """Generate the learner labs (`labs/`) from the complete solutions (`solutions/`).
 
-In a solution, each answer sits between ``### BEGIN SOLUTION [hint]`` and ``### END SOLUTION``
-(nbgrader's markers); in the lab a code answer becomes ``# YOUR CODE HERE`` and
-``raise NotImplementedError("TODO（第 N 题）：hint …")`` (cell tagged ``raises-exception``), a markdown
-answer becomes `MARKDOWN_STUB`. Questions are numbered in notebook order; question N of lab L is
-checked by ``labL.qN``. Labs keep no outputs and get a banner cell. Every cell carries nbgrader
-metadata (schema 3) derived from the markers and the check calls (`nbgrader_metadata`).
-
-    python -m batchlab.tools.labgen solutions labs             # write labs/ (make handout)
-    python -m batchlab.tools.labgen solutions labs --check     # exit 1 listing stale labs or metadata (CI)
-    python -m batchlab.tools.labgen solutions labs --annotate  # (re)write the solutions' nbgrader metadata
+Each answer between ``### BEGIN SOLUTION [hint]`` and ``### END SOLUTION`` becomes a TODO stub
+(``raise NotImplementedError("TODO（第 N 题）…")``); question N of lab L is checked by ``labL.qN``.
 """
 
 from __future__ import annotations
@@ -72,25 +64,23 @@ def stub_message(number: int, hint: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a valid Python string literal
 
 
-def replace_regions(source: str, kind: str, first_number: int, where: str) -> tuple[str, list[tuple[int, str]]]:
-    """Stub every solution region of one cell (all of them question `first_number`); (new source, [(number, hint)])."""
+def replace_regions(source: str, kind: str, number: int, where: str) -> tuple[str, bool]:
+    """Stub every solution region of one cell (all of them question `number`); (new source, any region found).
+    A region without a hint takes the cell's first hint."""
     out: list[str] = []
-    found: list[tuple[int, str]] = []
-    inside = False
+    found = inside = False
+    first_hint = ""
     for lineno, line in enumerate(source.split("\n"), 1):
         b, e = BEGIN.match(line), END.match(line)
         if b:
             if inside:
                 raise LabgenError(f"{where}, line {lineno}: '### BEGIN SOLUTION' inside another solution region")
-            inside = True
+            found = inside = True
             indent, hint = b.group("indent"), b.group("hint").strip()
-            if not found:
-                found.append((first_number, hint))
-            elif hint and not found[0][1]:
-                found[0] = (first_number, hint)
+            first_hint = first_hint or hint
             if kind == "code":
                 out.append(f"{indent}{CODE_STUB}")
-                out.append(f"{indent}raise NotImplementedError({stub_message(first_number, hint or found[0][1])})")
+                out.append(f"{indent}raise NotImplementedError({stub_message(number, hint or first_hint)})")
             else:
                 out.append(f"{indent}{MARKDOWN_STUB}")
             continue
@@ -196,7 +186,7 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
         if kind in ("code", "markdown") and ("### BEGIN SOLUTION" in src or "### END SOLUTION" in src):
             new, found = replace_regions(src, kind, len(questions) + 1, f"{solution_name}, cell {index}")
             if found:
-                questions.append(LabQuestion(found[0][0], kind))
+                questions.append(LabQuestion(len(questions) + 1, kind))
                 tags = cell["metadata"].get("tags", [])
                 if kind == "code" and RAISES_TAG not in tags:
                     cell["metadata"]["tags"] = [*tags, RAISES_TAG]

@@ -1,15 +1,6 @@
-"""Every number the prose of a notebook states must come from somewhere a reader can check.
-
-A number in a markdown cell passes when it appears, as written or rounded to the digits shown, in
-the source article (`batchlab.lm.vocab.ARTICLE`), the notebook's own code or stored outputs, or
-the allow-list of cited constants (`notebooks/cited_numbers.yaml`: value, what, source). Not
-numbers: chapter/section/question references, heading and list numbering, identifiers (`H100`,
-`fp16`), issue numbers, a lab's time estimate, citation years and pages, inline code, link targets,
-LaTeX sub/superscripts. After 约/近/≈/~ a number may be rounded to its significant digits or be
-within 2 %; a percentage also matches the fraction (22 % ↔ 0.22).
-
-    python -m batchlab.tools.prose_numbers notebooks/*.ipynb solutions/*.ipynb   # list what fails
-"""
+"""`python -m batchlab.tools.prose_numbers NOTEBOOK...`: every number a notebook's prose states must
+appear (as written or rounded as shown) in the source article (`batchlab.lm.vocab.ARTICLE`), the notebook's code or outputs, or
+the allow-list of cited constants; references, identifiers and numbering are not claims (`_DROP`)."""
 
 from __future__ import annotations
 
