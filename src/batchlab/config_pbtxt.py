@@ -16,21 +16,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from batchlab.paths import MODEL_REPOSITORY
 
-__all__ = [
-    "ConfigError",
-    "Finding",
-    "FIELD_NOTES",
-    "annotate",
-    "check_config",
-    "edit_config",
-    "to_text",
-    "field_paths",
-    "load_config_text",
-    "parse_config",
-    "stage_model",
-    "summarize",
-]
-
 SRC_PROTO = "common protobuf/model_config.proto"
 SRC_BATCHER = "server docs/user_guide/batcher.md"
 SRC_VALIDATE = "core src/model_config_utils.cc (ValidateModelConfig)"

@@ -25,10 +25,6 @@ import numpy as np
 from batchlab.quiz import params as P
 from batchlab.quiz.bank import LETTERS, Bank, Question
 
-__all__ = ["MAX_KEY_SHARE", "MAX_WIDTH_RATIO", "audit", "blind_scores", "chance", "display_width",
-           "eval_expr", "key_positions", "length_problems", "letter_references", "number_problems",
-           "quoted_numbers"]
-
 MAX_KEY_SHARE = 0.35
 """Most single-choice keys one option position may hold, over the chapter banks."""
 

@@ -36,9 +36,6 @@ from batchlab.paths import repo_root
 from batchlab.quiz import params as P
 from batchlab.quiz.safe_json import read_json_file
 
-__all__ = ["Bank", "Instance", "Question", "expand", "list_banks", "load_all", "load_bank",
-           "parse_bank", "quiz_dir", "sync_file"]
-
 KINDS = {"single": "multiple_choice", "multi": "many_choice", "numeric": "numeric"}
 """Our question kinds and the jupyterquiz `type` each one maps to."""
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

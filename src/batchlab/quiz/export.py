@@ -22,8 +22,6 @@ from typing import Any
 
 from batchlab.quiz.bank import Bank, Question
 
-__all__ = ["FIXED_INSTANCE_NOTE", "moodle_xml", "qti_package"]
-
 QTI_NS = "http://www.imsglobal.org/xsd/imsqti_v2p1"
 _CP_NS = "http://www.imsglobal.org/xsd/imscp_v1p1"
 _XSI = "http://www.w3.org/2001/XMLSchema-instance"

@@ -20,9 +20,6 @@ from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import seed_for
 from batchlab.quiz.safe_json import display_name, read_json_file
 
-__all__ = ["SubmissionError", "check_answer", "grade_file", "grade_files", "grade_submission",
-           "normalize_answer", "write_csv"]
-
 _META_KEYS = ("_bank", "_learner", "_shown", "_order", "_seed")
 
 

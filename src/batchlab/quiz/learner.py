@@ -14,9 +14,6 @@ from pathlib import Path
 
 from batchlab.quiz.safe_json import read_json_file
 
-__all__ = ["LEARNER_ENV", "check_learner", "current_learner", "forget_learner", "learner_file",
-           "remember_learner"]
-
 LEARNER_ENV = "BATCHLAB_LEARNER"
 """Environment variable that names the learner (wins over the remembered file)."""
 

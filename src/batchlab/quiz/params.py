@@ -19,9 +19,6 @@ from batchlab.theory import formulas as F
 from batchlab.theory import kv
 from batchlab.theory.roofline import ridge_batch
 
-__all__ = ["FORMULAS", "Formula", "draw_params", "fmt_number", "fmt_value", "formula", "placeholders",
-           "qid_key", "render_template", "seed_for"]
-
 
 @dataclass(frozen=True)
 class Formula:

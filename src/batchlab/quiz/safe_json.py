@@ -12,8 +12,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_SUBMISSION_BYTES", "display_name", "read_json_file"]
-
 MAX_SUBMISSION_BYTES = 1 << 20
 """Largest submission file the grader reads (1 MiB; a full bank's answers are a few KiB)."""
 

@@ -17,8 +17,6 @@ from batchlab.quiz.grade import SubmissionError, check_answer, normalize_answer
 from batchlab.quiz.learner import check_learner
 from batchlab.quiz.params import fmt_number, seed_for
 
-__all__ = ["Feedback", "QuizSession", "question_header", "render_text"]
-
 _KIND_LABEL = {"single": "单选", "multi": "多选", "numeric": "数值"}
 _DEFAULT_FEEDBACK = set(DEFAULT_FEEDBACK.values())
 

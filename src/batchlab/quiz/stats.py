@@ -13,8 +13,6 @@ import numpy as np
 
 from batchlab.quiz.bank import Bank
 
-__all__ = ["item_stats", "stats_table"]
-
 FLAG_TEXT = {
     "everyone-right": "人人答对：区分不出掌握程度",
     "nobody-right": "无人答对：检查答案或讲解",

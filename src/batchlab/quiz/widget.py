@@ -21,8 +21,6 @@ from batchlab.quiz.grade import SubmissionError
 from batchlab.quiz.learner import current_learner
 from batchlab.quiz.session import Feedback, QuizSession, question_header
 
-__all__ = ["Quiz", "display_chapter_quiz", "headless", "show_quiz"]
-
 
 def headless() -> bool:
     """True when no Jupyter kernel can show widgets (or `BATCHLAB_HEADLESS=1`)."""

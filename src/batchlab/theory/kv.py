@@ -9,19 +9,6 @@ from typing import Any, Iterable, Sequence
 
 from batchlab._validate import count
 
-__all__ = [
-    "GIB",
-    "GPU_MEMORY_GB",
-    "MODEL_SHAPES",
-    "ModelShape",
-    "KVPlan",
-    "kv_bytes_per_token",
-    "kv_bytes_for",
-    "max_concurrent_sequences",
-    "plan_kv",
-    "kv_plan_table",
-]
-
 GIB = 1024**3
 
 #: HBM of common accelerators, in decimal GB as vendors state them (NVIDIA data sheets).

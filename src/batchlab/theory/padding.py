@@ -14,11 +14,6 @@ import numpy as np
 
 from batchlab._validate import count, rng_of
 
-__all__ = [
-    "LengthPMF", "pmf_of", "uniform_pmf", "expected_eta", "expected_max", "ratio_of_expectations",
-    "eta_limit", "monte_carlo_eta", "MonteCarloEta", "eta_of_batches", "steps_paid_quantile",
-]
-
 
 @dataclass(frozen=True)
 class LengthPMF:

@@ -12,12 +12,6 @@ import numpy as np
 
 from batchlab._validate import count, non_negative, optional_count, positive
 
-__all__ = [
-    "little_wait", "window_wait", "WindowResult", "batch_queue", "BatchQueueResult",
-    "bailey_roots", "bailey_queue", "BaileyResult", "unbounded_latency", "unbounded_latency_bound",
-    "lambert_w", "as_batch_time",
-]
-
 
 def as_batch_time(batch_time: Any) -> Callable[[int], float]:
     """Seconds per execution of b items, from a callable ``b -> s``, an object with ``.time(b)``
