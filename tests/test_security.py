@@ -144,7 +144,7 @@ def test_sweep_removes_only_dead_launches_of_this_user(tmp_path: Path) -> None:
     tmp.mkdir(), shm.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    dead_tag = f"{dead.pid}-{int(time.time() * 100)}"
+    dead_tag = f"{dead.pid}-12345"
     live_tag = srv._owner_tag()
     entries = {
         "dead": tmp / f"batchlab-triton-{dead_tag}-abc",
@@ -262,3 +262,13 @@ def test_external_server_takes_its_key_from_the_environment(start_triton, monkey
     ext.http_client().load_model("echo")
     ext.grpc_client().unload_model("echo")
     assert not server.http_client().is_model_ready("echo")
+
+
+def test_a_clock_step_does_not_make_a_live_launch_look_dead(monkeypatch) -> None:
+    """psutil's epoch create time moves with the boot time it reads (whole seconds, after a clock
+    step): another process comparing tags that way could sweep a live launch."""
+    pid, start = map(int, srv._owner_tag().split("-"))
+    stepped = psutil.boot_time() + 1.0
+    monkeypatch.setattr(psutil, "boot_time", lambda: stepped)
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+    assert srv._owner_alive(pid, start)

@@ -601,15 +601,22 @@ _REAPER = (
 # --------------------------------------------------------------------------- leftovers of dead launches
 
 
+def _start_ticks(pid: int) -> int:
+    """A process's start in clock ticks since boot (/proc/PID/stat field 22): unlike psutil's epoch
+    create time, which adds a boot time read in whole seconds, no clock step moves it."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def _owner_tag() -> str:
-    """'PID-START' of this process (START: its start time in centiseconds since the epoch)."""
-    return f"{os.getpid()}-{int(psutil.Process().create_time() * 100)}"
+    """'PID-START' of this process (START: `_start_ticks`)."""
+    return f"{os.getpid()}-{_start_ticks(os.getpid())}"
 
 
 def _owner_alive(pid: int, start: int) -> bool:
     try:
-        return abs(int(psutil.Process(pid).create_time() * 100) - start) <= 1
-    except psutil.Error:
+        return _start_ticks(pid) == start
+    except (OSError, ValueError, IndexError):
         return False
 
 
