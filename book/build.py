@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from batchlab.quiz.bank import load_bank
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -110,7 +112,7 @@ def quiz_page(banks):
            "这里是 `quiz/*.json` 的全部题目，答案和解析折叠在每题下面。要作答并自动批改，请在 "
            "JupyterLab 中打开 [交互式测验](quiz.ipynb)，或在终端运行 `python -m batchlab.quiz`。", ""]
     for bank in banks:
-        items = json.loads(bank.read_text(encoding="utf-8"))
+        items = [q.raw for q in load_bank(bank)]  # each answer is stored once; the bank derives the rest
         title = "原文面试题" if bank.stem == "interview" else f"第 {bank.stem[2:]} 章自测题"
         out += [f"## {title}（`{bank.name}`）", ""]
         for q in items:
