@@ -419,13 +419,19 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """True while a member of the group runs; killed members left as zombies (until whoever
+    adopted them reaps them, which can take seconds in a container) do not count."""
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
