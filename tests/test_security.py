@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -180,14 +181,15 @@ def test_sweep_leaves_other_users_alone(tmp_path: Path) -> None:
     assert srv.sweep_stale(tmp=tmp_path, shm=tmp_path) == [] and d.exists()
 
 
-def _launch_in_child(echo_repo: Path) -> tuple[subprocess.Popen[str], list[Path], psutil.Process]:
+def _launch_in_child(echo_repo: Path, env: dict[str, str] | None = None
+                     ) -> tuple[subprocess.Popen[str], list[Path], psutil.Process]:
     """A Python process that starts a server and sleeps; its folder and regions; its reaper."""
     code = (
         "import sys, time; from batchlab.server import TritonServer\n"
         f"s = TritonServer({str(echo_repo)!r}).start()\n"
         "print(s.workdir, *s.shm_regions(), flush=True); time.sleep(600)\n"
     )
-    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     left = [Path(p) for p in parent.stdout.readline().split()]
     reaper = next(p for p in psutil.Process(parent.pid).children() if "batchlab-reaper" in " ".join(p.cmdline()))
     assert len(left) >= 2 and all(p.exists() for p in left), left
@@ -237,8 +239,14 @@ def test_a_killed_process_leaves_no_folder_or_shared_memory(echo_repo: Path) -> 
             parent.kill()
 
 
-def test_what_a_killed_launch_left_is_swept_at_the_next_start(echo_repo: Path, start_triton) -> None:
-    parent, left, reaper = _launch_in_child(echo_repo)
+def test_what_a_killed_launch_left_is_swept_at_the_next_start(echo_repo: Path, start_triton, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # The launch's folder goes to a temporary directory of this test alone, so that only our next
+    # start can sweep it (a server started meanwhile by another test process sweeps the shared one).
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    parent, left, reaper = _launch_in_child(echo_repo, env={**os.environ, "TMPDIR": str(private)})
     try:
         os.killpg(reaper.pid, signal.SIGKILL)  # everything killed at once (kill -9 -1): nobody cleans
         parent.kill()
@@ -247,7 +255,7 @@ def test_what_a_killed_launch_left_is_swept_at_the_next_start(echo_repo: Path, s
         if parent.poll() is None:
             parent.kill()
     time.sleep(1)
-    assert all(p.exists() for p in left), left
+    assert left[0].parent == private and left[0].exists(), left  # nobody cleaned the folder up
     start_triton(["echo"])
     assert not any(p.exists() for p in left), [p for p in left if p.exists()]
 
