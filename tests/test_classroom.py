@@ -236,25 +236,8 @@ def _carol(solution: dict, question: int) -> dict:
 
 @pytest.mark.server
 @pytest.mark.slow
-class _GradeFourLearners:
-    """One test class per lab (below), so that `--dist loadscope` can run them on both workers."""
-
-    lab, carol_q = "", 0
-
-    def test_grade_four_learners(self, tmp_path: Path) -> None:
-        grade_four_learners(tmp_path, self.lab, self.carol_q)
-
-
-class TestGradeFourLearnersLab2(_GradeFourLearners):
-    lab, carol_q = "lab2", 4
-
-
-class TestGradeFourLearnersLab4(_GradeFourLearners):
-    lab, carol_q = "lab4", 2
-
-
-def grade_four_learners(tmp_path: Path, lab: str, carol_q: int) -> None:
-    """Four learners' submissions of `lab` graded in the sandbox: full marks, 0, 0, and one question lost."""
+@pytest.mark.parametrize("lab, carol_q", [("lab2", 4), ("lab4", 2)])
+def test_grade_four_learners(tmp_path: Path, lab: str, carol_q: int) -> None:
     try:
         pick("bwrap")
     except Exception as exc:

@@ -132,23 +132,8 @@ def _executed_errors(nb: dict) -> list[str]:
 
 @pytest.mark.server
 @pytest.mark.slow
-class _LearnerPath:
-    """One test class per lab (below): `--dist loadscope` hands each class to a worker of its own
-    choosing, so the labs (about half a minute each) spread over both workers."""
-
-    lab = ""
-
-    def test_learner_path(self, tmp_path: Path) -> None:
-        learner_path(tmp_path, self.lab)
-
-
-for _lab in sorted(PLANTED):
-    _name = f"TestLearnerPath{_lab.capitalize()}"
-    globals()[_name] = type(_name, (_LearnerPath,), {"lab": _lab})
-
-
-def learner_path(tmp_path: Path, lab: str) -> None:
-    """Every run of `lab`'s learner path (see the module docstring), each checked."""
+@pytest.mark.parametrize("lab", sorted(PLANTED))
+def test_learner_path(tmp_path: Path, lab: str) -> None:
     try:
         pick("bwrap")
     except Exception as exc:
