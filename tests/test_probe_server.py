@@ -30,8 +30,9 @@ def test_batch_times_are_single_executions_of_each_size(triton) -> None:
     for b in bt.sizes:
         assert bt.compute_ms[b].size == 2 and np.all(bt.compute_ms[b] > 0)
         assert np.all(bt.infer_ms[b] <= bt.compute_ms[b])
-        # the client waits for the execution, and more
-        assert np.median(bt.latency_ms[b]) >= np.median(bt.compute_ms[b])
+        # the client waits for the model's execute, and more (not for all of compute_output: the
+        # server may time that end after the response is on its way; measured 0.08 ms past it once)
+        assert np.median(bt.latency_ms[b]) >= np.median(bt.infer_ms[b])
     with pytest.raises(ValueError, match="rows"):
         measure_batch_times(triton, "embed_nobatch", lambda b: {"TOKENS": row}, sizes=(2,), rounds=1)
 

@@ -99,7 +99,7 @@ def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
     if not all(t and t > 0 for t in thr) or not all(p and p > 0 for p in p95):
         g.fail("有的行 throughput_rps 或 p95_ms 不是正数：用 report.throughput_rps 和 report.latency_ms()['p95']")
     rate = _num(rate)
-    low = [t for t in thr if rate and not 0.5 * rate <= t <= 1.15 * rate]
+    low = [t for t in thr if rate and not 0.35 * rate <= t <= 1.15 * rate]   # units, not noise
     why = "检查需要到达率：check_sweep_rows(..., rate=RATE)" if not rate else "" if not low else (
         f"吞吐应接近到达率 {rate:.0f} req/s（开环负载下服务器跟得上时两者相等），你的是 {low[0]:.4g}"
         + ("：单位是 req/s，不是 req/ms" if low and math.isclose(low[0] * 1000, rate, rel_tol=0.5) else
@@ -120,14 +120,16 @@ def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
         if mine is None or abs(mine - server_mb) > 0.25 * server_mb + 0.15:
             bad_mb.append((_row_key(r), mine, server_mb))
         server_ms = int(h["success_ns"]) / max(int(h["success"]), 1) / 1e6
-        if _num(r["p95_ms"]) < 0.8 * server_ms:
+        # A unit slip is a factor of 1000; a stalled core can lift the server's mean above a
+        # correct p95 (a few slow requests), so the bound is a tenth of that mean.
+        if _num(r["p95_ms"]) < 0.1 * server_ms:
             bad_p95.append((_row_key(r), _num(r["p95_ms"]), server_ms))
     g.expect(not bad_mb, "每行的平均批大小与服务器统计记录的一致",
              f"配置 {bad_mb[0][0]} 的 mean_batch 是 {bad_mb[0][1]}，服务器统计记录的是 {bad_mb[0][2]:.2f}"
              "（inference_count ÷ execution_count）：用 report.mean_batch_size()，它来自服务器的统计扩展" if bad_mb else "")
-    g.expect(not bad_p95, "每行的 p95 不小于服务器记录的平均请求时长（单位 ms）",
-             f"配置 {bad_p95[0][0]} 的 p95_ms 是 {bad_p95[0][1]:.4g}，比服务器统计里每个请求的平均时长 {bad_p95[0][2]:.2f} ms "
-             "还小：单位是毫秒吗？用 report.latency_ms()['p95']" if bad_p95 else "")
+    g.expect(not bad_p95, "每行的 p95 与服务器记录的平均请求时长同一量级（单位 ms）",
+             f"配置 {bad_p95[0][0]} 的 p95_ms 是 {bad_p95[0][1]:.4g}，连服务器统计里每个请求平均时长 {bad_p95[0][2]:.2f} ms "
+             "的十分之一都不到：单位是毫秒吗？用 report.latency_ms()['p95']" if bad_p95 else "")
 
 
 #: The simulator's rows for the check's two fixed sweeps (delays 0 and 4000 µs, preferred () and
