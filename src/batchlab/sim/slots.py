@@ -44,7 +44,8 @@ class SlotControl(NamedTuple):
 
 
 class SequenceSlots:
-    """``slots`` batch slots on each of ``instances`` instances; the idle reaper after ``idle_s`` (0: off)."""
+    """``slots`` batch slots per instance. "direct": a sequence's requests run in its own slot; "oldest":
+    the slot only ties the sequence to an instance. Silent ``idle_s`` seconds: force-ended (0: never)."""
 
     def __init__(self, strategy: str, instances: int, slots: int, idle_s: float) -> None:
         self.strategy, self.idle_s = strategy, idle_s
@@ -52,8 +53,7 @@ class SequenceSlots:
         self.free = sorted((number, instance) for instance in range(instances) for number in range(slots))
         self.backlog: deque[SequenceRequest] = deque()  # first requests of sequences with no slot, FIFO
         self.slot_of: dict[int, tuple[int, int]] = {}     # sequence -> the slot it owns until it ends
-        # per instance: slot number -> the request waiting there, in the order they came (oldest first)
-        self.waiting: list[dict[int, SequenceRequest]] = [{} for _ in range(instances)]
+        self.waiting = [{} for _ in range(instances)]  # per instance: slot number -> request, oldest first
         self.force_ended: set[int] = set()  # the idle reaper ended these: their next request is refused
 
     def arrive(self, request: SequenceRequest, now: float) -> int | None:
@@ -84,18 +84,18 @@ class SequenceSlots:
         """The idle reaper: ``request``, its sequence's latest, came ``idle_s`` ago (``ReaperThread``)."""
         if request.last or request.seq not in self.slot_of or request.seq in self.force_ended:
             return None  # END already sent, no slot yet (checked when it gets one), or ended already
-        self.force_ended.add(request.seq)  # Triton sends a null request: the model is told nothing
+        self.force_ended.add(request.seq)  # Triton queues a null request: the model is told nothing
         return None if math.isnan(request.finish) else self.release(request.seq, now)  # else: after it
 
     def finished(self, request: SequenceRequest, now: float) -> None:
-        """``request`` completed: a force-ended sequence, or an oldest END, frees its slot now."""
+        """``request`` completed: a force-ended sequence's or an oldest END's slot frees (CompleteAndNext)."""
         if request.seq in self.force_ended or (request.last and self.strategy == "oldest"):
-            self.release(request.seq, now)  # (OldestSequenceBatch::CompleteAndNext)
+            self.release(request.seq, now)
 
     def take(self, instance: int, now: float, size: int = 0) -> list[SequenceRequest | None]:
-        """The next batch of ``instance`` (oldest: the ``size`` oldest requests, as the dynamic batcher said)."""
+        """The next batch of ``instance``; oldest: ``size`` requests (the dynamic batcher's choice)."""
         waiting = self.waiting[instance]
-        if self.strategy == "oldest":  # of distinct sequences, no fixed slot, no padding
+        if self.strategy == "oldest":  # of distinct sequences, in any batch position, no padding
             return [waiting.pop(number) for number in list(waiting)[:size]]
         # direct: slots 0 … the highest ready one, in slot order; an empty slot runs as padding (None)
         batch = [waiting.pop(number, None) for number in range(max(waiting) + 1)]
