@@ -131,11 +131,11 @@ class _SequenceRun:
         self.busy = [False] * settings.instances
         self.wake_at = [INF] * settings.instances  # the timer each instance waits for
         self.events = EventQueue()
-        self.ready: set[int] = set()  # instances whose waiting requests changed since the last dispatch
+        self.to_dispatch: set[int] = set()  # instances with new waiting requests or a timer gone off
 
     def run(self) -> None:
         """Advance the clock to the next arrival or event until every sequence is done."""
-        starts, events, n, ready = self.starts, self.events, len(self.starts), self.ready
+        starts, events, n, to_dispatch = self.starts, self.events, len(self.starts), self.to_dispatch
         complete, send, dispatch = self.complete, self.send, self.dispatch  # bound once: the loop is hot
         i = 0
         while i < n or len(events):
@@ -147,21 +147,21 @@ class _SequenceRun:
                     send(data, now)
                 elif kind == _WAKE:
                     self.wake_at[data] = INF
-                    ready.add(data)
+                    to_dispatch.add(data)
                 elif self.latest[data.seq] is data:  # _IDLE: nothing sent since ``data``
-                    self._mark(self.slots.reap(data, now))
+                    self._needs_dispatch(self.slots.reap(data, now))
             while i < n and starts[i] <= now:
                 send(i, now)
                 i += 1
-            if ready:
-                for instance in sorted(ready):
+            if to_dispatch:
+                for instance in sorted(to_dispatch):
                     dispatch(instance, now)
-                ready.clear()
+                to_dispatch.clear()
 
-    def _mark(self, instance: int | None) -> None:
+    def _needs_dispatch(self, instance: int | None) -> None:
         """Note that ``instance`` (if any) has a new waiting request."""
         if instance is not None:
-            self.ready.add(instance)
+            self.to_dispatch.add(instance)
 
     def send(self, seq: int, now: float) -> None:
         """Sequence ``seq``'s client sends its next request."""
@@ -175,7 +175,7 @@ class _SequenceRun:
         self.latest[seq] = request
         if self.settings.idle_s > 0:
             self.events.push(now + self.settings.idle_s, _IDLE, request)
-        self._mark(self.slots.arrive(request, now))
+        self._needs_dispatch(self.slots.arrive(request, now))
 
     def dispatch(self, instance: int, now: float) -> None:
         """A free ``instance`` with waiting requests runs a batch now, or sets a timer to look again."""
@@ -224,7 +224,7 @@ class _SequenceRun:
             if not request.last:
                 self.events.push(now + self._think_time(), _SEND, request.seq)
         self.running[instance] = []
-        self.ready.add(instance)
+        self.to_dispatch.add(instance)
 
     def _think_time(self) -> float:
         """The client's pause between a response and its next request."""
