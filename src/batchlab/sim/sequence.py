@@ -1,17 +1,18 @@
 """Triton's sequence batcher: stateful sequences, one request per step, a client think time between steps.
 
-A sequence holds a slot of one instance (the lowest free one, else a FIFO backlog).
-``strategy="direct"``: a free instance runs slots 0 … highest ready slot in one batch, empty slots
-as padding; the slot frees when the last request joins a batch. ``strategy="oldest"``: a dynamic
-batcher over the slots' requests; the slot frees when the last request completes. A sequence idle
-``max_sequence_idle_us`` after its last request's arrival is force-ended (its next request rejected).
+The slots themselves (which slot a sequence owns, the backlog, the idle reaper, the batch a slot table
+gives) are `slots.SequenceSlots`; this module is the event loop around them. ``strategy="direct"``: a
+free instance runs slots 0 … highest ready slot in one batch, empty slots as padding; the slot frees
+when the last request joins a batch. ``strategy="oldest"``: a dynamic batcher over the slots' requests;
+the slot frees when the last request completes. A sequence idle ``max_sequence_idle_us`` after its last
+request's arrival is force-ended (its next request rejected).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
@@ -21,8 +22,26 @@ from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule
 from .service import BatchService, check_batch_service, service_times
+from .slots import SequenceRequest, SequenceSlots
 
-_REQ, _FREE, _WAKE, _IDLE = 0, 1, 2, 3
+_SEND, _DONE, _WAKE, _IDLE = 0, 1, 2, 3  # event kinds: a client sends, an execution ends, a timer, the reaper
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The checked arguments of `simulate_sequence`."""
+
+    strategy: str
+    max_batch_size: int
+    instances: int
+    slots: int                 # per instance: max_batch_size (direct) or max_candidate_sequences (oldest)
+    think_s: float
+    think: str
+    min_slot_utilization: float
+    idle_s: float
+    delay_s: float             # direct's max_queue_delay (oldest's lives in ``rule``)
+    rule: BatchRule | None     # oldest: the dynamic batcher's setting
+    batch_time: list[float]    # seconds of one execution of b batch elements, b = 0 … max_batch_size
 
 
 def simulate_sequence(
@@ -46,255 +65,191 @@ def simulate_sequence(
 
     ``think``: "constant" or "exponential" (mean ``think_time_s``); ``max_sequence_idle_us`` 0 disables the reaper.
     """
-    s0 = times_array("starts", starts)
-    ns = s0.size
-    st = int_array("steps", steps, ns, lo=1)
+    start_times = times_array("starts", starts)
+    step_counts = int_array("steps", steps, start_times.size, lo=1)
     check_batch_service(service)
-    strat = choice("strategy", strategy, ("direct", "oldest"))
-    m = integer("max_batch_size", max_batch_size, lo=1)
-    k = integer("instances", instances, lo=1)
+    settings = _check_settings(strategy, max_batch_size, instances, think_time_s, think, max_candidate_sequences,
+                               preferred_batch_sizes, max_queue_delay_us, minimum_slot_utilization,
+                               max_sequence_idle_us, service)
+    run = _SequenceRun(settings, start_times.tolist(), step_counts.tolist(), rng_of(seed))
+    run.run()
+    s = settings
+    config = dict(strategy=s.strategy, max_batch_size=s.max_batch_size, instances=s.instances,
+                  think_time_s=s.think_s, think=s.think, slots_per_instance=s.slots,
+                  max_queue_delay_us=float(max_queue_delay_us), minimum_slot_utilization=s.min_slot_utilization,
+                  max_sequence_idle_us=float(max_sequence_idle_us),
+                  preferred_batch_sizes=list(s.rule.effective_preferred) if s.rule else [], service=repr(service))
+    # whole-run counts; each force-ended sequence also shows as one rejected request
+    return SimResult(run.records(), run.batch_records(), f"sequence_{s.strategy}", config, instances=s.instances,
+                     capacity_rps=None, warmup=warmup,
+                     extra={"eta": "slots", "summary_extra": {
+                         "sequences": start_times.size, "sequences_aborted": len(run.slots.force_ended)}})
+
+
+def _check_settings(strategy: str, max_batch_size: int, instances: int, think_time_s: float, think: str,
+                    max_candidate_sequences: int, preferred_batch_sizes: Sequence[int],
+                    max_queue_delay_us: float, minimum_slot_utilization: float, max_sequence_idle_us: float,
+                    service: BatchService) -> _Settings:
+    """`simulate_sequence`'s settings, each checked (one clear ValueError for a bad one)."""
+    strategy = choice("strategy", strategy, ("direct", "oldest"))
+    max_batch_size = integer("max_batch_size", max_batch_size, lo=1)
+    instances = integer("instances", instances, lo=1)
     think_s = non_negative("think_time_s", think_time_s)
-    think_kind = choice("think", think, ("constant", "exponential"))
-    msu = real("minimum_slot_utilization", minimum_slot_utilization)
-    if not 0.0 <= msu <= 1.0:
+    think = choice("think", think, ("constant", "exponential"))
+    min_util = real("minimum_slot_utilization", minimum_slot_utilization)
+    if not 0.0 <= min_util <= 1.0:
         raise ValueError(f"minimum_slot_utilization must be in [0, 1], got {minimum_slot_utilization!r}")
     idle_s = non_negative("max_sequence_idle_us", max_sequence_idle_us) * 1e-6
-    if strat == "oldest":
-        cands = integer("max_candidate_sequences", max_candidate_sequences, lo=0) or m
-        rule = BatchRule(m, tuple(preferred_batch_sizes or ()), max_queue_delay_us)
+    if strategy == "oldest":
+        slots = integer("max_candidate_sequences", max_candidate_sequences, lo=0) or max_batch_size
+        rule = BatchRule(max_batch_size, tuple(preferred_batch_sizes or ()), max_queue_delay_us)
         delay_s = 0.0
     else:
         if preferred_batch_sizes:
             raise ValueError("preferred_batch_sizes belongs to the oldest strategy, not direct")
-        cands = m
-        rule = None
+        slots, rule = max_batch_size, None
         delay_s = non_negative("max_queue_delay_us", max_queue_delay_us) * 1e-6
-    rng = rng_of(seed)
-    svc = service_times(service, np.arange(m + 1)).tolist()
-    if any(not (x > 0) for x in svc[1:]):
+    batch_time = service_times(service, np.arange(max_batch_size + 1)).tolist()
+    if any(not (t > 0) for t in batch_time[1:]):
         raise ValueError("service times must be > 0 for every batch size up to max_batch_size")
+    return _Settings(strategy, max_batch_size, instances, slots, think_s, think, min_util, idle_s, delay_s, rule,
+                     batch_time)
 
-    starts_l = s0.tolist()
-    steps_l = st.tolist()
-    # per request (grown as clients send)
-    r_arr: list[float] = []
-    r_seq: list[int] = []
-    r_step: list[int] = []
-    r_start: list[float] = []
-    r_fin: list[float] = []
-    r_bid: list[int] = []
-    r_inst: list[int] = []
-    r_rej: list[bool] = []
-    issue: list[float] = []  # when the request reached its slot's batcher (oldest's delay clock)
-    # per sequence
-    slot_of: list[tuple[int, int] | None] = [None] * ns
-    sent = [0] * ns
-    last_rid = [-1] * ns
-    pend = [-1] * ns        # request waiting in its slot or in the backlog
-    inflight = [False] * ns
-    aborted = [False] * ns
-    reap_after = [False] * ns
-    # per instance
-    slot_seq = [[-1] * cands for _ in range(k)]
-    ready = [[-1] * cands for _ in range(k)]          # direct
-    dbq: list[deque[int]] = [deque() for _ in range(k)]  # oldest
-    busy = [False] * k
-    in_batch: list[list[int]] = [[] for _ in range(k)]
-    wake_at = [INF] * k
-    free_slots = [(s, i) for i in range(k) for s in range(cands)]
-    heapq.heapify(free_slots)
-    backlog: deque[int] = deque()
-    b_rows: list[tuple[float, float, int, int, int]] = []
-    ev = EventQueue()
-    dirty: set[int] = set()
 
-    def new_request(j: int, now: float, rejected: bool) -> int:
-        rid = len(r_arr)
-        r_arr.append(now)
-        r_seq.append(j)
-        r_step.append(sent[j])
-        r_start.append(math.nan)
-        r_fin.append(now if rejected else math.nan)
-        r_bid.append(-1)
-        r_inst.append(-1)
-        r_rej.append(rejected)
-        issue.append(math.nan)
-        sent[j] += 1
-        return rid
+class _SequenceRun:
+    """One simulation: clients send their sequences' requests, `SequenceSlots` holds them, instances run
+    the batches; ``requests`` (in the order sent) and ``batches`` record what happened."""
 
-    def make_ready(j: int, rid: int, now: float) -> None:
-        inst, s = slot_of[j]
-        issue[rid] = now
-        pend[j] = rid
-        if strat == "direct":
-            ready[inst][s] = rid
-        else:
-            dbq[inst].append(rid)
-        dirty.add(inst)
+    def __init__(self, settings: _Settings, starts: list[float], steps: list[int],
+                 rng: np.random.Generator) -> None:
+        self.settings, self.starts, self.steps, self.rng = settings, starts, steps, rng
+        self.slots = SequenceSlots(settings.strategy, settings.instances, settings.slots, settings.idle_s)
+        self.requests: list[SequenceRequest] = []
+        self.latest: list[SequenceRequest | None] = [None] * len(starts)  # each sequence's latest request
+        self.batches: list[tuple[float, float, int, int, int]] = []  # start, end, instance, size, executed
+        self.running: list[list[SequenceRequest]] = [[] for _ in range(settings.instances)]
+        self.busy = [False] * settings.instances
+        self.wake_at = [INF] * settings.instances  # the timer each instance waits for
+        self.events = EventQueue()
+        self.to_dispatch: set[int] = set()  # instances with new waiting requests or a timer gone off
 
-    def assign(j: int, inst: int, s: int, now: float) -> None:
-        slot_of[j] = (inst, s)
-        slot_seq[inst][s] = j
-        if pend[j] >= 0:
-            make_ready(j, pend[j], now)
-            if idle_s > 0 and now >= r_arr[pend[j]] + idle_s and r_step[pend[j]] < steps_l[j] - 1:
-                # Triton's idle clock starts at the request's arrival and is not reset when a
-                # backlogged sequence gets its slot: the reaper force-ends it behind this request.
-                aborted[j] = True
-                reap_after[j] = True
+    def run(self) -> None:
+        """Advance the clock to the next arrival or event until every sequence is done."""
+        starts, events, n, to_dispatch = self.starts, self.events, len(self.starts), self.to_dispatch
+        complete, send, dispatch = self.complete, self.send, self.dispatch  # bound once: the loop is hot
+        i = 0
+        while i < n or len(events):
+            now = min(starts[i] if i < n else INF, events.peek_time())
+            for kind, data in events.pop_due(now):
+                if kind == _DONE:
+                    complete(data, now)
+                elif kind == _SEND:
+                    send(data, now)
+                elif kind == _WAKE:
+                    self.wake_at[data] = INF
+                    to_dispatch.add(data)
+                elif self.latest[data.seq] is data:  # _IDLE: nothing sent since ``data``
+                    self._needs_dispatch(self.slots.reap(data, now))
+            while i < n and starts[i] <= now:
+                send(i, now)
+                i += 1
+            if to_dispatch:
+                for instance in sorted(to_dispatch):
+                    dispatch(instance, now)
+                to_dispatch.clear()
 
-    def release(j: int, now: float) -> None:
-        inst, s = slot_of[j]
-        slot_of[j] = None
-        slot_seq[inst][s] = -1
-        if backlog:
-            assign(backlog.popleft(), inst, s, now)
-        else:
-            heapq.heappush(free_slots, (s, inst))
+    def _needs_dispatch(self, instance: int | None) -> None:
+        """Note that ``instance`` (if any) has a new waiting request."""
+        if instance is not None:
+            self.to_dispatch.add(instance)
 
-    def send(j: int, now: float) -> None:
-        if aborted[j]:
-            new_request(j, now, True)  # the server no longer knows this sequence: refused, client stops
+    def send(self, seq: int, now: float) -> None:
+        """Sequence ``seq``'s client sends its next request."""
+        latest = self.latest[seq]
+        step = 0 if latest is None else latest.step + 1
+        request = SequenceRequest(seq, step, step == self.steps[seq] - 1, now)
+        self.requests.append(request)
+        if seq in self.slots.force_ended:  # the server no longer knows this sequence: refused, the client stops
+            request.finish, request.rejected = now, True
             return
-        rid = new_request(j, now, False)
-        last_rid[j] = rid
-        if idle_s > 0:
-            ev.push(now + idle_s, _IDLE, (j, rid))
-        if slot_of[j] is None and free_slots and not backlog:
-            s, inst = heapq.heappop(free_slots)
-            slot_of[j] = (inst, s)
-            slot_seq[inst][s] = j
-        if slot_of[j] is None:
-            pend[j] = rid
-            backlog.append(j)
-        else:
-            make_ready(j, rid, now)
+        self.latest[seq] = request
+        if self.settings.idle_s > 0:
+            self.events.push(now + self.settings.idle_s, _IDLE, request)
+        self._needs_dispatch(self.slots.arrive(request, now))
 
-    def start_batch(inst: int, members: list[int], executed: int, now: float) -> None:
-        end = now + svc[executed]
-        bid = len(b_rows)
-        b_rows.append((now, end, inst, len(members), executed))
-        busy[inst] = True
-        in_batch[inst] = members
-        for rid in members:
-            r_start[rid] = now
-            r_bid[rid] = bid
-            r_inst[rid] = inst
-            j = r_seq[rid]
-            pend[j] = -1
-            inflight[j] = True
-            if strat == "direct" and r_step[rid] == steps_l[j] - 1:
-                release(j, now)  # END taken into a batch frees the slot
-        ev.push(end, _FREE, inst)
-
-    def dispatch(inst: int, now: float) -> None:
-        if busy[inst]:
+    def dispatch(self, instance: int, now: float) -> None:
+        """A free ``instance`` with waiting requests runs a batch now, or sets a timer to look again."""
+        waiting = self.slots.waiting[instance]
+        if self.busy[instance] or not waiting:
             return
-        if strat == "direct":
-            row = ready[inst]
-            rs = [s for s in range(cands) if row[s] >= 0]
-            if not rs:
-                return
-            if delay_s > 0 and msu > 0:
-                earliest = min(issue[row[s]] for s in rs)
-                if not (now - earliest > delay_s or len(rs) / m >= msu):
-                    when = math.nextafter(earliest + delay_s, INF)
-                    if when != wake_at[inst]:
-                        wake_at[inst] = when
-                        ev.push(when, _WAKE, inst)
-                    return
-            members = [row[s] for s in rs]
-            for s in rs:
-                row[s] = -1
-            start_batch(inst, members, rs[-1] + 1, now)
-        else:
-            q = dbq[inst]
-            if not q:
-                return
-            bs, when = rule.decide(min(len(q), m), issue[q[0]], now)
-            if bs == 0:
-                if when != wake_at[inst]:
-                    wake_at[inst] = when
-                    ev.push(when, _WAKE, inst)
-                return
-            members = [q.popleft() for _ in range(bs)]
-            start_batch(inst, members, bs, now)
-
-    def complete(inst: int, now: float) -> None:
-        busy[inst] = False
-        for rid in in_batch[inst]:
-            r_fin[rid] = now
-            j = r_seq[rid]
-            inflight[j] = False
-            last = r_step[rid] == steps_l[j] - 1
-            if strat == "oldest" and last and slot_of[j] is not None:
-                release(j, now)
-            if reap_after[j] and slot_of[j] is not None and pend[j] < 0:
-                release(j, now)
-            if not last:
-                if think_kind == "constant" or think_s == 0.0:
-                    gap = think_s
-                else:
-                    gap = float(rng.exponential(think_s))
-                ev.push(now + gap, _REQ, j)
-        in_batch[inst] = []
-        dirty.add(inst)
-
-    def idle_check(j: int, rid: int, now: float) -> None:
-        if last_rid[j] != rid or slot_of[j] is None or aborted[j]:
+        size, when = self._decide(waiting, now)
+        if size == 0:
+            if when != self.wake_at[instance]:
+                self.wake_at[instance] = when
+                self.events.push(when, _WAKE, instance)
             return
-        if r_step[rid] == steps_l[j] - 1:
-            return  # its END is sent: nothing left to lose
-        aborted[j] = True
-        if pend[j] >= 0 or inflight[j]:
-            reap_after[j] = True
-        else:
-            release(j, now)
+        self._start(instance, self.slots.take(instance, now, size), now)
 
-    i = 0
-    while i < ns or len(ev):
-        ta = starts_l[i] if i < ns else INF
-        now = min(ta, ev.peek_time())
-        for kind, data in ev.pop_due(now):
-            if kind == _FREE:
-                complete(data, now)
-            elif kind == _REQ:
-                send(data, now)
-            elif kind == _WAKE:
-                wake_at[data] = INF
-                dirty.add(data)
-            else:
-                idle_check(data[0], data[1], now)
-        while i < ns and starts_l[i] <= now:
-            send(i, now)
-            i += 1
-        if dirty:
-            for inst in sorted(dirty):
-                dispatch(inst, now)
-            dirty.clear()
+    def _decide(self, waiting: dict[int, SequenceRequest], now: float) -> tuple[int, float]:
+        """``(size, now)`` to run a batch now, or ``(0, when)`` to look again at ``when``."""
+        s = self.settings
+        oldest = next(iter(waiting.values())).queued  # requests are queued in time order
+        if s.rule is not None:  # oldest: the dynamic batcher's decision over the candidates' requests
+            return s.rule.decide(min(len(waiting), s.max_batch_size), oldest, now)
+        # direct (DirectSequenceBatch::BatcherThread): with a delay and a minimum slot utilization, wait
+        # until the oldest request waited strictly longer than the delay or enough slots are ready
+        if s.delay_s > 0 and s.min_slot_utilization > 0:
+            if not (now - oldest > s.delay_s or len(waiting) / s.max_batch_size >= s.min_slot_utilization):
+                return 0, math.nextafter(oldest + s.delay_s, INF)
+        return len(waiting), now
 
-    nr = len(r_arr)
-    order = np.argsort(np.asarray(r_arr), kind="stable")
-    rec = empty_records(nr)
-    rec["arrival"] = r_arr
-    rec["start"] = r_start
-    rec["finish"] = r_fin
-    rec["batch_id"] = r_bid
-    rec["instance"] = r_inst
-    rec["seq_id"] = r_seq
-    rec["step"] = r_step
-    rec["rejected"] = r_rej
-    rec = rec[order]
-    rec["id"] = np.arange(nr)
-    bat = make_batches(len(b_rows))
-    if b_rows:
-        cols = list(zip(*b_rows))
-        bat["start"], bat["end"], bat["instance"], bat["size"], bat["executed"] = cols
-    config = dict(strategy=strat, max_batch_size=m, instances=k, think_time_s=think_s, think=think_kind,
-                  slots_per_instance=cands, max_queue_delay_us=float(max_queue_delay_us),
-                  minimum_slot_utilization=msu, max_sequence_idle_us=float(max_sequence_idle_us),
-                  preferred_batch_sizes=list(rule.effective_preferred) if rule else [], service=repr(service))
-    # whole-run counts; each force-ended sequence also shows as one rejected request
-    return SimResult(rec, bat, f"sequence_{strat}", config, instances=k, capacity_rps=None, warmup=warmup,
-                     extra={"eta": "slots", "summary_extra": {
-                         "sequences": ns, "sequences_aborted": int(sum(aborted))}})
+    def _start(self, instance: int, batch: list[SequenceRequest | None], now: float) -> None:
+        """``instance`` starts running ``batch`` (None: a padding slot) until its service time is over."""
+        members = [request for request in batch if request is not None]
+        end = now + self.settings.batch_time[len(batch)]
+        batch_id = len(self.batches)
+        self.batches.append((now, end, instance, len(members), len(batch)))
+        self.busy[instance] = True
+        self.running[instance] = members
+        for request in members:
+            request.start, request.batch, request.instance = now, batch_id, instance
+        self.events.push(end, _DONE, instance)
+
+    def complete(self, instance: int, now: float) -> None:
+        """``instance``'s batch is done: each request's client thinks, then sends its next step."""
+        self.busy[instance] = False
+        for request in self.running[instance]:
+            request.finish = now
+            self.slots.finished(request, now)
+            if not request.last:
+                self.events.push(now + self._think_time(), _SEND, request.seq)
+        self.running[instance] = []
+        self.to_dispatch.add(instance)
+
+    def _think_time(self) -> float:
+        """The client's pause between a response and its next request."""
+        s = self.settings
+        if s.think == "constant" or s.think_s == 0.0:
+            return s.think_s
+        return float(self.rng.exponential(s.think_s))
+
+    def records(self) -> np.ndarray:
+        """One row per request, in arrival order."""
+        rows = list(map(attrgetter("arrival", "start", "finish", "batch", "instance", "seq", "step", "rejected"),
+                        self.requests))
+        rec = empty_records(len(rows))
+        if rows:
+            columns = list(zip(*rows))
+            for name, column in zip(("arrival", "start", "finish", "batch_id", "instance", "seq_id", "step",
+                                     "rejected"), columns):
+                rec[name] = column
+        rec = rec[np.argsort(rec["arrival"], kind="stable")]
+        rec["id"] = np.arange(rec.size)
+        return rec
+
+    def batch_records(self) -> np.ndarray:
+        """One row per execution, in start order."""
+        bat = make_batches(len(self.batches))
+        if self.batches:
+            bat["start"], bat["end"], bat["instance"], bat["size"], bat["executed"] = zip(*self.batches)
+        return bat
