@@ -3,7 +3,8 @@
 `fonts` (a CJK font so Chinese labels render: `setup`, `zh`), `layout` (legends and the check
 that none covers data); one module of figures per chapter: `bottleneck` (01), `speedup` and
 `timeline` (02), `padding` (03), `tuning` (04), `evaluation` (05), `engineering` (06), `cases`
-(07), `demo` (08), `misconceptions` (09).
+(07), `demo` (08), `misconceptions` (09); `source` shows a library object's own source in a
+chapter (`show_source`).
 """
 
 from batchlab.plotting.fonts import cjk_available, setup, zh
