@@ -40,8 +40,11 @@ class Decision(NamedTuple):
 def next_batch(pending: Iterable[QueuedRequest], now: float, rule: BatchRule) -> Decision:
     """Triton's dynamic-batcher decision (``GetDynamicBatch``, core ``src/dynamic_batch_scheduler.cc``).
 
-    ``pending``: the queue in the order Triton hands requests out (priority level 1 first, FIFO
-    within a level); a batch is always its first requests. Asked when an instance can take a batch.
+    ``pending``: the queue in the order Triton takes requests (priority level 1 first, FIFO within
+    a level); a batch is always its first requests. ``rule``: the settings (`BatchRule`), with
+    ``effective_preferred`` (the preferred sizes, or [max_batch_size] when none are set), their
+    largest ``max_preferred`` and ``delay_s`` (max_queue_delay in seconds). Asked whenever an
+    instance can take a batch: at an arrival, when an instance frees, at a wake-up.
     """
     elements = 0   # batch elements in the batch being formed (Triton counts these, not requests)
     count = 0      # requests in it
@@ -50,17 +53,19 @@ def next_batch(pending: Iterable[QueuedRequest], now: float, rule: BatchRule) ->
     for request in pending:
         grown = elements + request.elements
         # The request would jump past the largest preferred size before any was reached (e.g.
-        # requests of 3 elements, preferred [4]): keep the batch as it stands as the best one.
+        # requests of 3 elements, preferred [4]): the batch as it stands becomes the best one.
         if count and not preferred and grown > rule.max_preferred:
             preferred = count
-        # It would not fit under max_batch_size: the batch is full (`send_now` in Triton).
+        # It does not fit under max_batch_size: the batch is full (`send_now`). The requests behind
+        # it wait too, even smaller ones: the batch is always the front of the queue.
         if grown > rule.max_batch_size:
             break
-        elements, count = grown, count + 1
+        elements = grown
+        count += 1
         oldest = min(oldest, request.arrival)
         if elements in rule.effective_preferred:
             preferred = count
-    if count == 0:  # nothing pending
+    if count == 0:  # nothing pending (Triton rejects a request larger than max_batch_size on arrival)
         return Decision(0, INF)
     deadline = oldest + rule.delay_s
     # A delay of 0 never counts as exceeded (`pending_batch_delay_ns_ != 0` in `delay_is_exceeded`).
