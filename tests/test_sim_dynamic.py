@@ -160,6 +160,25 @@ def test_instances_run_in_parallel(engine):
     assert sorted(res.records["instance"][:2].tolist()) == [0, 1]
 
 
+def test_batch_elements_size_and_price_batches():
+    # max_batch 8, preferred [4], delay 1 ms, t(B) = 1 + 0.1 B ms; requests of 2, 2 and 3 elements.
+    # t=0: 2 elements, wait. t=0.1 ms: 2 + 2 = 4 is preferred: both go, 1.4 ms -> end 1.5 ms.
+    # t=0.2 ms: 3 elements wait; the instance frees at 1.5 ms, past their deadline 1.2 ms: sent, 1.3 ms.
+    a = np.array([0.0, 0.1, 0.2]) * MS
+    res = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000, preferred_batch_sizes=(4,),
+                           batch_elements=[2, 2, 3])
+    assert batches(res) == [(0.0001, 2), (0.0015, 1)]
+    assert res.batches["executed"].tolist() == [4, 3]
+    assert res.records["finish"] == pytest.approx(np.array([1.5, 1.5, 2.8]) * MS)
+    ones = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000, batch_elements=[1, 1, 1])
+    plain = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000)
+    assert ones.records["finish"].tolist() == plain.records["finish"].tolist()  # one element each: as without
+    with pytest.raises(ValueError, match="batch_elements must be <= max_batch_size"):
+        simulate_dynamic(a, Affine(1000, 100), 4, batch_elements=[1, 5, 1])
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(a, Affine(1000, 100), 4, batch_elements=[1, 2, 1], engine="fast")
+
+
 def test_queue_full_rejects_on_arrival():
     a = np.r_[0.0, np.linspace(1, 5, 5) * MS]
     res = simulate_dynamic(a, Affine(10_000, 0), 1, max_queue_size=2)

@@ -39,12 +39,15 @@ def simulate_dynamic(
     priority_queue_policy: Mapping[int, QueuePolicy] | None = None,
     warmup: float = 0.1,
     engine: str = "auto",
+    batch_elements: Sequence[int] | np.ndarray | None = None,
 ) -> SimResult:
     """Simulate Triton's dynamic batcher on sorted ``arrivals`` (seconds).
 
     ``max_queue_size``, ``default_timeout_us`` and ``timeout_action`` form the default queue policy
     of every priority level; ``priority_queue_policy`` overrides it per level. ``priorities``: each
     request's level (1 = highest). ``warmup``: fraction of requests `SimResult.summary` leaves out.
+    ``batch_elements``: each request's batch dimension (default 1); batches are sized and priced in
+    elements (``batches["executed"]``; ``batches["size"]`` counts requests).
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
@@ -55,20 +58,21 @@ def simulate_dynamic(
     prio = _priorities(priorities, levels, a.size)
     policies = _level_policies(default, max(levels, 1), priority_queue_policy)
     engine = choice("engine", engine, ("auto", "fast", "events"))
-    simple = len(policies) == 1 and policies[0].is_default
+    elements = _batch_elements(batch_elements, rule.max_batch_size, a.size)
+    simple = len(policies) == 1 and policies[0].is_default and elements is None
     if engine == "fast" and not simple:
-        raise ValueError("the fast engine handles one priority level and no queue-policy limits; use engine='events'")
-    svc = service_times(service, np.arange(rule.max_batch_size + 1))
-    if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
-        raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
+        raise ValueError("the fast engine handles one priority level, no queue-policy limits and one batch "
+                         "element per request; use engine='events'")
+    svc = _service_table(service, rule.max_batch_size)
     if engine == "fast" or (engine == "auto" and simple):
         rec, bat = _fast_records(a, svc, *run_fast(a, rule, svc.tolist(), k))
     else:
-        service_time = svc.tolist()
-        rec, bat = run_events(a, rule, lambda members: service_time[len(members)], k, prio, policies)
+        rec, bat = run_events(a, rule, _priced_by_elements(svc, elements), k, prio, policies, elements)
     if prio is not None:
         rec["priority"] = prio
     cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
+    if elements is not None:  # requests/s: elements/s over the mean elements per request
+        cap /= float(elements.mean())
     config = dict(
         max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
         max_queue_delay_us=rule.max_queue_delay_us, instances=k, max_queue_size=default.max_queue_size,
@@ -95,6 +99,34 @@ def _priorities(priorities, levels: int, n: int) -> np.ndarray | None:
     if p.size and p.max() > levels:
         raise ValueError(f"priorities must be in [1, {levels}], found {int(p.max())}")
     return p
+
+
+def _service_table(service: BatchService, max_batch_size: int) -> np.ndarray:
+    """t(B) for B = 0 .. max_batch_size (index = batch elements), each finite and > 0 from B = 1."""
+    svc = service_times(service, np.arange(max_batch_size + 1))
+    if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
+        raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
+    return svc
+
+
+def _batch_elements(values: Any, max_batch_size: int, n: int) -> np.ndarray | None:
+    """Each request's batch dimension, each in [1, max_batch_size]; None when all are 1."""
+    if values is None:
+        return None
+    elements = int_array("batch_elements", values, n, lo=1)
+    if elements.size and elements.max() > max_batch_size:
+        raise ValueError(f"batch_elements must be <= max_batch_size ({max_batch_size}), found "
+                         f"{int(elements.max())}: Triton rejects such a request")
+    return elements if np.any(elements != 1) else None
+
+
+def _priced_by_elements(svc: np.ndarray, elements: np.ndarray | None) -> Callable[[list[int]], float]:
+    """``batch_time(ids)``: the service time of a batch of these requests, from its batch elements."""
+    service_time = svc.tolist()
+    if elements is None:
+        return lambda members: service_time[len(members)]
+    per_request = elements.tolist()
+    return lambda members: service_time[sum(per_request[r] for r in members)]
 
 
 def _level_policies(default: QueuePolicy, levels: int,
@@ -261,7 +293,7 @@ class _Log:
         self.batch_id = [-1] * total
         self.instance = [-1] * total
         self.rejected: list[int] = []
-        self.batches: list[tuple[float, float, int, int]] = []  # start, end, size, instance
+        self.batches: list[tuple[float, float, int, int, int]] = []  # start, end, size, elements, instance
 
     def batch(self, members: list[QueuedRequest], start: float, end: float, instance: int) -> None:
         """Record one batch and its members."""
@@ -270,7 +302,7 @@ class _Log:
             self.finish[request.id] = end
             self.batch_id[request.id] = len(self.batches)
             self.instance[request.id] = instance
-        self.batches.append((start, end, len(members), instance))
+        self.batches.append((start, end, len(members), sum(request.elements for request in members), instance))
 
     def records(self, arrivals: np.ndarray, queue: PriorityQueue) -> tuple[np.ndarray, np.ndarray]:
         """The request and batch records; a request a timeout dropped finishes when it timed out."""
@@ -286,8 +318,7 @@ class _Log:
         rec["timed_out"][[request.id for request in queue.timed_out]] = True
         bat = make_batches(len(self.batches))
         if self.batches:
-            bat["start"], bat["end"], bat["size"], bat["instance"] = zip(*self.batches)
-            bat["executed"] = bat["size"]
+            bat["start"], bat["end"], bat["size"], bat["executed"], bat["instance"] = zip(*self.batches)
         return rec, bat
 
 
@@ -298,19 +329,22 @@ def run_events(
     k: int,
     prio: np.ndarray | None,
     pols: list[QueuePolicy],
+    elements: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The general event-driven dynamic batcher on arrivals ``a`` with ``k`` instances, priority
-    levels ``prio`` (None: all level 1) and each level's queue policy ``pols``; ``batch_time(ids)``
-    prices a batch from its request indices (so `batchlab.sim.static_generation` reuses the loop)."""
+    levels ``prio`` (None: all level 1), each level's queue policy ``pols`` and each request's batch
+    ``elements`` (None: 1); ``batch_time(ids)`` prices a batch from its request indices (so
+    `batchlab.sim.static_generation` reuses the loop)."""
     arrivals = a.tolist()
     levels = prio.tolist() if prio is not None else [1] * len(arrivals)
+    sizes = elements.tolist() if elements is not None else [1] * len(arrivals)
     driver = _EventDriver(rule, batch_time, k, PriorityQueue(pols), _Log(len(arrivals)))
     following = 0  # the next request to arrive
     while following < len(arrivals) or len(driver.events):
         now = min(arrivals[following] if following < len(arrivals) else INF, driver.events.peek_time())
         driver.free_instances(now)
         while following < len(arrivals) and arrivals[following] <= now:
-            driver.arrive(QueuedRequest(arrivals[following], 1, levels[following], following), now)
+            driver.arrive(QueuedRequest(arrivals[following], sizes[following], levels[following], following), now)
             following += 1
         driver.dispatch(now)
     rec, bat = driver.log.records(a, driver.queue)
