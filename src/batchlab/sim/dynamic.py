@@ -1,8 +1,9 @@
 """Triton's dynamic batcher, field for field (`simulate_dynamic`): drivers around `batchlab.sim.rule.next_batch`.
 
 Two drivers give the same schedules where both apply. ``events`` (queues per priority level,
-rejection, timeouts) asks `next_batch` at every decision. ``fast`` (one priority level, no
-queue-policy limits) asks it once per queue length before the run and looks the answers up.
+rejection, timeouts, requests of several batch elements) asks `next_batch` at every decision.
+``fast`` (one priority level, no queue-policy limits, one element per request) asks it once per
+queue length before the run and looks the answers up.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def simulate_rule(arrivals: np.ndarray, service: BatchService, rule: BatchRule, 
                             preferred_batch_sizes=rule.preferred, instances=rule.instances, warmup=warmup, **kwargs)
 
 
-def _priorities(priorities, levels: int, n: int) -> np.ndarray | None:
+def _priorities(priorities: Any, levels: int, n: int) -> np.ndarray | None:
+    """Each request's priority level in [1, levels], or None when priorities are off."""
     if priorities is None:
         return None
     if levels < 1:
@@ -237,8 +239,9 @@ class PriorityQueue:
         self.timeouts = [policy.timeout_us * 1e-6 for policy in policies]
         self.waiting: list[deque[QueuedRequest]] = [deque() for _ in policies]
         self.delayed: list[deque[QueuedRequest]] = [deque() for _ in policies]
+        self.has_timeouts = any(timeout > 0 for timeout in self.timeouts)
         self.timed_out: list[QueuedRequest] = []
-        self.size = 0
+        self.size = 0  # requests queued, all levels
 
     def __len__(self) -> int:
         return self.size
@@ -263,6 +266,8 @@ class PriorityQueue:
     def expire(self, now: float) -> None:
         """Apply the timeouts to requests that waited longer (``ApplyPolicy``): REJECT drops them,
         DELAY moves them behind their level's other requests (they never time out again)."""
+        if not self.has_timeouts:
+            return
         for level, timeout in enumerate(self.timeouts):
             waiting = self.waiting[level]
             while timeout > 0 and waiting and waiting[0].arrival + timeout < now:
@@ -323,33 +328,35 @@ class _Log:
 
 
 def run_events(
-    a: np.ndarray,
+    arrivals: np.ndarray,
     rule: BatchRule,
     batch_time: Callable[[list[int]], float],
-    k: int,
-    prio: np.ndarray | None,
-    pols: list[QueuePolicy],
-    elements: np.ndarray | None = None,
+    instances: int,
+    priorities: np.ndarray | None,
+    policies: list[QueuePolicy],
+    batch_elements: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The general event-driven dynamic batcher on arrivals ``a`` with ``k`` instances, priority
-    levels ``prio`` (None: all level 1), each level's queue policy ``pols`` and each request's batch
-    ``elements`` (None: 1); ``batch_time(ids)`` prices a batch from its request indices (so
-    `batchlab.sim.static_generation` reuses the loop)."""
-    arrivals = a.tolist()
-    levels = prio.tolist() if prio is not None else [1] * len(arrivals)
-    sizes = elements.tolist() if elements is not None else [1] * len(arrivals)
-    driver = _EventDriver(rule, batch_time, k, PriorityQueue(pols), _Log(len(arrivals)))
+    """The general event-driven dynamic batcher: each request's priority level (None: all 1) and
+    batch elements (None: 1), each level's queue policy; ``batch_time(ids)`` prices a batch from its
+    request indices (so `batchlab.sim.static_generation` reuses the loop)."""
+    total = arrivals.size
+    level = priorities.tolist() if priorities is not None else [1] * total
+    elements = batch_elements.tolist() if batch_elements is not None else [1] * total
+    requests = [QueuedRequest(arrival, elements[i], level[i], i) for i, arrival in enumerate(arrivals.tolist())]
+    driver = _EventDriver(rule, batch_time, instances, PriorityQueue(policies), _Log(total))
     following = 0  # the next request to arrive
-    while following < len(arrivals) or len(driver.events):
-        now = min(arrivals[following] if following < len(arrivals) else INF, driver.events.peek_time())
+    while True:
+        now = min(requests[following].arrival if following < total else INF, driver.events.peek_time())
+        if now == INF:  # no arrival and no event left
+            break
         driver.free_instances(now)
-        while following < len(arrivals) and arrivals[following] <= now:
-            driver.arrive(QueuedRequest(arrivals[following], sizes[following], levels[following], following), now)
+        while following < total and requests[following].arrival <= now:
+            driver.arrive(requests[following], now)
             following += 1
         driver.dispatch(now)
-    rec, bat = driver.log.records(a, driver.queue)
-    if prio is not None:
-        rec["priority"] = prio
+    rec, bat = driver.log.records(arrivals, driver.queue)
+    if priorities is not None:
+        rec["priority"] = priorities
     return rec, bat
 
 
@@ -380,9 +387,9 @@ class _EventDriver:
 
     def dispatch(self, now: float) -> None:
         """While an instance is idle, ask `next_batch` and send the batch, or schedule a wake-up."""
-        while self.idle and len(self.queue):
+        while self.idle and self.queue.size:
             self.queue.expire(now)
-            if not len(self.queue):
+            if not self.queue.size:
                 return
             decision = next_batch(self.queue, now, self.rule)
             if decision.send == 0:
