@@ -163,8 +163,8 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
     `next_batch`'s answer depends only on how many are pending (up to ``max_batch_size``) and on
     whether the oldest has waited the delay: `sends_by_queue_length` asks it once per case.
     """
-    arrival = arrivals.tolist()
-    total = len(arrival)
+    total = arrivals.size
+    arrival = arrivals.tolist() + [INF] * rule.max_batch_size  # INF: no more arrivals
     within_delay, after_delay = sends_by_queue_length(rule)
     delay, largest = rule.delay_s, rule.max_batch_size
     several = instances > 1  # with one instance the heap of idle instances is skipped (1/4 of the time)
@@ -187,15 +187,14 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
         if now < clock:
             now = clock
         while True:
-            window = head + largest
-            pending = arrived_by(arrival, now, head, window if window < total else total) - head
-            deadline = arrival[head] + delay
-            send = after_delay[pending] if delay and now >= deadline else within_delay[pending]
+            pending = arrived_by(arrival, now, head, head + largest) - head
+            # past the oldest's deadline: the same test next_batch makes (a delay of 0 never expires)
+            send = after_delay[pending] if delay and now >= arrival[head] + delay else within_delay[pending]
             if send:
                 break
             # nothing goes yet: look again at the next arrival or at the oldest's deadline
-            following = head + pending
-            now = arrival[following] if following < total and arrival[following] < deadline else deadline
+            deadline = arrival[head] + delay
+            now = arrival[head + pending] if arrival[head + pending] < deadline else deadline
         record_start(now)
         record_size(send)
         if several:
