@@ -109,7 +109,8 @@ class BatchRule:
             object.__setattr__(self, name, value)
 
     def decide(self, n: int, oldest_arrival: float, now: float) -> Decision:
-        """`next_batch` for ``n`` one-element requests whose oldest arrived at ``oldest_arrival``."""
+        """`next_batch` for ``n`` one-element requests whose oldest arrived at ``oldest_arrival`` (the
+        sequence batcher's ``oldest`` strategy asks this way)."""
         return next_batch([QueuedRequest(oldest_arrival)] * n, now, self)
 
     def overload_batch(self) -> int:
