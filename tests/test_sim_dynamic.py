@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from batchlab.sim import workload as wl
-from batchlab.sim.dynamic import simulate_dynamic
-from batchlab.sim.rule import BatchRule, QueuePolicy
+from batchlab.sim.dynamic import sends_by_queue_length, simulate_dynamic
+from batchlab.sim.rule import INF, BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
 from batchlab.sim.service import Affine, Table
 
 MS = 1e-3
@@ -36,6 +36,77 @@ def test_rule_table():
     assert r.decide(6, 0.0, 0.002) == (6, 0.002)  # expired: everything pending, beyond max preferred
     with pytest.raises(ValueError, match="exceeds max_batch_size"):
         BatchRule(4, (8,), 0)
+
+
+def queue(*elements, arrival=0.0):
+    """Requests of the given batch elements, all arriving at ``arrival``."""
+    return [QueuedRequest(arrival, e) for e in elements]
+
+
+def test_next_batch_delay_0_sends_the_largest_preferred_size_reachable():
+    rule = BatchRule(8, (4, 8), 0)
+    assert next_batch(queue(*[1] * 7), 0.0, rule) == Decision(4, 0.0)  # 7 pending: 4 go, 3 stay
+    assert next_batch(queue(*[1] * 3), 0.0, rule) == Decision(3, 0.0)  # none reachable: all go, no wait
+    assert next_batch(queue(*[1] * 8), 2.0, rule) == Decision(8, 2.0)
+    assert next_batch(queue(*[1] * 11), 0.0, rule) == Decision(8, 0.0)  # at most max_batch_size
+    assert next_batch([], 0.0, rule) == Decision(0, INF)
+
+
+def test_next_batch_preferred_size_goes_before_the_deadline_else_waits():
+    rule = BatchRule(8, (2,), 1000)
+    pending = [QueuedRequest(0.0), QueuedRequest(0.0001), QueuedRequest(0.0002)]
+    assert next_batch(pending, 0.0003, rule) == Decision(2, 0.0003)  # 3 pending, preferred 2 reachable
+    assert next_batch(pending[:1], 0.0005, rule) == Decision(0, 0.001)  # 1 pending: wait for 0 + 1 ms
+    # the deadline runs from the earliest arrival in the batch, not from the first in the queue
+    # (a later arrival of a higher priority level stands in front)
+    assert next_batch([QueuedRequest(0.0005), QueuedRequest(0.0001)], 0.0006, BatchRule(8, (), 1000)) \
+        == Decision(0, 0.0011)
+
+
+def test_next_batch_skips_the_preferred_rule_once_the_delay_expired():
+    rule = BatchRule(8, (2,), 1000)
+    assert next_batch(queue(*[1] * 6), 0.0009, rule) == Decision(2, 0.0009)
+    assert next_batch(queue(*[1] * 6), 0.001, rule) == Decision(6, 0.001)  # at the deadline: all, beyond 2
+    assert next_batch(queue(*[1] * 10), 0.002, rule) == Decision(8, 0.002)  # but never beyond max_batch_size
+
+
+def test_next_batch_counts_batch_elements_not_requests():
+    rule = BatchRule(8, (4,), 1000)
+    assert next_batch(queue(2, 2, 3), 0.0, rule) == Decision(2, 0.0)  # 2 + 2 = 4 elements: preferred
+    assert next_batch(queue(2, 1), 0.0, rule) == Decision(0, 0.001)  # 3 elements: wait
+    # 3 + 3 jumps past the largest preferred size 4 with none reached: the 3 go at once
+    assert next_batch(queue(3, 3), 0.0, rule) == Decision(1, 0.0)
+    # one request of 5 elements is already past 4: it goes at once
+    assert next_batch(queue(5), 0.0, rule) == Decision(1, 0.0)
+
+
+def test_next_batch_max_batch_size_caps_the_elements():
+    rule = BatchRule(4, (), 1000)  # no preferred sizes: [max_batch_size] = [4]
+    assert next_batch(queue(*[1] * 6), 0.0, rule) == Decision(4, 0.0)
+    assert next_batch(queue(2, 1, 2), 0.0, rule) == Decision(2, 0.0)  # 3 elements; + 2 would be 5 > 4
+    assert next_batch(queue(2, 1, 2), 0.002, rule) == Decision(2, 0.002)
+
+
+def test_next_batch_stops_at_the_first_request_that_does_not_fit():
+    rule = BatchRule(8, (), 5000)
+    # 4 + 3 = 7; the 2 would make 9 > 8: the batch is full although the 1 behind it would fit
+    assert next_batch(queue(4, 3, 2, 1), 0.0, rule) == Decision(2, 0.0)
+    assert next_batch(queue(4, 3), 0.0, rule) == Decision(0, 0.005)  # 7 < 8 fits more: wait
+
+
+def test_fast_driver_lookup_matches_next_batch_on_any_queue():
+    """The fast driver's premise: for one-element FIFO requests, next_batch depends only on how many are
+    pending (up to max_batch_size) and on whether the oldest has waited the delay."""
+    rng = np.random.default_rng(3)
+    for rule in (BatchRule(8, (2, 6), 3000), BatchRule(16, (4, 8), 200), BatchRule(5, (), 0), BatchRule(1)):
+        within, after = sends_by_queue_length(rule)
+        for _ in range(200):
+            n = int(rng.integers(1, 2 * rule.max_batch_size + 1))
+            arrivals = np.sort(rng.uniform(0.0, 0.004, n)).tolist()
+            now = arrivals[-1] + float(rng.uniform(0.0, 0.004))
+            expired = rule.delay_s > 0 and now >= arrivals[0] + rule.delay_s
+            sends = (after if expired else within)[min(n, rule.max_batch_size)]
+            assert next_batch([QueuedRequest(t) for t in arrivals], now, rule).send == sends
 
 
 @pytest.mark.parametrize("engine", BOTH)
@@ -87,6 +158,25 @@ def test_instances_run_in_parallel(engine):
     res = simulate_dynamic(np.zeros(3), Affine(1000, 0), 1, instances=2, engine=engine)
     assert res.records["start"].tolist() == [0.0, 0.0, 0.001]
     assert sorted(res.records["instance"][:2].tolist()) == [0, 1]
+
+
+def test_batch_elements_size_and_price_batches():
+    # max_batch 8, preferred [4], delay 1 ms, t(B) = 1 + 0.1 B ms; requests of 2, 2 and 3 elements.
+    # t=0: 2 elements, wait. t=0.1 ms: 2 + 2 = 4 is preferred: both go, 1.4 ms -> end 1.5 ms.
+    # t=0.2 ms: 3 elements wait; the instance frees at 1.5 ms, past their deadline 1.2 ms: sent, 1.3 ms.
+    a = np.array([0.0, 0.1, 0.2]) * MS
+    res = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000, preferred_batch_sizes=(4,),
+                           batch_elements=[2, 2, 3])
+    assert batches(res) == [(0.0001, 2), (0.0015, 1)]
+    assert res.batches["executed"].tolist() == [4, 3]
+    assert res.records["finish"] == pytest.approx(np.array([1.5, 1.5, 2.8]) * MS)
+    ones = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000, batch_elements=[1, 1, 1])
+    plain = simulate_dynamic(a, Affine(1000, 100), 8, max_queue_delay_us=1000)
+    assert ones.records["finish"].tolist() == plain.records["finish"].tolist()  # one element each: as without
+    with pytest.raises(ValueError, match="batch_elements must be <= max_batch_size"):
+        simulate_dynamic(a, Affine(1000, 100), 4, batch_elements=[1, 5, 1])
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(a, Affine(1000, 100), 4, batch_elements=[1, 2, 1], engine="fast")
 
 
 def test_queue_full_rejects_on_arrival():

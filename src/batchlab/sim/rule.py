@@ -1,7 +1,6 @@
-"""Triton's dynamic-batcher decision (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``).
+"""Triton's dynamic-batcher decision, `next_batch` (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``),
+and its settings, `BatchRule`; the queue policy, `QueuePolicy`.
 
-Of the first n = min(pending, max_batch_size) requests: the largest preferred size <= n while the oldest
-is within ``max_queue_delay``, all n once the delay is 0 or past, else wait for an arrival or the deadline.
 Decisions are taken when an instance can take work; Triton pre-forms payloads while instances are
 busy, which differs only with several preferred sizes and busy instances (it may close a payload at
 the first preferred size reached; this model sends the largest one pending).
@@ -11,19 +10,83 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from batchlab._validate import choice, integer, non_negative
 from batchlab.config_pbtxt import edit_config, to_text
 
+from .engine import INF
+
+
+class QueuedRequest(NamedTuple):
+    """A request waiting in the dynamic batcher's queue."""
+
+    arrival: float     # when it entered the queue (s)
+    elements: int = 1  # its batch dimension: the batch elements it adds to a batch
+    priority: int = 1  # its priority level (1 = highest)
+    id: int = 0        # which request it is (its index in the run)
+
+
+class Decision(NamedTuple):
+    """What the batcher does now: send the first ``send`` pending requests as one batch, or, when
+    ``send`` is 0, look again at ``wake_at`` (or at the next arrival, if that comes first)."""
+
+    send: int
+    wake_at: float
+
+
+def next_batch(pending: Iterable[QueuedRequest], now: float, rule: BatchRule) -> Decision:
+    """Triton's dynamic-batcher decision (``GetDynamicBatch``, core ``src/dynamic_batch_scheduler.cc``).
+
+    ``pending``: the queue in the order Triton takes requests (priority level 1 first, FIFO within
+    a level); a batch is always its first requests. ``rule``: the settings (`BatchRule`), with
+    ``effective_preferred`` (the preferred sizes, or [max_batch_size] when none are set), their
+    largest ``max_preferred`` and ``delay_s`` (max_queue_delay in seconds). Asked whenever an
+    instance can take a batch: at an arrival, when an instance frees, at a wake-up.
+    """
+    elements = 0   # batch elements in the batch being formed (Triton counts these, not requests)
+    count = 0      # requests in it
+    preferred = 0  # requests in the best batch of a preferred size seen so far (0: none yet)
+    oldest = INF   # the earliest arrival among them: the delay runs from it
+    for request in pending:
+        grown = elements + request.elements
+        # The request would jump past the largest preferred size before any was reached (e.g.
+        # requests of 3 elements, preferred [4]): the batch as it stands becomes the best one.
+        if count and not preferred and grown > rule.max_preferred:
+            preferred = count
+        # It does not fit under max_batch_size: the batch is full (`send_now`). The requests behind
+        # it wait too, even smaller ones: the batch is always the front of the queue.
+        if grown > rule.max_batch_size:
+            break
+        elements = grown
+        count += 1
+        oldest = min(oldest, request.arrival)
+        if elements in rule.effective_preferred:
+            preferred = count
+    if count == 0:  # nothing pending (Triton rejects a request larger than max_batch_size on arrival)
+        return Decision(0, INF)
+    deadline = oldest + rule.delay_s
+    # A delay of 0 never counts as exceeded (`pending_batch_delay_ns_ != 0` in `delay_is_exceeded`).
+    delay_exceeded = rule.delay_s > 0 and now >= deadline
+    # 1. A preferred size is reachable and the oldest is within the delay: send it at once
+    #    (7 pending, preferred [4, 8]: 4 go, 3 stay). With delay 0 this rule still comes first.
+    if preferred and not delay_exceeded:
+        return Decision(preferred, now)
+    # 2. The delay has expired (the preferred rule is then skipped), there is no delay, or the batch
+    #    has reached the largest preferred size: send everything that fits.
+    if delay_exceeded or rule.delay_s == 0 or elements >= rule.max_preferred:
+        return Decision(count, now)
+    # 3. Otherwise wait: an arrival may still make a preferred size before the oldest's deadline.
+    return Decision(0, deadline)
+
 
 @dataclass(frozen=True, order=True)
 class BatchRule:
     """One dynamic-batcher setting: ``max_batch_size``, ``preferred`` (sorted, possibly empty),
     ``max_queue_delay_us`` and ``instances`` (``instance_group.count``). ``effective_preferred`` is
-    what Triton uses (empty means ``[max_batch_size]``); ``best[n]`` is the largest of them <= n, or 0.
+    what Triton uses (empty means ``[max_batch_size]``); `next_batch` takes the decisions.
     """
 
     max_batch_size: int
@@ -31,8 +94,6 @@ class BatchRule:
     max_queue_delay_us: float = 0.0
     instances: int = 1
     effective_preferred: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    best: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    min_preferred: int = field(init=False, repr=False, compare=False)
     max_preferred: int = field(init=False, repr=False, compare=False)
     delay_s: float = field(init=False, repr=False, compare=False)
 
@@ -42,32 +103,15 @@ class BatchRule:
         d = non_negative("max_queue_delay_us", self.max_queue_delay_us)
         k = integer("instances", self.instances, lo=1)
         eff = pref or (m,)
-        best = [0] * (m + 1)
-        cur = 0
-        for n in range(m + 1):
-            if n in eff:
-                cur = n
-            best[n] = cur
         for name, value in (("max_batch_size", m), ("max_queue_delay_us", d), ("preferred", pref),
-                            ("instances", k), ("effective_preferred", eff), ("best", tuple(best)),
-                            ("min_preferred", eff[0]), ("max_preferred", eff[-1]), ("delay_s", d * 1e-6)):
+                            ("instances", k), ("effective_preferred", eff), ("max_preferred", eff[-1]),
+                            ("delay_s", d * 1e-6)):
             object.__setattr__(self, name, value)
 
-    def decide(self, n: int, oldest_arrival: float, now: float) -> tuple[int, float]:
-        """``(size, now)`` to send now, or ``(0, deadline)`` to wait (an earlier arrival re-triggers it).
-
-        ``n`` is ``min(pending, max_batch_size)`` (>= 1); ``oldest_arrival``: the earliest of those ``n``.
-        """
-        b = self.best[n]
-        d = self.delay_s
-        if d == 0.0:
-            return (b if b else n), now
-        deadline = oldest_arrival + d
-        if now >= deadline:
-            return n, now
-        if b:
-            return b, now
-        return 0, deadline
+    def decide(self, n: int, oldest_arrival: float, now: float) -> Decision:
+        """`next_batch` for ``n`` one-element requests whose oldest arrived at ``oldest_arrival`` (the
+        sequence batcher's ``oldest`` strategy asks this way)."""
+        return next_batch([QueuedRequest(oldest_arrival)] * n, now, self)
 
     def overload_batch(self) -> int:
         """The batch size sent when the queue is long: max preferred with delay 0, else max_batch_size."""

@@ -48,16 +48,35 @@ def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
     arr = r["arrival"]
     if r.size > 1 and np.any(arr[1:] < arr[:-1]):
         r = r[np.argsort(arr, kind="stable")]
-    n_all = int(r.size)
-    m = r[int(math.ceil(w * n_all)):]
+    m = r[int(math.ceil(w * int(r.size))):]
     out: dict[str, Any] = {"scheduler": res.scheduler, "requests": int(m.size)}
     dropped = m["rejected"] | m["timed_out"]
-    done = ~dropped & ~np.isnan(m["finish"])
-    c = m[done]
+    c = m[~dropped & ~np.isnan(m["finish"])]
     out["completed"] = int(c.size)
     out["rejected"] = int(m["rejected"].sum())
     out["timed_out"] = int(m["timed_out"].sum())
+    t0, t1, in_win = _window(r, m, out)
+    out["latency_ms"] = _stats_ms(c["finish"] - c["arrival"])
+    out["queue_ms"] = _stats_ms(c["start"] - c["arrival"])
+    ft = c["first_token"]
+    has_ttft = ft.size > 0 and not np.all(np.isnan(ft))
+    out["ttft_ms"] = _stats_ms(ft[~np.isnan(ft)] - c["arrival"][~np.isnan(ft)]) if has_ttft else None
+    bw = _batches_in_window(res.batches, t0, t1)
+    scale = _batch_stats(bw, res.instances, t0, t1, out)
+    _llm_stats(res, r, bw, in_win, t1 - t0, out)
+    cap = res.capacity_rps
+    rho = (out["offered_rps"] / cap) if (cap and out["offered_rps"] is not None) else None
+    out["capacity_rps"] = float(cap) if cap else None
+    out["rho"] = float(rho) if rho is not None else None
+    out["stable"] = _stable(m, c, rho, scale)
+    for k, v in res.extra.get("summary_extra", {}).items():
+        out[k] = v
+    return out
 
+
+def _window(r: np.ndarray, m: np.ndarray, out: dict[str, Any]) -> tuple[float, float, np.ndarray]:
+    """The measurement window ``(t0, t1)`` of the measured requests ``m`` and which of all requests ``r``
+    completed inside it; sets ``offered_rps`` and ``throughput_rps`` in ``out``."""
     t0 = float(m["arrival"][0]) if m.size else 0.0
     ends = m["finish"][~np.isnan(m["finish"])]
     t1 = float(ends.max()) if ends.size else t0
@@ -69,37 +88,39 @@ def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
     ok_all = ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
     in_win = ok_all & (r["finish"] >= t0) & (r["finish"] <= t1)
     out["throughput_rps"] = float(in_win.sum() / span) if span > 0 else None
+    return t0, t1, in_win
 
-    lat = c["finish"] - c["arrival"]
-    wait = c["start"] - c["arrival"]
-    out["latency_ms"] = _stats_ms(lat)
-    out["queue_ms"] = _stats_ms(wait)
-    ft = c["first_token"]
-    has_ttft = ft.size > 0 and not np.all(np.isnan(ft))
-    out["ttft_ms"] = _stats_ms(ft[~np.isnan(ft)] - c["arrival"][~np.isnan(ft)]) if has_ttft else None
 
-    b = res.batches
+def _batches_in_window(b: np.ndarray, t0: float, t1: float) -> np.ndarray:
+    """The executions that started inside the window (all of them if none did)."""
     if b.size:
         inw = (b["start"] >= t0) & (b["start"] <= t1)
-        bw = b[inw] if inw.any() else b
-    else:
-        bw = b
-    if bw.size:
-        sizes = bw["size"].astype(np.int64)
-        out["executions"] = int(bw.size)
-        out["batch_size_mean"] = float(sizes.mean())
-        counts = np.bincount(sizes)
-        out["batch_size_hist"] = {int(k): int(v) for k, v in enumerate(counts) if v}
-        if span > 0:
-            busy = np.clip(np.minimum(bw["end"], t1) - np.maximum(bw["start"], t0), 0.0, None).sum()
-            out["utilization"] = float(busy / (res.instances * span))
-        else:
-            out["utilization"] = None
-        scale = float((bw["end"] - bw["start"]).mean())
-    else:
-        out.update(executions=0, batch_size_mean=None, batch_size_hist={}, utilization=None)
-        scale = 0.0
+        return b[inw] if inw.any() else b
+    return b
 
+
+def _batch_stats(bw: np.ndarray, instances: int, t0: float, t1: float, out: dict[str, Any]) -> float:
+    """Set executions, batch sizes and utilisation in ``out``; return the mean execution time (0 if none)."""
+    if not bw.size:
+        out.update(executions=0, batch_size_mean=None, batch_size_hist={}, utilization=None)
+        return 0.0
+    span = t1 - t0
+    sizes = bw["size"].astype(np.int64)
+    out["executions"] = int(bw.size)
+    out["batch_size_mean"] = float(sizes.mean())
+    counts = np.bincount(sizes)
+    out["batch_size_hist"] = {int(k): int(v) for k, v in enumerate(counts) if v}
+    if span > 0:
+        busy = np.clip(np.minimum(bw["end"], t1) - np.maximum(bw["start"], t0), 0.0, None).sum()
+        out["utilization"] = float(busy / (instances * span))
+    else:
+        out["utilization"] = None
+    return float((bw["end"] - bw["start"]).mean())
+
+
+def _llm_stats(res: Any, r: np.ndarray, bw: np.ndarray, in_win: np.ndarray, span: float,
+               out: dict[str, Any]) -> None:
+    """Set η (useful share of tokens or slots), the KV high-water mark and tokens/s in ``out``."""
     eta_kind = res.extra.get("eta")
     if eta_kind == "tokens" and bw.size and bw["executed_tokens"].sum() > 0:
         out["eta"] = float(bw["useful_tokens"].sum() / bw["executed_tokens"].sum())
@@ -113,10 +134,10 @@ def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
     else:
         out["tokens_per_s"] = None
 
-    cap = res.capacity_rps
-    rho = (out["offered_rps"] / cap) if (cap and out["offered_rps"] is not None) else None
-    out["capacity_rps"] = float(cap) if cap else None
-    out["rho"] = float(rho) if rho is not None else None
+
+def _stable(m: np.ndarray, c: np.ndarray, rho: float | None, scale: float) -> bool:
+    """Whether the run carried its load: offered below capacity and queue waits not growing."""
+    wait = c["start"] - c["arrival"]
     # sequences are a closed loop after their first step: the open-loop backlog shows in first steps
     trend = wait[c["step"] == 0] if np.any(c["seq_id"] >= 0) else wait
     stable = not (rho is not None and rho >= 1.0) and not growing(trend, scale)
@@ -125,7 +146,4 @@ def summarize_result(res: Any, warmup: float) -> dict[str, Any]:
         # dropping work, so the slots do not carry the load
         started = int(np.sum(m["step"] == 0))
         stable = stable and int(m["rejected"].sum()) <= 0.01 * max(started, 1)
-    out["stable"] = bool(stable)
-    for k, v in res.extra.get("summary_extra", {}).items():
-        out[k] = v
-    return out
+    return bool(stable)
