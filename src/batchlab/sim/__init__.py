@@ -2,7 +2,9 @@
 
 * `workload` / `lengths` — arrival times and token lengths;
 * `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
-* `rule` — a dynamic-batcher setting and Triton's decision (`BatchRule`), the queue policy (`QueuePolicy`);
+* `rule` — the dynamic batcher's decision (`next_batch`), its settings (`BatchRule`), the queue policy
+  (`QueuePolicy`);
+* `slots` — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
 * `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
   `sequence`, `continuous`;
 * `results` / `summary` — the records and their summary.
@@ -13,13 +15,14 @@ Nothing here plots. Command line: ``python -m batchlab.sim dynamic --rate R --ma
 from .continuous import simulate_continuous
 from .dynamic import simulate_dynamic, simulate_rule
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
-from .rule import BatchRule, QueuePolicy
+from .rule import BatchRule, Decision, QueuePolicy, QueuedRequest, next_batch
 from .sequence import simulate_sequence
+from .slots import SequenceSlots, SlotControl
 from .service import Affine, Table, TokenCost
 from .static_generation import simulate_static_generation
 
 __all__ = [
     "simulate_dynamic", "simulate_rule", "simulate_static_generation", "simulate_sequence",
     "simulate_continuous", "SimResult", "RECORD_DTYPE", "BATCH_DTYPE", "Affine", "Table", "TokenCost",
-    "BatchRule", "QueuePolicy",
+    "BatchRule", "QueuePolicy", "next_batch", "Decision", "QueuedRequest", "SequenceSlots", "SlotControl",
 ]
