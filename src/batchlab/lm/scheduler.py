@@ -41,7 +41,8 @@ class SeqInfo:
 
 
 class AdmissionPolicy(Protocol):
-    """Decides, before every step, which waiting sequences join the running batch."""
+    """Decides, before every step, which waiting sequences join the running batch; it reads the
+    `SeqInfo` attributes (the scheduler passes its `GenerationRequest`s)."""
 
     def check(self, candidate: SeqInfo) -> None:
         """Raise ValueError if `candidate` could never be admitted (it is then rejected)."""
@@ -103,7 +104,9 @@ class GenerationRequest:
     seq_id: object
     prompt_tokens: int
     max_tokens: int
-    reserved_tokens: int             # KV tokens it holds for life under kv_policy="reserve"
+    reserved_tokens: int             # KV tokens it holds for life under kv_policy="reserve":
+                                     # prompt + max_tokens on the real path (as `SeqInfo`), the
+                                     # exact peak prompt + output - 1 in the simulator
     payload: object = None
     generated: int = 0               # output tokens produced so far
     prefill_target: int = 0          # positions the current prefill must compute (0: the prompt)
@@ -202,6 +205,8 @@ class ContinuousScheduler:
         prompts only) the iteration's token budget still hold them; the first misfit stops it."""
         if not self.waiting:
             return []
+        # The policy says who, in which order (FCFS up to max_active by default, vLLM's
+        # max_num_seqs; the labs write their own); the engine's limits below say how many fit.
         chosen = sorted({int(i) for i in self.policy.admit(self.waiting, self.running)})
         if not chosen:
             return []
@@ -219,7 +224,7 @@ class ContinuousScheduler:
             # on demand: only the prompt (or prompt + generated, when recomputing) for now
             need = request.reserved_tokens if self.reserve else request.prefill_target
             if self.kv_used + need + growth > self.kv_token_budget:
-                break
+                break  # the KV cache is full: stop at the first misfit, nobody overtakes it
             if (not self.chunked_prefill and tokens > 0
                     and tokens + request.prefill_target > self.max_num_tokens):
                 break  # a whole prompt must fit the token budget (alone it may exceed it)
@@ -233,6 +238,7 @@ class ContinuousScheduler:
         return admitted
 
     def _take_from_queue(self, indices: list[int]) -> None:
+        """Remove the admitted (sorted queue positions) from the waiting queue."""
         if indices == list(range(len(indices))):  # FCFS: a prefix of the queue
             for _ in indices:
                 self.waiting.popleft()
@@ -243,6 +249,9 @@ class ContinuousScheduler:
     def evict_until_fits(self) -> None:
         """On demand, each decode needs one more KV slot this step: while they do not fit, evict
         the newest running request (vLLM's recompute preemption) back to the queue's head."""
+        # Reserving nothing ahead packs more sequences in (vLLM's PagedAttention, TensorRT-LLM's
+        # max_utilization), at the risk that they outgrow the cache together; then the newest is
+        # dropped and later recomputes its prompt and tokens so far: wasted work, lower η.
         while self.running:
             decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
             if self.kv_used + decoding <= self.kv_token_budget:
@@ -258,6 +267,8 @@ class ContinuousScheduler:
     def complete(self, plan: StepPlan, stopped: Seq[GenerationRequest] = ()) -> list[GenerationRequest]:
         """After the execution: store the new KV, count the tokens, retire (and free) requests at
         max_tokens or in `stopped` (they produced <eos>). Returns the finished."""
+        # Retiring at once is the point of iteration-level batching (Orca): the freed slot and
+        # KV go to a waiting request at the very next step, not when the whole batch ends.
         finished = []
         for request in plan.decode:
             request.kv_tokens += 1
