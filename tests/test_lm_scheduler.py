@@ -189,7 +189,7 @@ def test_real_path_refuses_chunked_prefill(lm):
 
 def test_on_demand_evicts_the_newest_and_recomputes_it():
     # budget 10: A (prompt 4) and B (prompt 4) fit; each decode then needs one more KV slot
-    scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=None),
+    scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=10),
                                     kv_token_budget=10, kv_policy="on_demand")
     a, b = (GenerationRequest(name, 4, 5, reserved_tokens=8) for name in "AB")
     scheduler.submit(a)
@@ -197,6 +197,7 @@ def test_on_demand_evicts_the_newest_and_recomputes_it():
     plan = scheduler.schedule()
     assert plan.admitted == [a, b] and plan.prefill == [(a, 4), (b, 4)] and plan.kv_tokens == 8
     scheduler.complete(plan)                                   # both hold 4 KV tokens, 1 generated
+    assert (a.reserved_tokens, scheduler.kv_used) == (4 + 1, 8)  # on demand: held + next token
     plan = scheduler.schedule()                                # 8 + 2 decodes = 10: fits
     assert plan.decode == [a, b] and plan.kv_tokens == 10
     scheduler.complete(plan)

@@ -104,9 +104,10 @@ class GenerationRequest:
     seq_id: object
     prompt_tokens: int
     max_tokens: int
-    reserved_tokens: int             # KV tokens it holds for life under kv_policy="reserve":
-                                     # prompt + max_tokens on the real path (as `SeqInfo`), the
-                                     # exact peak prompt + output - 1 in the simulator
+    reserved_tokens: int             # KV tokens it claims against the policy's budget.
+    # kv_policy="reserve": its whole future, fixed (prompt + max_tokens on the real path, as
+    # `SeqInfo`; the exact peak prompt + output - 1 in the simulator, which knows the output);
+    # "on_demand": what it holds now plus the one token a decode adds (set by the scheduler)
     payload: object = None
     generated: int = 0               # output tokens produced so far
     prefill_target: int = 0          # positions the current prefill must compute (0: the prompt)
@@ -139,7 +140,8 @@ class ContinuousScheduler:
     """The continuous-batching step, free of any model: `schedule()` plans one iteration, the
     caller executes it (real LM or cost model), `complete(plan)` retires what finished.
     `kv_policy` "reserve" holds `reserved_tokens` per request for life; "on_demand" holds what is
-    stored and evicts the newest request (recomputed later) when a step would overflow."""
+    stored and evicts the newest request (recomputed later) when the decodes outgrow
+    `kv_token_budget` (the policy's budget: the policy admits, the scheduler only evicts)."""
 
     def __init__(self, policy: AdmissionPolicy | None = None, kv_token_budget: int | None = None,
                  kv_policy: str = "reserve", max_num_tokens: int | None = None,
@@ -162,6 +164,8 @@ class ContinuousScheduler:
 
     def submit(self, request: GenerationRequest) -> None:
         """Queue a request; ValueError if the policy could never admit it."""
+        if not self.reserve:
+            request.reserved_tokens = request.prefill_target  # on demand: the prompt, for now
         self.policy.check(request)
         self.waiting.append(request)
 
@@ -176,6 +180,8 @@ class ContinuousScheduler:
         token_room = self.max_num_tokens
         if self.chunked_prefill:  # the decodes' tokens are taken first
             token_room -= sum(1 for r in self.running if r.prefilled == r.prefill_target)
+        # Every running request advances in every iteration (Orca's iteration-level scheduling),
+        # so nobody waits for the longest member of a batch as request-level batching does.
         for request in self.running:
             remaining = request.prefill_target - request.prefilled
             if remaining == 0:  # prompt done: one decode token, attending to its KV and itself
@@ -201,38 +207,31 @@ class ContinuousScheduler:
                         useful_tokens + len(decode), self.kv_used)
 
     def admit(self) -> list[GenerationRequest]:
-        """Ask the policy whom to admit, then take them in order while the KV cache and (whole
-        prompts only) the iteration's token budget still hold them; the first misfit stops it."""
+        """Ask the policy whom to admit (it holds the KV budget: each request claims its
+        `reserved_tokens`), then, with whole prompts, keep them while the iteration's token
+        budget holds their prompts; the first misfit stops it (nobody overtakes it)."""
         if not self.waiting:
             return []
-        # The policy says who, in which order (FCFS up to max_active by default, vLLM's
-        # max_num_seqs; the labs write their own); the engine's limits below say how many fit.
+        # The policy says who, in which order (FCFS up to max_active, vLLM's max_num_seqs, within
+        # the KV budget by default; the labs write their own).
         chosen = sorted({int(i) for i in self.policy.admit(self.waiting, self.running)})
         if not chosen:
             return []
         if not 0 <= chosen[0] <= chosen[-1] < len(self.waiting):
             raise ValueError(f"admission policy returned an index outside the queue: {chosen}")
-        decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
-        # tokens this iteration already carries: a decode token each, plus whole prompts
-        tokens = decoding + (0 if self.chunked_prefill else
-                             sum(r.prefill_target - r.prefilled for r in self.running))
-        growth = 0 if self.reserve else decoding  # on demand, each decode stores one more token
-        admitted: list[GenerationRequest] = []
-        for i in chosen:
-            request = self.waiting[i]
-            # reserve: its whole future (vLLM v0 / TensorRT-LLM guaranteed_no_evict);
-            # on demand: only the prompt (or prompt + generated, when recomputing) for now
-            need = request.reserved_tokens if self.reserve else request.prefill_target
-            if self.kv_used + need + growth > self.kv_token_budget:
-                break  # the KV cache is full: stop at the first misfit, nobody overtakes it
-            if (not self.chunked_prefill and tokens > 0
-                    and tokens + request.prefill_target > self.max_num_tokens):
-                break  # a whole prompt must fit the token budget (alone it may exceed it)
-            admitted.append(request)
-            request.kv_allocated = need
-            self.kv_used += need
-            if not self.chunked_prefill:
+        admitted = [self.waiting[i] for i in chosen]
+        if not self.chunked_prefill and self.max_num_tokens < math.inf:
+            # tokens this iteration already carries: one per decode, plus the prompts in flight
+            decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            tokens = decoding + sum(r.prefill_target - r.prefilled for r in self.running)
+            for n, request in enumerate(admitted):
+                if tokens > 0 and tokens + request.prefill_target > self.max_num_tokens:
+                    del admitted[n:]  # a whole prompt must fit (alone it may exceed the budget)
+                    break
                 tokens += request.prefill_target
+        for request in admitted:  # the KV it claimed is now counted as held
+            request.kv_allocated = request.reserved_tokens
+            self.kv_used += request.kv_allocated
         self._take_from_queue(chosen[:len(admitted)])
         self.running.extend(admitted)
         return admitted
@@ -260,6 +259,7 @@ class ContinuousScheduler:
             self.kv_used -= request.kv_allocated
             request.kv_allocated = request.kv_tokens = request.prefilled = 0
             request.prefill_target = request.prompt_tokens + request.generated
+            request.reserved_tokens = request.prefill_target  # what it claims to come back
             request.recomputing = request.generated > 0
             request.preemptions += 1
             self.waiting.appendleft(request)
@@ -270,19 +270,23 @@ class ContinuousScheduler:
         # Retiring at once is the point of iteration-level batching (Orca): the freed slot and
         # KV go to a waiting request at the very next step, not when the whole batch ends.
         finished = []
+        decoding_next = []  # on demand, each will claim one more KV token next step
         for request in plan.decode:
             request.kv_tokens += 1
             request.generated += 1
-            if request.generated >= request.max_tokens or request in stopped:
-                finished.append(request)
+            decoding_next.append(request)
         for request, chunk in plan.prefill:
             request.prefilled += chunk
             request.kv_tokens += chunk
             if request.prefilled == request.prefill_target:  # the last prompt position yields a token
                 request.recomputing = False
                 request.generated += 1
-                if request.generated >= request.max_tokens or request in stopped:
-                    finished.append(request)
+                decoding_next.append(request)
+        for request in decoding_next:
+            if request.generated >= request.max_tokens or request in stopped:
+                finished.append(request)
+            elif not self.reserve:
+                request.reserved_tokens = request.kv_allocated + 1
         for request in finished:
             self.running.remove(request)
             self.kv_used -= request.kv_allocated

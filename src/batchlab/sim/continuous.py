@@ -52,8 +52,8 @@ def simulate_continuous(
     budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=1)
     token_cap = None if max_num_tokens is None else integer("max_num_tokens", max_num_tokens, lo=1)
     _check_fits(p, o, budget, token_cap, chunked_prefill)
-    # The policy picks FCFS up to max_active; the engine's KV cache (budget, policy) decides what fits.
-    scheduler = ContinuousScheduler(FCFSAdmission(max_active, kv_token_budget=None), budget, policy,
+    # FCFS within max_active and the KV budget; on demand the scheduler evicts under the same budget
+    scheduler = ContinuousScheduler(FCFSAdmission(max_active, kv_token_budget=budget), budget, policy,
                                     token_cap, chunked_prefill)
     records, rows = _run(scheduler, a, p, o, cost)
     batches = make_batches(len(rows))
