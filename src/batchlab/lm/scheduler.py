@@ -61,8 +61,8 @@ MAX_WAITING = 256
 @dataclass
 class FCFSAdmission:
     """First come, first served under a cap on active sequences and a KV-token budget (each
-    reserves prompt + max_tokens for its life; None: no budget here, the engine's KV cache limits
-    admission); nobody overtakes the head of the queue."""
+    claims its `reserved_tokens`: prompt + max_tokens for life; None: no KV limit); nobody
+    overtakes the head of the queue."""
 
     max_active: int = MAX_ACTIVE
     kv_token_budget: int | None = KV_TOKEN_BUDGET
@@ -83,6 +83,7 @@ class FCFSAdmission:
         n_active = len(active)
         # Reserving a sequence's whole future up front means it can never run out of KV
         # mid-generation (TensorRT-LLM's `guaranteed_no_evict`); the price is idle memory.
+        # (Under the scheduler's kv_policy="on_demand" a request claims less: see GenerationRequest.)
         reserved = 0 if budget is None else sum(a.reserved_tokens for a in active)
         chosen: list[int] = []
         for i, candidate in enumerate(waiting):
@@ -92,7 +93,7 @@ class FCFSAdmission:
                 break  # the head does not fit: stop, do not let a smaller one overtake it
             chosen.append(i)
             n_active += 1
-            reserved += 0 if budget is None else candidate.reserved_tokens
+            reserved += candidate.reserved_tokens
         return chosen
 
 
