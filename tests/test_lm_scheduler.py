@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.lm import (ContinuousBatcher, FCFSAdmission, SeqInfo, Sequence, ToyLM, encode,
-                         generate)
+from batchlab.lm import (ContinuousBatcher, ContinuousScheduler, FCFSAdmission, GenerationRequest,
+                         SeqInfo, Sequence, ToyLM, encode, generate)
+from batchlab.sim.continuous import simulate_continuous
+from batchlab.sim.service import TokenCost
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,103 @@ def test_bounded_queue_and_lazy_caches(lm):
         batcher.submit(seqs[2])
     batcher.step()
     assert seqs[0].cache is not None and seqs[1].cache is None
+
+
+# --- one continuous step: the simulator and the real batcher run the same ContinuousScheduler ---
+
+def _real_steps(lm, prompts, max_tokens, **batcher_kwargs):
+    """Step a real ContinuousBatcher to the end; per step: ids in the batch, admitted, finished,
+    prompt tokens computed, decoding sequences."""
+    batcher = ContinuousBatcher(lm, **batcher_kwargs)
+    seqs = [Sequence(lm, [5 + (i + j) % 40 for j in range(n)], m, ignore_eos=True, seq_id=i)
+            for i, (n, m) in enumerate(zip(prompts, max_tokens))]
+    for s in seqs:
+        batcher.submit(s)
+    steps = []
+    while batcher.has_work:
+        report = batcher.step()
+        batch = [s.seq_id for s, _ in report.emitted]
+        new = [s.seq_id for s in report.admitted]
+        steps.append((batch, new, sorted(s.seq_id for s in report.finished),
+                      sum(prompts[i] for i in new), len(batch) - len(new)))
+    return steps
+
+
+def _simulated_steps(prompts, max_tokens, **sim_kwargs):
+    """The same per-step view reconstructed from `simulate_continuous`'s records (all arrive at 0)."""
+    res = simulate_continuous(np.zeros(len(prompts)), prompts, max_tokens,
+                              TokenCost(prefill_per_token=1, decode_base=10, decode_per_seq=1), warmup=0.0, **sim_kwargs)
+    r, b = res.records, res.batches
+    done = np.searchsorted(b["end"], r["finish"])  # the iteration each request finished in
+    steps = []
+    for k in range(b.size):
+        batch = [i for i in range(r.size) if r["batch_id"][i] <= k <= done[i]]
+        new = [i for i in range(r.size) if r["batch_id"][i] == k]
+        steps.append((batch, new, [i for i in range(r.size) if done[i] == k],
+                      int(b["prefill_tokens"][k]), int(b["decode_seqs"][k])))
+    return steps
+
+
+@pytest.mark.parametrize("prompts, max_tokens, real, sim", [
+    # max_active binds: a finished sequence is replaced in the next step
+    ([3, 5, 2, 4, 6], [6, 2, 4, 1, 3], dict(policy=FCFSAdmission(max_active=2)), dict(max_active=2)),
+    # the KV budget binds: the policy reserves prompt + max_tokens (20 each, 2 in 40); the
+    # simulator reserves the exact peak prompt + output - 1 (19 each, 2 in 38)
+    ([4, 4, 4, 4], [16, 16, 16, 16], dict(policy=FCFSAdmission(max_active=8, kv_token_budget=40)),
+     dict(max_active=8, kv_budget_tokens=38)),
+    # max_num_tokens binds: whole prompts are admitted only while the iteration's tokens fit
+    ([6, 5, 7, 3, 8], [4, 6, 2, 5, 3], dict(policy=FCFSAdmission(max_active=8), max_num_tokens=12),
+     dict(max_active=8, max_num_tokens=12)),
+])
+def test_simulator_and_real_batcher_make_the_same_decisions(lm, prompts, max_tokens, real, sim):
+    got_real = _real_steps(lm, prompts, max_tokens, **real)
+    got_sim = _simulated_steps(prompts, max_tokens, **sim)
+    assert got_real == got_sim
+    # not trivial: several run at once, and the limit makes somebody wait for a later step
+    assert max(len(s[0]) for s in got_real) >= 2 and any(s[1] for s in got_real[1:])
+
+
+def test_both_paths_step_the_one_scheduler(lm, monkeypatch):
+    calls = []
+    real_schedule = ContinuousScheduler.schedule
+    monkeypatch.setattr(ContinuousScheduler, "schedule", lambda self: calls.append(self) or real_schedule(self))
+    res = simulate_continuous([0.0, 0.0, 0.1], [3, 4, 5], [2, 3, 4], TokenCost(1, 10, 1), max_active=2)
+    assert len(calls) == res.batches.size
+    calls.clear()
+    steps = _real_steps(lm, [3, 4, 5], [2, 3, 4], policy=FCFSAdmission(max_active=2))
+    assert len(calls) == len(steps)
+
+
+def test_real_path_refuses_chunked_prefill(lm):
+    with pytest.raises(ValueError, match="chunked_prefill is not supported on the real LM path"):
+        ContinuousBatcher(lm, chunked_prefill=True, max_num_tokens=64)
+
+
+def test_on_demand_evicts_the_newest_and_recomputes_it():
+    # budget 10: A (prompt 4) and B (prompt 4) fit; each decode then needs one more KV slot
+    scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=10),
+                                    kv_token_budget=10, kv_policy="on_demand")
+    a, b = (GenerationRequest(name, 4, 5, reserved_tokens=8) for name in "AB")
+    scheduler.submit(a)
+    scheduler.submit(b)
+    plan = scheduler.schedule()
+    assert plan.admitted == [a, b] and plan.prefill == [(a, 4), (b, 4)] and plan.kv_tokens == 8
+    scheduler.complete(plan)                                   # both hold 4 KV tokens, 1 generated
+    assert (a.reserved_tokens, scheduler.kv_used) == (4 + 1, 8)  # on demand: held + next token
+    plan = scheduler.schedule()                                # 8 + 2 decodes = 10: fits
+    assert plan.decode == [a, b] and plan.kv_tokens == 10
+    scheduler.complete(plan)
+    plan = scheduler.schedule()                                # 10 + 2 > 10: B (newest) goes
+    assert b.preemptions == 1 and list(scheduler.waiting) == [b]
+    assert (b.prefill_target, b.prefilled, b.kv_tokens, b.recomputing) == (4 + 2, 0, 0, True)
+    assert plan.decode == [a] and plan.kv_tokens == 5 + 1
+    assert scheduler.complete(plan) == []
+    for generated in (4, 5):  # B needs 6 + A's growth 1 next to A's 6: it waits for A to end
+        plan = scheduler.schedule()
+        assert plan.admitted == [] and plan.decode == [a]
+        assert scheduler.complete(plan) == ([a] if generated == 5 else []) and a.generated == generated
+    assert scheduler.kv_used == 0 and scheduler.running == []
+    plan = scheduler.schedule()  # B comes back: prompt + its 2 tokens recomputed, 1 new token
+    assert plan.admitted == [b] and plan.prefill == [(b, 6)] and plan.useful_tokens == 1
+    scheduler.complete(plan)
+    assert (b.generated, b.kv_tokens, b.recomputing) == (3, 6, False)

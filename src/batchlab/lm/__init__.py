@@ -2,8 +2,9 @@
 bit-identical logits alone or in any batch), and the continuous-batching scheduler that serves it.
 
 Modules: `vocab` (the article, tokenizer, prior), `config`, `model` (ToyLM), `kvcache`,
-`sampling`, `generation` (Sequence, step, static batches), `scheduler` (continuous batching,
-admission policy), `perf` (t(B) and its fit), `blas`. The Triton models are `batchlab.models`.
+`sampling`, `generation` (Sequence, step, static batches), `scheduler` (the continuous-batching
+step, its admission policy, the batcher lm_stream runs), `perf` (t(B) and its fit), `blas`.
+The Triton models are `batchlab.models`.
 """
 
 from batchlab.lm.config import LMConfig
@@ -13,13 +14,14 @@ from batchlab.lm.kvcache import KVCache, kv_report
 from batchlab.lm.model import ToyLM
 from batchlab.lm.perf import decode_step_times
 from batchlab.lm.sampling import greedy, make_rng, sample
-from batchlab.lm.scheduler import (AdmissionPolicy, ContinuousBatcher, FCFSAdmission, SeqInfo,
-                                   StepReport)
+from batchlab.lm.scheduler import (AdmissionPolicy, ContinuousBatcher, ContinuousScheduler,
+                                   FCFSAdmission, GenerationRequest, SeqInfo, StepPlan, StepReport)
 from batchlab.lm.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_SIZE, decode, encode)
 
 __all__ = [
     "LMConfig", "ToyLM", "KVCache", "kv_report", "Sequence", "StaticBatchResult", "check_prompt",
     "generate", "generate_static_batch", "step", "greedy", "sample", "make_rng", "AdmissionPolicy",
-    "ContinuousBatcher", "FCFSAdmission", "SeqInfo", "StepReport", "decode_step_times",
+    "ContinuousBatcher", "ContinuousScheduler", "FCFSAdmission", "GenerationRequest", "SeqInfo",
+    "StepPlan", "StepReport", "decode_step_times",
     "encode", "decode", "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "VOCAB_SIZE",
 ]

@@ -1,22 +1,27 @@
-"""Iteration-level (continuous) batching, the scheduler loop of the `lm_stream` model: each step
-admits waiting sequences (by a replaceable policy), prefills and decodes in one forward pass."""
+"""Iteration-level (continuous) batching, written once: `ContinuousScheduler` decides every step
+(admit, evict, plan the prefill and decode work, retire); whoever owns it executes the plan.
+`ContinuousBatcher` (the `lm_stream` model) runs it on the real `ToyLM`; `sim.continuous` prices
+it with a cost model. Orca calls this iteration-level scheduling, TensorRT-LLM in-flight batching;
+Triton's own core offers it as `sequence_batching { iterative_sequence: true }`."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence as Seq
 
-from batchlab._validate import count, optional_count
+from batchlab._validate import choice, count, optional_count
 from batchlab.lm.generation import Sequence, step as lm_step
 from batchlab.lm.model import ToyLM
 
 
 @dataclass(frozen=True)
 class SeqInfo:
-    """What an admission policy may look at for one sequence."""
+    """What an admission policy may look at for one sequence (`GenerationRequest` has the same
+    attributes; the labs build these to test a policy)."""
 
     seq_id: object
     prompt_tokens: int
@@ -36,7 +41,8 @@ class SeqInfo:
 
 
 class AdmissionPolicy(Protocol):
-    """Decides, before every step, which waiting sequences join the running batch."""
+    """Decides, before every step, which waiting sequences join the running batch; it reads the
+    `SeqInfo` attributes (the scheduler passes its `GenerationRequest`s)."""
 
     def check(self, candidate: SeqInfo) -> None:
         """Raise ValueError if `candidate` could never be admitted (it is then rejected)."""
@@ -55,34 +61,247 @@ MAX_WAITING = 256
 @dataclass
 class FCFSAdmission:
     """First come, first served under a cap on active sequences and a KV-token budget (each
-    reserves prompt + max_tokens for its life); nobody overtakes the head of the queue."""
+    claims its `reserved_tokens`: prompt + max_tokens for life; None: no KV limit); nobody
+    overtakes the head of the queue."""
 
     max_active: int = MAX_ACTIVE
-    kv_token_budget: int = KV_TOKEN_BUDGET
+    kv_token_budget: int | None = KV_TOKEN_BUDGET
 
     def __post_init__(self) -> None:
-        for name in ("max_active", "kv_token_budget"):
-            count(name, getattr(self, name))
+        count("max_active", self.max_active)
+        optional_count("kv_token_budget", self.kv_token_budget)
 
     def check(self, candidate: SeqInfo) -> None:
         """Reject a sequence that needs more KV tokens than the whole budget."""
-        if candidate.reserved_tokens > self.kv_token_budget:
+        if self.kv_token_budget is not None and candidate.reserved_tokens > self.kv_token_budget:
             raise ValueError(f"request needs {candidate.reserved_tokens} KV tokens "
                              f"(prompt + max_tokens), the budget is {self.kv_token_budget}")
 
     def admit(self, waiting: Seq[SeqInfo], active: Seq[SeqInfo]) -> list[int]:
         """Admit from the head while the active count and the reserved tokens fit."""
+        budget = self.kv_token_budget
         n_active = len(active)
-        reserved = sum(a.reserved_tokens for a in active)
+        # Reserving a sequence's whole future up front means it can never run out of KV
+        # mid-generation (TensorRT-LLM's `guaranteed_no_evict`); the price is idle memory.
+        # (Under the scheduler's kv_policy="on_demand" a request claims less: see GenerationRequest.)
+        reserved = 0 if budget is None else sum(a.reserved_tokens for a in active)
         chosen: list[int] = []
-        for i, cand in enumerate(waiting):
-            if (n_active >= self.max_active
-                    or reserved + cand.reserved_tokens > self.kv_token_budget):
-                break
+        for i, candidate in enumerate(waiting):
+            if n_active >= self.max_active:
+                break  # every slot is taken (vLLM's max_num_seqs)
+            if budget is not None and reserved + candidate.reserved_tokens > budget:
+                break  # the head does not fit: stop, do not let a smaller one overtake it
             chosen.append(i)
             n_active += 1
-            reserved += cand.reserved_tokens
+            reserved += candidate.reserved_tokens
         return chosen
+
+
+@dataclass(eq=False, slots=True)
+class GenerationRequest:
+    """One generation as the scheduler tracks it (the attributes a policy reads, as `SeqInfo`);
+    `payload` is what the executor needs (the real `Sequence`, or nothing in the simulator)."""
+
+    seq_id: object
+    prompt_tokens: int
+    max_tokens: int
+    reserved_tokens: int             # KV tokens it claims against the policy's budget.
+    # kv_policy="reserve": its whole future, fixed (prompt + max_tokens on the real path, as
+    # `SeqInfo`; the exact peak prompt + output - 1 in the simulator, which knows the output);
+    # "on_demand": what it holds now plus the one token a decode adds (set by the scheduler)
+    payload: object = None
+    generated: int = 0               # output tokens produced so far
+    prefill_target: int = 0          # positions the current prefill must compute (0: the prompt)
+    prefilled: int = 0               # of which computed
+    kv_tokens: int = 0               # KV tokens stored
+    kv_allocated: int = 0            # KV tokens counted against the budget
+    recomputing: bool = False        # prefilling again after an eviction
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        self.prefill_target = self.prefill_target or self.prompt_tokens
+
+
+@dataclass
+class StepPlan:
+    """One iteration's work: `batch` (running order) = `decode` (one token each) + `prefill`
+    (request, prompt tokens to compute now); the token counts a cost model prices."""
+
+    admitted: list[GenerationRequest] = field(default_factory=list)
+    batch: list[GenerationRequest] = field(default_factory=list)
+    decode: list[GenerationRequest] = field(default_factory=list)
+    prefill: list[tuple[GenerationRequest, int]] = field(default_factory=list)
+    prefill_tokens: int = 0
+    context_tokens: int = 0          # KV positions the decodes attend to (each includes itself)
+    useful_tokens: int = 0           # tokens computed for the first time (recomputes excluded)
+    kv_tokens: int = 0               # KV tokens counted against the budget during the step
+
+
+class ContinuousScheduler:
+    """The continuous-batching step, free of any model: `schedule()` plans one iteration, the
+    caller executes it (real LM or cost model), `complete(plan)` retires what finished.
+    `kv_policy` "reserve" holds `reserved_tokens` per request for life; "on_demand" holds what is
+    stored and evicts the newest request (recomputed later) when the decodes outgrow
+    `kv_token_budget` (the policy's budget: the policy admits, the scheduler only evicts)."""
+
+    def __init__(self, policy: AdmissionPolicy | None = None, kv_token_budget: int | None = None,
+                 kv_policy: str = "reserve", max_num_tokens: int | None = None,
+                 chunked_prefill: bool = False) -> None:
+        self.policy = policy if policy is not None else FCFSAdmission()
+        self.kv_token_budget = math.inf if kv_token_budget is None else kv_token_budget
+        self.reserve = choice("kv_policy", kv_policy, ("reserve", "on_demand")) == "reserve"
+        self.max_num_tokens = math.inf if max_num_tokens is None else max_num_tokens
+        if chunked_prefill and max_num_tokens is None:
+            raise ValueError("chunked_prefill needs max_num_tokens (the per-iteration token budget)")
+        self.chunked_prefill = bool(chunked_prefill)
+        self.waiting: deque[GenerationRequest] = deque()
+        self.running: list[GenerationRequest] = []
+        self.kv_used = 0
+
+    @property
+    def has_work(self) -> bool:
+        """True while anything waits or runs."""
+        return bool(self.waiting) or bool(self.running)
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Queue a request; ValueError if the policy could never admit it."""
+        if not self.reserve:
+            request.reserved_tokens = request.prefill_target  # on demand: the prompt, for now
+        self.policy.check(request)
+        self.waiting.append(request)
+
+    def schedule(self) -> StepPlan:
+        """Plan one iteration: admit, evict if on-demand KV overflows, give each running request
+        its work. Decodes come first (one token each); prompts share the tokens left."""
+        admitted = self.admit()
+        if not self.reserve:
+            self.evict_until_fits()
+        batch, decode, prefill = [], [], []
+        prefill_tokens = context_tokens = useful_tokens = 0
+        token_room = self.max_num_tokens
+        if self.chunked_prefill:  # the decodes' tokens are taken first
+            token_room -= sum(1 for r in self.running if r.prefilled == r.prefill_target)
+        # Every running request advances in every iteration (Orca's iteration-level scheduling),
+        # so nobody waits for the longest member of a batch as request-level batching does.
+        for request in self.running:
+            remaining = request.prefill_target - request.prefilled
+            if remaining == 0:  # prompt done: one decode token, attending to its KV and itself
+                decode.append(request)
+                context_tokens += request.kv_tokens + 1
+                if not self.reserve:  # on demand: the new token's KV slot is taken now
+                    request.kv_allocated += 1
+                    self.kv_used += 1
+            else:
+                # Whole prompts (Orca, vLLM's default) stall every decode for a long prefill;
+                # chunked prefill (Sarathi-Serve, vLLM/TensorRT-LLM `max_num_tokens`) caps the
+                # tokens per iteration and carries the rest of the prompt over.
+                chunk = min(remaining, token_room) if self.chunked_prefill else remaining
+                if chunk <= 0:
+                    continue  # no tokens left this iteration: it waits for the next
+                token_room -= chunk
+                prefill.append((request, chunk))
+                prefill_tokens += chunk
+                if chunk == remaining:  # its prompt completes: count what was new work
+                    useful_tokens += 1 if request.recomputing else request.prompt_tokens
+            batch.append(request)
+        return StepPlan(admitted, batch, decode, prefill, prefill_tokens, context_tokens,
+                        useful_tokens + len(decode), self.kv_used)
+
+    def admit(self) -> list[GenerationRequest]:
+        """Ask the policy whom to admit (it holds the KV budget: each request claims its
+        `reserved_tokens`), then, with whole prompts, keep them while the iteration's token
+        budget holds their prompts; the first misfit stops it (nobody overtakes it)."""
+        if not self.waiting:
+            return []
+        # The policy says who, in which order (FCFS up to max_active, vLLM's max_num_seqs, within
+        # the KV budget by default; the labs write their own).
+        chosen = sorted({int(i) for i in self.policy.admit(self.waiting, self.running)})
+        if not chosen:
+            return []
+        if not 0 <= chosen[0] <= chosen[-1] < len(self.waiting):
+            raise ValueError(f"admission policy returned an index outside the queue: {chosen}")
+        admitted = [self.waiting[i] for i in chosen]
+        if not self.chunked_prefill and self.max_num_tokens < math.inf:
+            # tokens this iteration already carries: one per decode, plus the prompts in flight
+            decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            tokens = decoding + sum(r.prefill_target - r.prefilled for r in self.running)
+            for n, request in enumerate(admitted):
+                if tokens > 0 and tokens + request.prefill_target > self.max_num_tokens:
+                    del admitted[n:]  # a whole prompt must fit (alone it may exceed the budget)
+                    break
+                tokens += request.prefill_target
+        for request in admitted:  # the KV it claimed is now counted as held
+            request.kv_allocated = request.reserved_tokens
+            self.kv_used += request.kv_allocated
+        self._take_from_queue(chosen[:len(admitted)])
+        self.running.extend(admitted)
+        return admitted
+
+    def _take_from_queue(self, indices: list[int]) -> None:
+        """Remove the admitted (sorted queue positions) from the waiting queue."""
+        if indices == list(range(len(indices))):  # FCFS: a prefix of the queue
+            for _ in indices:
+                self.waiting.popleft()
+        elif indices:
+            drop = set(indices)
+            self.waiting = deque(r for i, r in enumerate(self.waiting) if i not in drop)
+
+    def evict_until_fits(self) -> None:
+        """On demand, each decode needs one more KV slot this step: while they do not fit, evict
+        the newest running request (vLLM's recompute preemption) back to the queue's head."""
+        # Reserving nothing ahead packs more sequences in (vLLM's PagedAttention, TensorRT-LLM's
+        # max_utilization), at the risk that they outgrow the cache together; then the newest is
+        # dropped and later recomputes its prompt and tokens so far: wasted work, lower η.
+        while self.running:
+            decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            if self.kv_used + decoding <= self.kv_token_budget:
+                return
+            request = self.running.pop()
+            self.kv_used -= request.kv_allocated
+            request.kv_allocated = request.kv_tokens = request.prefilled = 0
+            request.prefill_target = request.prompt_tokens + request.generated
+            request.reserved_tokens = request.prefill_target  # what it claims to come back
+            request.recomputing = request.generated > 0
+            request.preemptions += 1
+            self.waiting.appendleft(request)
+
+    def complete(self, plan: StepPlan, stopped: Seq[GenerationRequest] = ()) -> list[GenerationRequest]:
+        """After the execution: store the new KV, count the tokens, retire (and free) requests at
+        max_tokens or in `stopped` (they produced <eos>). Returns the finished."""
+        # Retiring at once is the point of iteration-level batching (Orca): the freed slot and
+        # KV go to a waiting request at the very next step, not when the whole batch ends.
+        finished = []
+        decoding_next = []  # on demand, each will claim one more KV token next step
+        for request in plan.decode:
+            request.kv_tokens += 1
+            request.generated += 1
+            decoding_next.append(request)
+        for request, chunk in plan.prefill:
+            request.prefilled += chunk
+            request.kv_tokens += chunk
+            if request.prefilled == request.prefill_target:  # the last prompt position yields a token
+                request.recomputing = False
+                request.generated += 1
+                decoding_next.append(request)
+        for request in decoding_next:
+            if request.generated >= request.max_tokens or request in stopped:
+                finished.append(request)
+            elif not self.reserve:
+                request.reserved_tokens = request.kv_allocated + 1
+        for request in finished:
+            self.running.remove(request)
+            self.kv_used -= request.kv_allocated
+            request.kv_allocated = 0
+        return finished
+
+    def remove(self, request: GenerationRequest) -> None:
+        """Drop a waiting or running request (cancelled) and free its KV."""
+        if request in self.running:
+            self.running.remove(request)
+            self.kv_used -= request.kv_allocated
+            request.kv_allocated = 0
+        elif request in self.waiting:
+            self.waiting.remove(request)
 
 
 @dataclass
@@ -103,109 +322,120 @@ class StepReport:
         return len(self.emitted)
 
 
-def info_of(seq: Sequence, now: float | None = None, since: float | None = None) -> SeqInfo:
-    """The `SeqInfo` view of a sequence."""
-    waited = 0.0 if now is None or since is None else max(0.0, now - since)
-    return SeqInfo(seq.seq_id, int(seq.prompt.size), seq.max_tokens, len(seq.tokens), waited)
-
-
 class ContinuousBatcher:
-    """Waiting queue (bounded by `max_waiting`), running batch and admission policy; `step()` runs one
-    iteration. `submit` and `cancel` may be called from other threads."""
+    """`ContinuousScheduler` run on the real `ToyLM`: a waiting queue bounded by `max_waiting`,
+    `step()` executes one planned iteration with `lm.generation.step`. `submit` and `cancel` may be
+    called from other threads. The real path prefills whole prompts (`max_num_tokens` caps the
+    prompts admitted per step); chunked prefill is simulator-only for now."""
 
     def __init__(self, lm: ToyLM, policy: AdmissionPolicy | None = None,
-                 max_waiting: int | None = None) -> None:
+                 max_waiting: int | None = None, max_num_tokens: int | None = None,
+                 chunked_prefill: bool = False) -> None:
         optional_count("max_waiting", max_waiting)
+        optional_count("max_num_tokens", max_num_tokens)
+        if chunked_prefill:
+            raise ValueError("chunked_prefill is not supported on the real LM path yet "
+                             "(ToyLM prefills whole prompts); use it in sim.simulate_continuous")
         self.lm = lm
-        self.policy = policy if policy is not None else FCFSAdmission()
         self.max_waiting = max_waiting
-        self._waiting: deque[tuple[Sequence, float]] = deque()
-        self.active: list[Sequence] = []
+        # the policy reserves prompt + max_tokens itself; ToyLM's cache has no hard KV limit
+        self.scheduler = ContinuousScheduler(policy, kv_token_budget=None, max_num_tokens=max_num_tokens)
+        self._requests: dict[int, GenerationRequest] = {}  # id(seq) -> its request
         self._lock = threading.Lock()
-        self._batch: list[Sequence] = []
+        self._in_step: set[int] = set()
         self._cancelled_in_step: list[tuple[Sequence, str]] = []
+
+    @property
+    def policy(self) -> AdmissionPolicy:
+        """The admission policy (may be replaced between steps)."""
+        return self.scheduler.policy
+
+    @policy.setter
+    def policy(self, policy: AdmissionPolicy) -> None:
+        self.scheduler.policy = policy
+
+    @property
+    def active(self) -> list[Sequence]:
+        """Running sequences, in admission order."""
+        return [r.payload for r in self.scheduler.running]
 
     @property
     def n_waiting(self) -> int:
         """Sequences waiting for admission."""
-        return len(self._waiting)
+        return len(self.scheduler.waiting)
 
     @property
     def has_work(self) -> bool:
         """True while anything waits or runs."""
-        return bool(self._waiting) or bool(self.active)
+        return self.scheduler.has_work
 
     def submit(self, seq: Sequence) -> None:
         """Queue a sequence; ValueError if the policy could never admit it or the queue is full."""
         if seq.done:
             raise ValueError("cannot submit a finished sequence")
-        self.policy.check(info_of(seq))
+        request = GenerationRequest(seq.seq_id, int(seq.prompt.size), seq.max_tokens,
+                                    seq.reserved_tokens, payload=seq, generated=len(seq.tokens))
+        self.scheduler.policy.check(request)
         with self._lock:
-            if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
-                raise ValueError(f"queue full: {len(self._waiting)} requests already wait "
+            if self.max_waiting is not None and self.n_waiting >= self.max_waiting:
+                raise ValueError(f"queue full: {self.n_waiting} requests already wait "
                                  f"(max_waiting {self.max_waiting})")
-            self._waiting.append((seq, time.monotonic()))
+            self.scheduler.submit(request)
+            self._requests[id(seq)] = request
 
     def cancel(self, seq: Sequence, reason: str = "cancelled") -> None:
         """Drop a waiting or running sequence and free its cache (during a step, when it ends)."""
         with self._lock:
-            self._waiting = deque((s, t) for s, t in self._waiting if s is not seq)
-            if seq in self.active:
-                self.active.remove(seq)
-            if any(s is seq for s in self._batch):
+            if id(seq) in self._in_step:
                 self._cancelled_in_step.append((seq, reason))
                 return
+            request = self._requests.pop(id(seq), None)
+            if request is not None:
+                self.scheduler.remove(request)
         seq.cancel(reason)
 
     def drain(self, reason: str = "shutdown") -> list[Sequence]:
         """Cancel everything; return the sequences that were waiting or running."""
         with self._lock:
-            dropped = [s for s, _ in self._waiting] + self.active
-            self._waiting.clear()
-            self.active = []
+            scheduler = self.scheduler
+            dropped = [r.payload for r in list(scheduler.waiting) + scheduler.running]
+            for request in list(scheduler.waiting) + scheduler.running:
+                scheduler.remove(request)
+            self._requests.clear()
         for s in dropped:
             s.cancel(reason)
         return dropped
 
     def step(self) -> StepReport:
-        """Admit, run one mixed prefill/decode execution over the batch, retire finished."""
+        """Plan one iteration, run it on the LM (prefill new sequences, decode the others), retire."""
         report = StepReport()
         t0 = time.perf_counter()
         with self._lock:
-            now = time.monotonic()
-            waiting = list(self._waiting)
-            chosen = self.policy.admit([info_of(s, now, t) for s, t in waiting],
-                                       [info_of(s) for s in self.active])
-            chosen = sorted(set(int(i) for i in chosen))
-            if any(not 0 <= i < len(waiting) for i in chosen):
-                raise ValueError(f"admission policy returned an index outside the queue: {chosen}")
-            admitted = [waiting[i][0] for i in chosen]
-            keep = set(chosen)
-            self._waiting = deque(w for i, w in enumerate(waiting) if i not in keep)
-            self.active.extend(admitted)
-            batch = list(self.active)
-            self._batch = batch
-            report.n_waiting = len(self._waiting)
-        report.admitted = admitted
+            plan = self.scheduler.schedule()
+            report.admitted = [r.payload for r in plan.admitted]
+            report.n_waiting = self.n_waiting
+            batch = [r.payload for r in plan.batch]
+            self._in_step = {id(s) for s in batch}
         if batch:
             try:
                 tokens = lm_step(self.lm, batch)
             finally:
                 with self._lock:
-                    self._batch = []
-                    cancelled = self._cancelled_in_step
-                    self._cancelled_in_step = []
-                for s, reason in cancelled:
-                    s.cancel(reason)
+                    self._in_step = set()
+                    cancelled, self._cancelled_in_step = self._cancelled_in_step, []
+            with self._lock:
+                stopped = [r for r in plan.batch if r.payload.done]  # <eos> before max_tokens
+                finished = {id(r.payload) for r in self.scheduler.complete(plan, stopped)}
+                for s in batch:
+                    if id(s) in finished:
+                        self._requests.pop(id(s), None)
+                        s.release()
+            for s, reason in cancelled:
+                self.cancel(s, reason)
             gone = {id(s) for s, _ in cancelled}
             report.emitted = [(s, t) for s, t in zip(batch, tokens) if id(s) not in gone]
+            report.finished = [s for s, _ in report.emitted if id(s) in finished]
             with self._lock:
-                for s, _ in report.emitted:
-                    if s.done:
-                        if s in self.active:
-                            self.active.remove(s)
-                        s.release()
-                        report.finished.append(s)
                 report.kv_tokens = sum(s.cache.length for s in self.active if s.cache is not None)
         report.seconds = time.perf_counter() - t0
         return report

@@ -1,7 +1,8 @@
 """`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way (decoupled).
 
 `execute` only queues; a scheduler thread steps a `ContinuousBatcher` (parameters `max_active`,
-`kv_token_budget`, `max_waiting`) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
+`kv_token_budget`, `max_waiting`; its step is `lm.scheduler.ContinuousScheduler`, the same one
+`sim.simulate_continuous` prices) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
 `cancel_check_ms` it asks the running and some waiting clients whether they cancelled. Outputs per
 response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it).
 """

@@ -37,41 +37,50 @@ def simulate_static_generation(
         raise ValueError("cost must be a TokenCost")
     k = integer("instances", instances, lo=1)
     rule = BatchRule(max_batch_size, tuple(preferred_batch_sizes or ()), max_queue_delay_us)
-    pl, ol = p.tolist(), o.tolist()
-    info: list[tuple[int, int, int, int]] = []  # per batch: P, O, useful, executed
-
-    def batch_time(members: list[int]) -> float:
-        b = len(members)
-        mp = max(pl[r] for r in members)
-        mo = max(ol[r] for r in members)
-        useful = sum(pl[r] + ol[r] - 1 for r in members)
-        info.append((mp, mo, useful, b * (mp + mo - 1)))
-        return cost.padded_batch_time(b, mp, mo)
-
-    rec, bat = run_events(a, rule, batch_time, k, None, [QueuePolicy()])
+    padded = _PaddedBatches(p.tolist(), o.tolist(), cost)
+    rec, bat = run_events(a, rule, padded.batch_time, k, None, [QueuePolicy()])
     rec["prompt_tokens"] = p
     rec["output_tokens"] = o
     if bat.size:
-        inf = np.asarray(info, dtype=np.int64)
-        mp, mo = inf[:, 0], inf[:, 1]
+        rows = np.asarray(padded.rows, dtype=np.int64)
+        longest_prompt, longest_output = rows[:, 0], rows[:, 1]
         size = bat["size"].astype(np.int64)
-        bat["prefill_tokens"] = size * mp
+        bat["prefill_tokens"] = size * longest_prompt
         bat["decode_seqs"] = size
-        bat["useful_tokens"] = inf[:, 2]
-        bat["executed_tokens"] = inf[:, 3]
-        bat["kv_tokens"] = size * (mp + mo - 1)
+        bat["useful_tokens"] = rows[:, 2]
+        bat["executed_tokens"] = rows[:, 3]
+        bat["kv_tokens"] = size * (longest_prompt + longest_output - 1)
         prefill_end = bat["start"] + np.asarray(
-            [cost.padded_prefill_time(int(s), int(x)) for s, x in zip(size, mp)])
+            [cost.padded_prefill_time(int(s), int(x)) for s, x in zip(size, longest_prompt)])
         served = rec["batch_id"] >= 0
-        bid = rec["batch_id"][served]
-        rec["first_token"][served] = prefill_end[bid]
+        batch_of = rec["batch_id"][served]
+        rec["first_token"][served] = prefill_end[batch_of]
         if early_return:
             # member's own last token: prefill, then (o - 1) padded steps of the whole batch
             steps = o[served] - 1
-            rec["finish"][served] = prefill_end[bid] + np.asarray([
-                cost.padded_decode_time(int(size[j]), int(mp[j]), int(s)) for j, s in zip(bid, steps)])
+            rec["finish"][served] = prefill_end[batch_of] + np.asarray([
+                cost.padded_decode_time(int(size[j]), int(longest_prompt[j]), int(s))
+                for j, s in zip(batch_of, steps)])
     config = dict(max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
                   max_queue_delay_us=rule.max_queue_delay_us, instances=k, early_return=early_return,
                   cost=repr(cost))
     return SimResult(rec, bat, "static_generation", config, instances=k, capacity_rps=None, warmup=warmup,
                      extra={"eta": "tokens", "kv": True, "tokens": True})
+
+
+class _PaddedBatches:
+    """Prices a padded batch (every member padded to the longest prompt and output) and keeps one
+    row per batch: longest prompt, longest output, useful tokens, executed tokens."""
+
+    def __init__(self, prompts: list[int], outputs: list[int], cost: TokenCost) -> None:
+        self.prompts, self.outputs, self.cost = prompts, outputs, cost
+        self.rows: list[tuple[int, int, int, int]] = []
+
+    def batch_time(self, members: list[int]) -> float:
+        """Execution time of the batch of request indices `members` (recorded in `rows`)."""
+        longest_prompt = max(self.prompts[r] for r in members)
+        longest_output = max(self.outputs[r] for r in members)
+        useful = sum(self.prompts[r] + self.outputs[r] - 1 for r in members)
+        executed = len(members) * (longest_prompt + longest_output - 1)
+        self.rows.append((longest_prompt, longest_output, useful, executed))
+        return self.cost.padded_batch_time(len(members), longest_prompt, longest_output)
