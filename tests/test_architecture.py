@@ -455,3 +455,75 @@ def test_the_checker_finds_a_planted_second_home(concept):
     _, detector, planted = CONCEPTS[concept]
     assert detector(ast.parse(planted)) != []
     assert detector(ast.parse("def unrelated(x):\n    return x + 1\n")) == []
+
+
+# --------------------------------------------------------------------------- the three mechanisms
+#
+# What the course is about, each written once, short enough to read top to bottom, and shown in full
+# where a chapter teaches it (tests/test_shown_source.py checks the chapters show these very lines).
+
+#: mechanism -> (home module, the definitions a chapter shows: "name" or "Class.method").
+MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "dynamic batcher's decision": ("batchlab.sim.rule", ("next_batch",)),
+    "sequence batcher's slot assignment": ("batchlab.sim.slots", ("SequenceSlots",)),
+    "continuous-batching step": ("batchlab.lm.scheduler", (
+        "ContinuousScheduler.schedule", "ContinuousScheduler.admit", "ContinuousScheduler.evict_until_fits",
+        "ContinuousScheduler.complete", "FCFSAdmission.admit")),
+}
+MAX_LINES = 60
+#: Where no function may exceed MAX_LINES: the simulators and the continuous scheduler.
+SHORT = [m for m in MODULES if m.startswith("batchlab.sim.")] + ["batchlab.lm.scheduler"]
+#: Who must run each mechanism (by name), so no driver keeps a private copy of the rule.
+RUNNERS: dict[str, tuple[str, ...]] = {
+    "next_batch": ("batchlab.sim.dynamic",),
+    "SequenceSlots": ("batchlab.sim.sequence",),
+    "ContinuousScheduler": ("batchlab.sim.continuous", "batchlab.lm.scheduler"),
+}
+
+
+def _definition(module: str, dotted: str) -> ast.AST | None:
+    """The def/class node `dotted` ("f" or "Class.method") at the top of `module`."""
+    body = TREES[module].body
+    node = None
+    for part in dotted.split("."):
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+def _long_functions(tree: ast.AST) -> list[str]:
+    return [f"{fn.name} (line {fn.lineno}, {fn.end_lineno - fn.lineno + 1} lines)"
+            for fn in _functions(tree) if fn.end_lineno - fn.lineno + 1 > MAX_LINES]
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_each_mechanism_is_short_and_lives_in_its_home(mechanism):
+    module, names = MECHANISMS[mechanism]
+    for name in names:
+        node = _definition(module, name)
+        assert node is not None, f"{mechanism}: {module} has no {name}"
+        lines = node.end_lineno - node.lineno + 1
+        assert lines <= MAX_LINES, f"{mechanism}: {name} is {lines} lines (at most {MAX_LINES}, it is shown in full)"
+        top = name.split(".")[0]
+        others = [m for m, tree in TREES.items() if m != module
+                  and any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == top for n in tree.body)]
+        assert others == [], f"{mechanism}: {top} is also defined in {others}"
+
+
+@pytest.mark.parametrize("module", SHORT)
+def test_no_long_function_in_the_simulators(module):
+    assert _long_functions(TREES[module]) == [], f"{module}: split these (at most {MAX_LINES} lines)"
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_the_drivers_run_the_one_mechanism(name):
+    for module in RUNNERS[name]:
+        used = {n.id for n in ast.walk(TREES[module]) if isinstance(n, ast.Name)}
+        assert name in used, f"{module} does not use {name}: it must run the one mechanism, not a copy"
+
+
+def test_the_length_check_finds_a_planted_long_function():
+    planted = "def run(x):\n" + "    x += 1\n" * MAX_LINES + "    return x\n"
+    assert _long_functions(ast.parse(planted)) == [f"run (line 1, {MAX_LINES + 2} lines)"]
