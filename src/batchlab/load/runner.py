@@ -9,7 +9,6 @@ import json
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from batchlab.load.report import LoadReport
 from batchlab.load.stats import ModelStats, settle
 from batchlab.load.streams import StreamTransport
 from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
+from batchlab.server import ServerError, _http, repository_index
 
 T = TypeVar("T")
 
@@ -57,25 +57,18 @@ def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
         return ModelStats.from_json(json.loads(resp.read()), model)
 
 
-def check_model_ready(http_url: str, model: str, timeout: float = 10.0,
-                      headers: dict[str, str] | None = None) -> None:
-    """ValueError naming `model` and the ready models unless it is ready; `headers` go with the
-    repository index (a restricted API)."""
-    url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready"
+def check_model_ready(http_url: str, model: str, timeout: float = 10.0, key: str | None = None) -> None:
+    """ValueError naming `model` and the ready models unless it is ready; `key` opens the repository
+    index (a restricted API)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            if resp.status == 200:
-                return
-    except urllib.error.HTTPError:
-        pass
-    except (urllib.error.URLError, OSError) as exc:
+        code, _ = _http("GET", f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready", timeout)
+    except OSError as exc:
         raise ValueError(f"no Triton server answers at {http_url}: {exc}") from None
+    if code == 200:
+        return
     try:
-        req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"", method="POST",
-                                     headers=headers or {})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            ready = sorted(m["name"] for m in json.loads(resp.read() or b"[]") if m.get("state") == "READY")
-    except (urllib.error.URLError, OSError, ValueError):
+        ready = sorted(m["name"] for m in repository_index(http_url, key) if m.get("state") == "READY")
+    except (ServerError, OSError, ValueError):
         ready = []
     raise ValueError(f"model {model!r} is not ready on the server at {http_url} (ready: {', '.join(ready) or 'none'})")
 
@@ -204,7 +197,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
     """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
     snapshot again, build the report."""
     check_server(server)
-    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "http_headers", None))
+    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "key", None))
     transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
     await transport.open()
     try:
