@@ -49,7 +49,7 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
                       warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
                       request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
                       progress: bool | None = None, record_token_times: bool = False,
-                      label: str = "", transport_options: dict[str, Any] | None = None) -> LoadReport:
+                      label: str = "") -> LoadReport:
     """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` blocks) until `n_requests`
     and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests` and/or
     `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
@@ -68,7 +68,7 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
     return await measure(
         server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, concurrency=concurrency, transport_options=transport_options,
+        label=label, concurrency=concurrency,
         config={"n_requests": n_requests, "duration_s": duration_s, "warmup_requests": warmup_requests,
                 "warmup_s": warmup_s},
     )

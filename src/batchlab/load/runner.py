@@ -173,15 +173,14 @@ def bound_check(n_requests: int | None, duration_s: float | None) -> None:
         non_negative("duration_s", duration_s)
 
 
-def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
-                   **kwargs: Any) -> Transport:
+def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0) -> Transport:
     """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
     if protocol == "grpc":
         return GrpcTransport(server.grpc_url, model, request_timeout_s)
     if protocol == "http":
-        return HttpTransport(server.http_url, model, request_timeout_s, **kwargs)
+        return HttpTransport(server.http_url, model, request_timeout_s)
     if protocol in ("grpc-stream", "stream"):
-        return StreamTransport(server.grpc_url, model, request_timeout_s, **kwargs)
+        return StreamTransport(server.grpc_url, model, request_timeout_s)
     raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
 
 
@@ -192,13 +191,12 @@ Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warmup: Driver | None,
                   mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
-                  offered_rate: float | None = None, config: dict[str, Any] | None = None,
-                  transport_options: dict[str, Any] | None = None) -> LoadReport:
+                  offered_rate: float | None = None, config: dict[str, Any] | None = None) -> LoadReport:
     """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
     snapshot again, build the report."""
     check_server(server)
     await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "key", None))
-    transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
+    transport = make_transport(protocol, server, model, request_timeout_s)
     await transport.open()
     try:
         if warmup is not None:

@@ -214,14 +214,10 @@ class HttpTransport(Transport):
 
     protocol = "http"
 
-    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0, conn_limit: int = 256) -> None:
-        super().__init__(url, model, request_timeout_s)
-        self.conn_limit = conn_limit
-
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
         self._mod = httpclient
-        self.client = http_aio.InferenceServerClient(self.url, conn_limit=self.conn_limit,
+        self.client = http_aio.InferenceServerClient(self.url, conn_limit=256,
                                                       conn_timeout=self.request_timeout_s)
         meta = await self.client.get_model_metadata(self.model)
         self._all_outputs = [o["name"] for o in meta.get("outputs", [])]
