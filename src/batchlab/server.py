@@ -267,11 +267,6 @@ class _Clients:
     start: Callable[[], Any]
     stop: Callable[[], None]
 
-    @property
-    def http_headers(self) -> dict[str, str]:
-        """Headers for a raw HTTP request to a restricted API of this server."""
-        return {KEY_HEADER: self.key} if self.key else {}
-
     def info(self) -> dict[str, Any]:
         """The addresses and ready models, as the CLI prints them."""
         return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}

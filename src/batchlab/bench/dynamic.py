@@ -72,8 +72,7 @@ def _model_busy_ms_per_request(rep: Any) -> float:
     if st is None or not rep.n:
         return math.nan
     table = st.batch_service_ms()
-    hist = rep.batch_histogram()
-    execs = {int(b): c for b, c in hist.items()}
+    execs = rep.batch_histogram()
     total = sum(table.get(b, math.nan) * e for b, e in execs.items())
     reqs = sum(b * e for b, e in execs.items())
     return total / reqs if reqs else math.nan

@@ -313,17 +313,17 @@ def lm_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer) -
         pred = predict_lm(parts, cost, policy, overhead)
         fa, fb = lm_figures(a), lm_figures(b)
         loads[name] = {"rate_rps": r3(rate), "fraction_of_capacity": frac, "requests_per_run": int(arrivals.size),
-                       "step_cost_us": {"decode_base": r3(cost.decode_base), "decode_per_seq": r3(cost.decode_per_seq),
-                                        "prefill_per_token": r3(cost.prefill_per_token)},
+                       "step_cost_us": _cost_us(cost),
                        "timed_steps": int(st.shape[0]), "ttft_overhead_ms": r3(overhead),
                        "figures": judge_figures(pred, fa, fb)}
         log(f"lm_stream {name} @ {rate:.1f} req/s: tokens/s {pred['throughput']:.0f} / {fa['throughput']:.0f} / "
             f"{fb['throughput']:.0f}, TTFT p50 {pred['p50']:.1f} / {fa['p50']:.1f} / {fb['p50']:.1f} ms, p99 "
             f"{pred['p99']:.1f} / {fa['p99']:.1f} / {fb['p99']:.1f} ms (predicted / A / B) ({clock():.0f} s)")
-    return loads, {"policy": policy, "step_cost_us": {"decode_base": r3(base.decode_base),
-                                                      "decode_per_seq": r3(base.decode_per_seq),
-                                                      "prefill_per_token": r3(base.prefill_per_token)},
-                   "capacity_rps": r3(cap)}
+    return loads, {"policy": policy, "step_cost_us": _cost_us(base), "capacity_rps": r3(cap)}
+
+
+def _cost_us(cost: TokenCost) -> dict[str, float]:
+    return {k: r3(getattr(cost, k)) for k in ("decode_base", "decode_per_seq", "prefill_per_token")}
 
 
 # --------------------------------------------------------------------------- the benchmark

@@ -53,10 +53,6 @@ class MetricsSnapshot:
                 snap.types[name] = fam.type
         return snap
 
-    def names(self) -> list[str]:
-        """Every sample name in the scrape."""
-        return sorted(self.samples)
-
     def get(self, name: str, default: float = 0.0, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels` (e.g. model='embed')."""
         series = self.samples.get(name)
