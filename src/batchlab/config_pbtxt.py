@@ -101,9 +101,6 @@ class Finding:
         return f"[{self.level}] {self.path}: {self.message}  ({self.source})"
 
 
-# ----------------------------------------------------------------------------- schema
-
-
 def _walk(desc: Descriptor, prefix: str, depth: int, seen: tuple[str, ...]) -> Iterator[tuple[str, FieldDescriptor]]:
     for f in desc.fields:
         path = f"{prefix}.{f.name}" if prefix else f.name
@@ -125,8 +122,6 @@ def field_paths(name: str) -> list[str]:
         raise ValueError(f"not a field name: {name!r}")
     return [p for p, f in _walk(mc.ModelConfig.DESCRIPTOR, "", 0, ()) if f.name == name]
 
-
-# ----------------------------------------------------------------------------- parsing
 
 _POS = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
 _NO_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
@@ -226,9 +221,6 @@ def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
     return f.read_text(encoding="utf-8")
 
 
-# ----------------------------------------------------------------------------- checking
-
-
 def _as_config(config: Any) -> Any:
     return parse_config(config) if isinstance(config, str) else config
 
@@ -324,9 +316,6 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
     return out
 
 
-# ----------------------------------------------------------------------------- annotating
-
-
 def _repeated(f: FieldDescriptor) -> bool:
     rep = getattr(f, "is_repeated", None)
     return bool(rep) if rep is not None else f.label == FieldDescriptor.LABEL_REPEATED
@@ -405,9 +394,6 @@ def _with_note(code: str, note: str, width: int) -> str:
     if not note:
         return code
     return f"{code.ljust(width)}  # {note}"
-
-
-# ----------------------------------------------------------------------------- editing
 
 
 def to_text(config: Any) -> str:
@@ -519,9 +505,6 @@ def _dict_text(d: Any) -> str:
         else:
             parts.append(f"{k}: {v}")
     return " ".join(parts)
-
-
-# ----------------------------------------------------------------------------- demos
 
 
 def stage_model(dest: str | Path, name: str, config_text: str | None, source_model: str,

@@ -119,9 +119,6 @@ def families(text: str, prefix: str = "nv_") -> Iterable[tuple[str, str, str]]:
             yield fam.name, fam.type, fam.documentation
 
 
-# --------------------------------------------------------------------------- a timeline of scrapes
-
-
 @dataclass
 class MetricsTimeline:
     """Scrape `metrics_url` every `interval` s in a thread (use as a context manager).
