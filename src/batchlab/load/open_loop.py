@@ -116,8 +116,6 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
 
 def run_open_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
     """Blocking `open_loop` (works in scripts and inside Jupyter); same arguments."""
-    _arrivals(kwargs.get("rate"), kwargs.get("arrivals"), kwargs.get("n_requests"), kwargs.get("duration_s"),
-              kwargs.get("seed", 0))
     warn = kwargs.pop("warn", True)
     report = run_sync(lambda: open_loop(server, model, requests, warn=False, **kwargs))
     return warn_if_behind(report, stacklevel=3) if warn else report

@@ -16,7 +16,6 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import numpy as np
 
-from batchlab._validate import non_negative, optional_count
 from batchlab.load.metrics import MetricsSnapshot, scrape
 from batchlab.load.records import Records, RequestRecord
 from batchlab.load.report import LoadReport
@@ -162,15 +161,6 @@ def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def bound_check(n_requests: int | None, duration_s: float | None) -> None:
-    """A run must be bounded by a request count and/or a duration."""
-    if n_requests is None and duration_s is None:
-        raise ValueError("bound the run: give n_requests and/or duration_s")
-    optional_count("n_requests", n_requests, lo=0)
-    if duration_s is not None:
-        non_negative("duration_s", duration_s)
 
 
 def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0) -> Transport:
