@@ -1,15 +1,5 @@
-"""Triton's Prometheus endpoint, parsed with prometheus_client's text parser (no regular expressions).
-
-``http://127.0.0.1:<metrics port>/metrics`` serves counters such as `nv_inference_count`
-(inferences = batch items), `nv_inference_exec_count` (executions), `nv_inference_request_success`,
-`nv_inference_request_failure{reason=...}` and cumulative durations in microseconds
-(`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, ...), plus the gauge
-`nv_inference_pending_request_count`. `nv_inference_count / nv_inference_exec_count` is the mean
-batch size.
-
-`MetricsTimeline` scrapes the endpoint every `interval` seconds in a background thread while a
-load runs; `timeline_rows` turns consecutive scrapes into queue time per request, mean batch size
-and pending requests per interval (intervals whose counters are out of step are merged).
+"""Triton's Prometheus endpoint (``http://127.0.0.1:<metrics port>/metrics``), parsed with
+prometheus_client's text parser; `MetricsTimeline` scrapes it in a thread while a load runs.
 """
 
 from __future__ import annotations
