@@ -291,11 +291,10 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
     elif list(db.priority_queue_policy):
         out.append(Finding("warning", "dynamic_batching.priority_queue_policy",
                            "没有设 priority_levels 时按优先级的队列策略不起作用", SRC_BATCHER))
-    policies = [("dynamic_batching.default_queue_policy", db.default_queue_policy, db.HasField("default_queue_policy"))]
-    policies += [(f"dynamic_batching.priority_queue_policy[{k}]", v, True) for k, v in sorted(db.priority_queue_policy.items())]
-    for path, pol, present in policies:
-        if not present:
-            continue
+    policies = [(f"dynamic_batching.priority_queue_policy[{k}]", v) for k, v in sorted(db.priority_queue_policy.items())]
+    if db.HasField("default_queue_policy"):
+        policies.insert(0, ("dynamic_batching.default_queue_policy", db.default_queue_policy))
+    for path, pol in policies:
         if pol.allow_timeout_override and pol.default_timeout_microseconds == 0:
             out.append(Finding("warning", f"{path}.allow_timeout_override",
                                "默认超时为 0 时，单个请求带的超时也不生效（只能缩短默认值）", SRC_UTILS))
