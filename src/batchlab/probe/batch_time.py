@@ -179,10 +179,7 @@ def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[i
     interleaved rounds, after ``warmup_requests`` of each; ``inputs_for(B)`` builds a request
     (default: `random_embed_inputs` seeded with B).
     """
-    sizes = sorted({int(b) for b in batch_sizes})
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"batch_sizes must be positive integers, got {list(batch_sizes)!r}")
-    count("rounds", rounds)
+    sizes = sorted({int(b) for b in batch_sizes})  # measure_batch_times checks them and `rounds`
     build = inputs_for or (lambda b: random_embed_inputs(b, seed=b))
     times = measure_batch_times(server, model, build, sizes, rounds=rounds, warmup_rounds=warmup_requests,
                                 requests_per_round=lambda b: max(-(-min_requests // rounds),
