@@ -152,11 +152,6 @@ def embed_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer
                     "capacity_rps": r3(cap), "overhead_ms_at_concurrency_1": r3(cal.overhead_ms)}
 
 
-def lm_policy() -> dict[str, int]:
-    """lm_stream's scheduling parameters, read from its config.pbtxt."""
-    return int_parameters(LM, ("max_active", "kv_token_budget"))
-
-
 def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,
                   sink: dict[int, np.ndarray]) -> Callable[[int], RequestSpec]:
     """Request i: greedy, IGNORE_EOS (exactly lengths[i] tokens); `sink[i]` gets its per-token
@@ -265,7 +260,7 @@ def lm_figures(rep: Any) -> dict[str, float]:
 def lm_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer) -> tuple[dict[str, Any], dict]:
     """Fit the step cost to closed loops, then per load to a run at its rate (which also gives the TTFT
     overhead); predict, then measure twice. Returns (loads, calibration JSON)."""
-    policy = lm_policy()
+    policy = int_parameters(LM, ("max_active", "kv_token_budget"))  # lm_stream's scheduling, from its config
     steps = []
     for k, conc in enumerate((2, 8)):
         p, o = lm_workload(6 * conc, seed + 900 + k)

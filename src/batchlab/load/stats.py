@@ -143,13 +143,9 @@ class ModelStats:
         }
 
 
-def _is_http(client: Any) -> bool:
-    return ".http" in type(client).__module__
-
-
 def read_stats(client: Any, model: str) -> ModelStats:
     """A snapshot of `model`'s statistics from a synchronous tritonclient (gRPC or HTTP) client."""
-    if _is_http(client):  # the HTTP client returns JSON already and has no as_json
+    if ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
         js = client.get_inference_statistics(model)
     else:
         js = client.get_inference_statistics(model, as_json=True)
