@@ -9,16 +9,12 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 LabelSet = tuple[tuple[str, str], ...]
-
-
-def _key(labels: Mapping[str, str]) -> LabelSet:
-    return tuple(sorted(labels.items()))
 
 
 @dataclass
@@ -39,7 +35,7 @@ class MetricsSnapshot:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 name = fam.name if fam.type == "counter" and s.name == f"{fam.name}_total" else s.name
-                snap.samples.setdefault(name, {})[_key(s.labels)] = float(s.value)
+                snap.samples.setdefault(name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
                 snap.types[name] = fam.type
         return snap
 
