@@ -181,7 +181,7 @@ def test_server_side_readers(server) -> None:
     st = settle(lambda: fetch_stats(server.http_url, "echo"), before, 3)
     assert st.model == "echo" and (st - before).success == 3 and st.inference_count >= 3
     m = scrape(server.metrics_url)
-    assert "nv_inference_count" in m.names()
+    assert "nv_inference_count" in m.samples
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -126,7 +126,7 @@ def test_each_launch_has_its_own_hidden_key_folder_log_and_shared_memory(start_t
         httpclient.InferenceServerClient(server.http_url).get_model_repository_index(headers={srv.KEY_HEADER: "(hidden)"})
     assert other.key != server.key
     with pytest.raises(InferenceServerException):
-        httpclient.InferenceServerClient(other.http_url).get_model_repository_index(headers=server.http_headers)
+        httpclient.InferenceServerClient(other.http_url).get_model_repository_index(headers={srv.KEY_HEADER: server.key})
     assert server.http_client().get_model_repository_index()
     # Its folder, log and shared memory are private, named after this process, and gone after stop().
     assert stat.S_IMODE(server.workdir.stat().st_mode) == 0o700

@@ -101,9 +101,6 @@ class Finding:
         return f"[{self.level}] {self.path}: {self.message}  ({self.source})"
 
 
-# ----------------------------------------------------------------------------- schema
-
-
 def _walk(desc: Descriptor, prefix: str, depth: int, seen: tuple[str, ...]) -> Iterator[tuple[str, FieldDescriptor]]:
     for f in desc.fields:
         path = f"{prefix}.{f.name}" if prefix else f.name
@@ -125,8 +122,6 @@ def field_paths(name: str) -> list[str]:
         raise ValueError(f"not a field name: {name!r}")
     return [p for p, f in _walk(mc.ModelConfig.DESCRIPTOR, "", 0, ()) if f.name == name]
 
-
-# ----------------------------------------------------------------------------- parsing
 
 _POS = re.compile(r"^(\d+):(\d+) : (.*)$", re.S)
 _NO_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
@@ -226,9 +221,6 @@ def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
     return f.read_text(encoding="utf-8")
 
 
-# ----------------------------------------------------------------------------- checking
-
-
 def _as_config(config: Any) -> Any:
     return parse_config(config) if isinstance(config, str) else config
 
@@ -299,11 +291,10 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
     elif list(db.priority_queue_policy):
         out.append(Finding("warning", "dynamic_batching.priority_queue_policy",
                            "没有设 priority_levels 时按优先级的队列策略不起作用", SRC_BATCHER))
-    policies = [("dynamic_batching.default_queue_policy", db.default_queue_policy, db.HasField("default_queue_policy"))]
-    policies += [(f"dynamic_batching.priority_queue_policy[{k}]", v, True) for k, v in sorted(db.priority_queue_policy.items())]
-    for path, pol, present in policies:
-        if not present:
-            continue
+    policies = [(f"dynamic_batching.priority_queue_policy[{k}]", v) for k, v in sorted(db.priority_queue_policy.items())]
+    if db.HasField("default_queue_policy"):
+        policies.insert(0, ("dynamic_batching.default_queue_policy", db.default_queue_policy))
+    for path, pol in policies:
         if pol.allow_timeout_override and pol.default_timeout_microseconds == 0:
             out.append(Finding("warning", f"{path}.allow_timeout_override",
                                "默认超时为 0 时，单个请求带的超时也不生效（只能缩短默认值）", SRC_UTILS))
@@ -322,9 +313,6 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
                            f"{db.max_queue_delay_microseconds} µs 只限制为凑批而扣住请求的时间；实例全忙时的排队不受它限制，"
                            "要给排队时间设上限得用 default_queue_policy 的超时", SRC_BATCHER))
     return out
-
-
-# ----------------------------------------------------------------------------- annotating
 
 
 def _repeated(f: FieldDescriptor) -> bool:
@@ -405,9 +393,6 @@ def _with_note(code: str, note: str, width: int) -> str:
     if not note:
         return code
     return f"{code.ljust(width)}  # {note}"
-
-
-# ----------------------------------------------------------------------------- editing
 
 
 def to_text(config: Any) -> str:
@@ -519,9 +504,6 @@ def _dict_text(d: Any) -> str:
         else:
             parts.append(f"{k}: {v}")
     return " ".join(parts)
-
-
-# ----------------------------------------------------------------------------- demos
 
 
 def stage_model(dest: str | Path, name: str, config_text: str | None, source_model: str,

@@ -94,9 +94,6 @@ class ModelLoadError(ServerError):
     """A model in the repository failed to load (bad config.pbtxt, `initialize` raised, ...)."""
 
 
-# --------------------------------------------------------------------------- locating the binary
-
-
 def _pytriton_dist() -> Path:
     """The `pytriton/tritonserver` folder of the installed nvidia-pytriton wheel."""
     try:
@@ -159,9 +156,6 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-# --------------------------------------------------------------------------- ports
-
-
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that is free on `host` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -198,9 +192,6 @@ def check_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise _port_in_use(what, port, host) from None
             raise
-
-
-# --------------------------------------------------------------------------- keyed clients
 
 
 def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) -> None:
@@ -267,11 +258,6 @@ class _Clients:
     start: Callable[[], Any]
     stop: Callable[[], None]
 
-    @property
-    def http_headers(self) -> dict[str, str]:
-        """Headers for a raw HTTP request to a restricted API of this server."""
-        return {KEY_HEADER: self.key} if self.key else {}
-
     def info(self) -> dict[str, Any]:
         """The addresses and ready models, as the CLI prints them."""
         return {"http": self.http_url, "grpc": self.grpc_url, "metrics": self.metrics_url, "models": self.models}
@@ -289,9 +275,6 @@ class _Clients:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-# --------------------------------------------------------------------------- readiness over HTTP
 
 
 def _http(method: str, url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
@@ -361,8 +344,6 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
     raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({last})")
 
 
-# --------------------------------------------------------------------------- log diagnosis
-
 _LOAD_FAIL = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
 _POLL_FAIL = re.compile(r"Poll failed for model directory '([^']+)': (.*?)\"?$")
 _PROTO = re.compile(r"Error parsing text-format inference\.ModelConfig: (\d+):(\d+): (.*)$")
@@ -405,8 +386,6 @@ def _tail(text: str, n: int = 25) -> str:
             keep.append(ln)
     return "\n".join(keep[-n:])
 
-
-# --------------------------------------------------------------------------- process handling
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -604,9 +583,6 @@ _REAPER = (
 )
 
 
-# --------------------------------------------------------------------------- leftovers of dead launches
-
-
 def _start_ticks(pid: int) -> int:
     """A process's start in clock ticks since boot (/proc/PID/stat field 22): unlike psutil's epoch
     create time, which adds a boot time read in whole seconds, no clock step moves it."""
@@ -760,8 +736,6 @@ class TritonServer(_Clients):
                     fixed.append(path)
         return fixed
 
-    # -- log -------------------------------------------------------------------------------
-
     @property
     def log_path(self) -> Path | None:
         """The server's log file while it exists."""
@@ -775,8 +749,6 @@ class TritonServer(_Clients):
     def log_tail(self, n: int = 25) -> str:
         """The last `n` meaningful lines of the server log."""
         return _tail(self.log(), n)
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def _command(self, backend_dir: Path) -> tuple[list[str], dict[int, str]]:
         """The command line (with the key as a placeholder) and the hidden arguments' values."""
@@ -983,9 +955,6 @@ def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str]
     if external is not None:
         return external
     return TritonServer(repo, models=models, **kwargs)
-
-
-# --------------------------------------------------------------------------- command line
 
 
 class Interrupted(BaseException):

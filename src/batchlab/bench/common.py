@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+import psutil
 
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.load import RequestSpec
@@ -115,29 +116,19 @@ def machine(watch: "CpuWatch | None" = None) -> dict[str, Any]:
     return out
 
 
-def _cpu_busy_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat."""
-    with open("/proc/stat") as f:
-        parts = [int(x) for x in f.readline().split()[1:]]
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    total = sum(parts[:8])
-    return total - idle, total
+def _cpu_busy_s() -> float:
+    """CPU seconds all CPUs spent neither idle nor waiting for I/O since boot."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
 
-def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
-    """utime + stime of every live process in the process groups `pgids` or with a pid in `pids`."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pgid, utime, stime = int(rest[2]), int(rest[11]), int(rest[12])
-        if pgid in pgids or int(entry) in pids:
-            total += utime + stime
+def _group_cpu_s(pgids: set[int], pids: set[int]) -> float:
+    """User + system CPU seconds of every live process in the process groups `pgids` or with a pid in `pids`."""
+    total = 0.0
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.pid in pids or os.getpgid(proc.pid) in pgids:
+                total += sum(proc.cpu_times()[:2])
     return total
 
 
@@ -155,24 +146,23 @@ class CpuWatch:
         if self.ok:
             self.t0 = time.monotonic()
             self.load0 = os.getloadavg()[0]
-            self.busy0, _ = _cpu_busy_jiffies()
-            self.ours0 = _group_jiffies(self.pgids, self.pids)
+            self.busy0 = _cpu_busy_s()
+            self.ours0 = _group_cpu_s(self.pgids, self.pids)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.ok:
             self.t1 = time.monotonic()
-            self.busy1, _ = _cpu_busy_jiffies()
-            self.ours1 = _group_jiffies(self.pgids, self.pids)
+            self.busy1 = _cpu_busy_s()
+            self.ours1 = _group_cpu_s(self.pgids, self.pids)
 
     def result(self) -> dict[str, Any]:
         """Average CPU cores used by the benchmark (client + server) and by other processes."""
         if not self.ok or not hasattr(self, "t1"):
             return {}
-        hz = os.sysconf("SC_CLK_TCK")
         wall = max(self.t1 - self.t0, 1e-9)
-        busy = (self.busy1 - self.busy0) / hz / wall
-        ours = max(self.ours1 - self.ours0, 0) / hz / wall
+        busy = (self.busy1 - self.busy0) / wall
+        ours = max(self.ours1 - self.ours0, 0) / wall
         return {"cpu_cores_used_by_benchmark": r3(ours), "cpu_cores_used_by_other_processes": r3(max(busy - ours, 0.0)),
                 "load_avg_1m_at_start": r3(self.load0)}
 

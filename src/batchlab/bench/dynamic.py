@@ -72,8 +72,7 @@ def _model_busy_ms_per_request(rep: Any) -> float:
     if st is None or not rep.n:
         return math.nan
     table = st.batch_service_ms()
-    hist = rep.batch_histogram()
-    execs = {int(b): c for b, c in hist.items()}
+    execs = rep.batch_histogram()
     total = sum(table.get(b, math.nan) * e for b, e in execs.items())
     reqs = sum(b * e for b, e in execs.items())
     return total / reqs if reqs else math.nan
@@ -116,7 +115,6 @@ def run(concurrency: int = 16, rounds: int = 3, round_s: float = 4.0, warmup_s: 
     sources = {"decode": decode_source(), "embed": embed_source(embed_prompts(512, seed=1))}
     runs: dict[tuple[str, str], list[Any]] = {(f, n): [] for f, n, _, _ in configs}
     cpu: dict[tuple[str, str], float] = {key: 0.0 for key in runs}
-    hz = os.sysconf("SC_CLK_TCK")
     with bench_server([m for _, _, m, _ in configs]) as server, CpuWatch(server) as watch:
         log(f"server ready in {clock():.0f} s")
         for k in range(rounds):
@@ -126,7 +124,7 @@ def run(concurrency: int = 16, rounds: int = 3, round_s: float = 4.0, warmup_s: 
                                           warmup_s=warmup_s, progress=False, label=f"{fam}/{name}")
                 if w.ok:
                     # whole loop's CPU (warm-up included) scaled to the measured window
-                    cpu[(fam, name)] += (w.ours1 - w.ours0) / hz * rep.wall_s / max(w.t1 - w.t0, 1e-9)
+                    cpu[(fam, name)] += (w.ours1 - w.ours0) * rep.wall_s / max(w.t1 - w.t0, 1e-9)
                 runs[(fam, name)].append(rep)
                 log(f"round {k + 1}/{rounds} {fam}/{name}: {rep.throughput_rps:.0f} req/s, "
                     f"p95 {rep.latency_ms()['p95']:.1f} ms, mean batch {rep.mean_batch_size():.1f} ({clock():.0f} s)")

@@ -42,9 +42,6 @@ PROBE_S = (3.0, 8.0)
 LM_MEAN_TOKENS, LM_MAX_TOKENS = 24.0, 128
 
 
-# --------------------------------------------------------------------------- judging
-
-
 def judge(predicted: float, a: float, b: float, band: float) -> dict[str, Any]:
     """One figure: the measurement is the mean of runs A and B; the goal is met when
     |predicted - measurement| <= max(band x |measurement|, |A - B|); `decided_by` names the larger
@@ -69,9 +66,6 @@ def all_met(parts: Mapping[str, Mapping[str, Any]]) -> bool:
     return all(f["met"] for loads in parts.values() for lv in loads.values() for f in lv["figures"].values())
 
 
-# --------------------------------------------------------------------------- schedules
-
-
 def segments(arrivals: np.ndarray, rounds: int, duration_s: float) -> list[np.ndarray]:
     """Index arrays cutting sorted `arrivals` (over `duration_s`) into `rounds` equal time windows."""
     cuts = np.searchsorted(arrivals, [j * duration_s / rounds for j in range(1, rounds)])
@@ -91,9 +85,6 @@ def measure_twice(run: Callable[[np.ndarray, int, str], Any], arrivals: np.ndarr
     for j, x in ab_order(len(segs)):
         reps[x].append(run(arrivals[segs[j]] - j * duration_s / len(segs), j, x))
     return pool_reports(reps["A"], label="A"), pool_reports(reps["B"], label="B")
-
-
-# --------------------------------------------------------------------------- embed (dynamic batcher)
 
 
 def predict_embed(parts: Sequence[np.ndarray], service: Any, max_batch: int, overhead_ms: float) -> dict[str, float]:
@@ -159,14 +150,6 @@ def embed_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer
             f"{pred['p99']:.1f} / {fa['p99']:.1f} / {fb['p99']:.1f} ms (predicted / A / B) ({clock():.0f} s)")
     return levels, {"batch_time_ms": {str(b): r3(t) for b, t in cal.service_ms.items()},
                     "capacity_rps": r3(cap), "overhead_ms_at_concurrency_1": r3(cal.overhead_ms)}
-
-
-# --------------------------------------------------------------------------- lm_stream (continuous batching)
-
-
-def lm_policy() -> dict[str, int]:
-    """lm_stream's scheduling parameters, read from its config.pbtxt."""
-    return int_parameters(LM, ("max_active", "kv_token_budget"))
 
 
 def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,
@@ -277,7 +260,7 @@ def lm_figures(rep: Any) -> dict[str, float]:
 def lm_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer) -> tuple[dict[str, Any], dict]:
     """Fit the step cost to closed loops, then per load to a run at its rate (which also gives the TTFT
     overhead); predict, then measure twice. Returns (loads, calibration JSON)."""
-    policy = lm_policy()
+    policy = int_parameters(LM, ("max_active", "kv_token_budget"))  # lm_stream's scheduling, from its config
     steps = []
     for k, conc in enumerate((2, 8)):
         p, o = lm_workload(6 * conc, seed + 900 + k)
@@ -313,20 +296,17 @@ def lm_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer) -
         pred = predict_lm(parts, cost, policy, overhead)
         fa, fb = lm_figures(a), lm_figures(b)
         loads[name] = {"rate_rps": r3(rate), "fraction_of_capacity": frac, "requests_per_run": int(arrivals.size),
-                       "step_cost_us": {"decode_base": r3(cost.decode_base), "decode_per_seq": r3(cost.decode_per_seq),
-                                        "prefill_per_token": r3(cost.prefill_per_token)},
+                       "step_cost_us": _cost_us(cost),
                        "timed_steps": int(st.shape[0]), "ttft_overhead_ms": r3(overhead),
                        "figures": judge_figures(pred, fa, fb)}
         log(f"lm_stream {name} @ {rate:.1f} req/s: tokens/s {pred['throughput']:.0f} / {fa['throughput']:.0f} / "
             f"{fb['throughput']:.0f}, TTFT p50 {pred['p50']:.1f} / {fa['p50']:.1f} / {fb['p50']:.1f} ms, p99 "
             f"{pred['p99']:.1f} / {fa['p99']:.1f} / {fb['p99']:.1f} ms (predicted / A / B) ({clock():.0f} s)")
-    return loads, {"policy": policy, "step_cost_us": {"decode_base": r3(base.decode_base),
-                                                      "decode_per_seq": r3(base.decode_per_seq),
-                                                      "prefill_per_token": r3(base.prefill_per_token)},
-                   "capacity_rps": r3(cap)}
+    return loads, {"policy": policy, "step_cost_us": _cost_us(base), "capacity_rps": r3(cap)}
 
 
-# --------------------------------------------------------------------------- the benchmark
+def _cost_us(cost: TokenCost) -> dict[str, float]:
+    return {k: r3(getattr(cost, k)) for k in ("decode_base", "decode_per_seq", "prefill_per_token")}
 
 
 def run(level_s: float = 8.0, lm_level_s: float = 30.0, rounds: int = ROUNDS, seed: int = 0,

@@ -1,10 +1,5 @@
-"""Load generation on tritonclient, and the server's own view of a run.
-
-* `workload` — what to send (`RequestSpec`, `SequenceSpec`) and when (arrival schedules);
-* `transport`, `streams` — unary gRPC / HTTP and gRPC-stream requests, one `RequestRecord` each;
-* `closed_loop`, `open_loop`, `runner` — the two load shapes and what every run shares;
-* `records`, `report` — the records of a run and its `LoadReport` (client and server views);
-* `stats` — the statistics extension (`ModelStats`, `settle`); `metrics` — the Prometheus endpoint.
+"""Load generation on tritonclient (closed and open loop over gRPC, HTTP or a gRPC stream), and the
+server's own view of a run (statistics extension, Prometheus metrics).
 """
 
 from batchlab.load.closed_loop import closed_loop, run_closed_loop

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from batchlab._validate import count
+from batchlab._validate import count, non_negative, optional_count
 from batchlab.load.records import RequestRecord
 from batchlab.load.report import LoadReport
-from batchlab.load.runner import bound_check, measure, run_all, run_sync
+from batchlab.load.runner import measure, run_all, run_sync
 from batchlab.load.transport import now
 from batchlab.load.workload import RequestSource, as_factory
 
@@ -36,26 +36,25 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
     await run_all([worker() for _ in range(concurrency)])
 
 
-def _check(concurrency: int, n_requests: int | None, duration_s: float | None,
-           warmup_requests: int, warmup_s: float) -> None:
-    count("concurrency", concurrency)
-    bound_check(n_requests, duration_s)
-    if warmup_requests < 0 or warmup_s < 0:
-        raise ValueError("warmup_requests and warmup_s must be >= 0")
-
-
 async def closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
                       n_requests: int | None = None, duration_s: float | None = None,
                       warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
                       request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
                       progress: bool | None = None, record_token_times: bool = False,
-                      label: str = "", transport_options: dict[str, Any] | None = None) -> LoadReport:
+                      label: str = "") -> LoadReport:
     """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` blocks) until `n_requests`
     and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests` and/or
     `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
     statistics extension / Prometheus before and after; `progress` None: a bar after 3 s.
     """
-    _check(concurrency, n_requests, duration_s, warmup_requests, warmup_s)
+    count("concurrency", concurrency)
+    if n_requests is None and duration_s is None:
+        raise ValueError("bound the run: give n_requests and/or duration_s")
+    optional_count("n_requests", n_requests, lo=0)
+    if duration_s is not None:
+        non_negative("duration_s", duration_s)
+    if warmup_requests < 0 or warmup_s < 0:
+        raise ValueError("warmup_requests and warmup_s must be >= 0")
     factory = as_factory(requests)
     warm = None
     if warmup_requests or warmup_s:
@@ -68,7 +67,7 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
     return await measure(
         server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, concurrency=concurrency, transport_options=transport_options,
+        label=label, concurrency=concurrency,
         config={"n_requests": n_requests, "duration_s": duration_s, "warmup_requests": warmup_requests,
                 "warmup_s": warmup_s},
     )
@@ -76,6 +75,4 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
 
 def run_closed_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
     """Blocking `closed_loop` (works in scripts and inside Jupyter); same arguments."""
-    _check(kwargs.get("concurrency", 1), kwargs.get("n_requests"), kwargs.get("duration_s"),
-           kwargs.get("warmup_requests", 0), kwargs.get("warmup_s", 0.0))
     return run_sync(lambda: closed_loop(server, model, requests, **kwargs))

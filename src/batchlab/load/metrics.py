@@ -1,15 +1,5 @@
-"""Triton's Prometheus endpoint, parsed with prometheus_client's text parser (no regular expressions).
-
-``http://127.0.0.1:<metrics port>/metrics`` serves counters such as `nv_inference_count`
-(inferences = batch items), `nv_inference_exec_count` (executions), `nv_inference_request_success`,
-`nv_inference_request_failure{reason=...}` and cumulative durations in microseconds
-(`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, ...), plus the gauge
-`nv_inference_pending_request_count`. `nv_inference_count / nv_inference_exec_count` is the mean
-batch size.
-
-`MetricsTimeline` scrapes the endpoint every `interval` seconds in a background thread while a
-load runs; `timeline_rows` turns consecutive scrapes into queue time per request, mean batch size
-and pending requests per interval (intervals whose counters are out of step are merged).
+"""Triton's Prometheus endpoint (``http://127.0.0.1:<metrics port>/metrics``), parsed with
+prometheus_client's text parser; `MetricsTimeline` scrapes it in a thread while a load runs.
 """
 
 from __future__ import annotations
@@ -19,16 +9,12 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 LabelSet = tuple[tuple[str, str], ...]
-
-
-def _key(labels: Mapping[str, str]) -> LabelSet:
-    return tuple(sorted(labels.items()))
 
 
 @dataclass
@@ -49,13 +35,9 @@ class MetricsSnapshot:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 name = fam.name if fam.type == "counter" and s.name == f"{fam.name}_total" else s.name
-                snap.samples.setdefault(name, {})[_key(s.labels)] = float(s.value)
+                snap.samples.setdefault(name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
                 snap.types[name] = fam.type
         return snap
-
-    def names(self) -> list[str]:
-        """Every sample name in the scrape."""
-        return sorted(self.samples)
 
     def get(self, name: str, default: float = 0.0, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels` (e.g. model='embed')."""
@@ -121,9 +103,6 @@ def families(text: str, prefix: str = "nv_") -> Iterable[tuple[str, str, str]]:
     for fam in text_string_to_metric_families(text):
         if fam.name.startswith(prefix):
             yield fam.name, fam.type, fam.documentation
-
-
-# --------------------------------------------------------------------------- a timeline of scrapes
 
 
 @dataclass

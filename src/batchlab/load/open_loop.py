@@ -84,8 +84,7 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
                     duration_s: float | None = None, seed: int = 0, warmup_s: float = 0.0,
                     protocol: str = "grpc", request_timeout_s: float = 60.0, stats: bool = True,
                     metrics: bool = False, progress: bool | None = None,
-                    record_token_times: bool = False, label: str = "",
-                    transport_options: dict[str, Any] | None = None, warn: bool = True) -> LoadReport:
+                    record_token_times: bool = False, label: str = "", warn: bool = True) -> LoadReport:
     """Open-loop load (async; `run_open_loop` blocks): seeded Poisson arrivals at `rate` req/s
     (bounded by `n_requests` and/or `duration_s`) or an `arrivals` schedule (s from the start),
     after a left-out warm-up of `warmup_s` s at the same rate. With `warn`, a client that fell
@@ -109,7 +108,7 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
     report = await measure(
         server, model, protocol, drive=drive, warmup=warm, mode="open", total=len(sched),
         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, offered_rate=offered, transport_options=transport_options,
+        label=label, offered_rate=offered,
         config={"n_requests": n_requests, "duration_s": duration_s, "seed": seed, "warmup_s": warmup_s},
     )
     return warn_if_behind(report) if warn else report
@@ -117,8 +116,6 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
 
 def run_open_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
     """Blocking `open_loop` (works in scripts and inside Jupyter); same arguments."""
-    _arrivals(kwargs.get("rate"), kwargs.get("arrivals"), kwargs.get("n_requests"), kwargs.get("duration_s"),
-              kwargs.get("seed", 0))
     warn = kwargs.pop("warn", True)
     report = run_sync(lambda: open_loop(server, model, requests, warn=False, **kwargs))
     return warn_if_behind(report, stacklevel=3) if warn else report

@@ -9,7 +9,6 @@ import json
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -17,13 +16,13 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import numpy as np
 
-from batchlab._validate import non_negative, optional_count
 from batchlab.load.metrics import MetricsSnapshot, scrape
 from batchlab.load.records import Records, RequestRecord
 from batchlab.load.report import LoadReport
 from batchlab.load.stats import ModelStats, settle
 from batchlab.load.streams import StreamTransport
 from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
+from batchlab.server import ServerError, _http, repository_index
 
 T = TypeVar("T")
 
@@ -57,25 +56,18 @@ def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
         return ModelStats.from_json(json.loads(resp.read()), model)
 
 
-def check_model_ready(http_url: str, model: str, timeout: float = 10.0,
-                      headers: dict[str, str] | None = None) -> None:
-    """ValueError naming `model` and the ready models unless it is ready; `headers` go with the
-    repository index (a restricted API)."""
-    url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready"
+def check_model_ready(http_url: str, model: str, timeout: float = 10.0, key: str | None = None) -> None:
+    """ValueError naming `model` and the ready models unless it is ready; `key` opens the repository
+    index (a restricted API)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            if resp.status == 200:
-                return
-    except urllib.error.HTTPError:
-        pass
-    except (urllib.error.URLError, OSError) as exc:
+        code, _ = _http("GET", f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/ready", timeout)
+    except OSError as exc:
         raise ValueError(f"no Triton server answers at {http_url}: {exc}") from None
+    if code == 200:
+        return
     try:
-        req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"", method="POST",
-                                     headers=headers or {})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            ready = sorted(m["name"] for m in json.loads(resp.read() or b"[]") if m.get("state") == "READY")
-    except (urllib.error.URLError, OSError, ValueError):
+        ready = sorted(m["name"] for m in repository_index(http_url, key) if m.get("state") == "READY")
+    except (ServerError, OSError, ValueError):
         ready = []
     raise ValueError(f"model {model!r} is not ready on the server at {http_url} (ready: {', '.join(ready) or 'none'})")
 
@@ -171,24 +163,14 @@ def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
     return box["value"]
 
 
-def bound_check(n_requests: int | None, duration_s: float | None) -> None:
-    """A run must be bounded by a request count and/or a duration."""
-    if n_requests is None and duration_s is None:
-        raise ValueError("bound the run: give n_requests and/or duration_s")
-    optional_count("n_requests", n_requests, lo=0)
-    if duration_s is not None:
-        non_negative("duration_s", duration_s)
-
-
-def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0,
-                   **kwargs: Any) -> Transport:
+def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0) -> Transport:
     """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
     if protocol == "grpc":
         return GrpcTransport(server.grpc_url, model, request_timeout_s)
     if protocol == "http":
-        return HttpTransport(server.http_url, model, request_timeout_s, **kwargs)
+        return HttpTransport(server.http_url, model, request_timeout_s)
     if protocol in ("grpc-stream", "stream"):
-        return StreamTransport(server.grpc_url, model, request_timeout_s, **kwargs)
+        return StreamTransport(server.grpc_url, model, request_timeout_s)
     raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
 
 
@@ -199,13 +181,12 @@ Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warmup: Driver | None,
                   mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
-                  offered_rate: float | None = None, config: dict[str, Any] | None = None,
-                  transport_options: dict[str, Any] | None = None) -> LoadReport:
+                  offered_rate: float | None = None, config: dict[str, Any] | None = None) -> LoadReport:
     """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
     snapshot again, build the report."""
     check_server(server)
-    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "http_headers", None))
-    transport = make_transport(protocol, server, model, request_timeout_s, **(transport_options or {}))
+    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "key", None))
+    transport = make_transport(protocol, server, model, request_timeout_s)
     await transport.open()
     try:
         if warmup is not None:

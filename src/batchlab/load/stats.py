@@ -18,9 +18,11 @@ def _executions(slot: Mapping[str, tuple[int, int]]) -> int:
     return slot.get("compute_infer", (0, 0))[0] or slot.get("compute_input", (0, 0))[0]
 
 
-def _dur(d: Mapping[str, Any] | None) -> tuple[int, int]:
+def _add(into: dict[str, tuple[int, int]], phase: str, d: Mapping[str, Any] | None) -> None:
+    """Add a statistics entry ``{"count", "ns"}`` (None: nothing) to ``into[phase]``."""
     d = d or {}
-    return int(d.get("count", 0) or 0), int(d.get("ns", 0) or 0)
+    c0, ns0 = into.get(phase, (0, 0))
+    into[phase] = (c0 + int(d.get("count", 0) or 0), ns0 + int(d.get("ns", 0) or 0))
 
 
 @dataclass
@@ -48,16 +50,11 @@ class ModelStats:
             out.execution_count += int(e.get("execution_count", 0) or 0)
             inf = e.get("inference_stats", {})
             for p in PHASES:
-                c, ns = _dur(inf.get(p))
-                c0, ns0 = out.phases.get(p, (0, 0))
-                out.phases[p] = (c0 + c, ns0 + ns)
+                _add(out.phases, p, inf.get(p))
             for b in e.get("batch_stats", []) or []:
-                size = int(b.get("batch_size", 0))
-                slot = out.batches.setdefault(size, {})
+                slot = out.batches.setdefault(int(b.get("batch_size", 0)), {})
                 for p in BATCH_PHASES:
-                    c, ns = _dur(b.get(p))
-                    c0, ns0 = slot.get(p, (0, 0))
-                    slot[p] = (c0 + c, ns0 + ns)
+                    _add(slot, p, b.get(p))
         return out
 
     def _combine(self, other: "ModelStats", sign: int, verb: str) -> "ModelStats":
@@ -146,13 +143,9 @@ class ModelStats:
         }
 
 
-def _is_http(client: Any) -> bool:
-    return ".http" in type(client).__module__
-
-
 def read_stats(client: Any, model: str) -> ModelStats:
     """A snapshot of `model`'s statistics from a synchronous tritonclient (gRPC or HTTP) client."""
-    if _is_http(client):  # the HTTP client returns JSON already and has no as_json
+    if ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
         js = client.get_inference_statistics(model)
     else:
         js = client.get_inference_statistics(model, as_json=True)

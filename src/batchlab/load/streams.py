@@ -1,6 +1,5 @@
 """Decoupled models over gRPC bidirectional streams, responses matched to requests by id: the first
-data response is the first token, each one token (or `token_output`'s elements), the empty final one
-the end. tritonclient's asyncio `stream_infer` refuses ``triton_`` parameters: we use the stub.
+data response is the first token, each one token, the empty final one the end. tritonclient's asyncio `stream_infer` refuses ``triton_`` parameters: we use the stub.
 """
 
 from __future__ import annotations
@@ -31,60 +30,48 @@ class _Pending:
 
 
 class StreamTransport(Transport):
-    """Requests to a decoupled model on one gRPC stream (`n_streams` for several, round-robin)."""
+    """Requests to a decoupled model on one gRPC stream."""
 
     protocol = "grpc-stream"
 
-    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0, n_streams: int = 1,
-                 token_output: str | None = None) -> None:
+    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
         super().__init__(url, model, request_timeout_s)
-        if n_streams < 1:
-            raise ValueError(f"n_streams must be >= 1, not {n_streams}")
-        self.n_streams = n_streams
-        self.token_output = token_output
         self._pending: dict[str, _Pending] = {}
-        self._queues: list[asyncio.Queue] = []
-        self._readers: list[asyncio.Task] = []
-        self._calls: list[Any] = []
+        self._queue: asyncio.Queue | None = None
+        self._reader: asyncio.Task | None = None
+        self._call: Any = None
         self._broken: str | None = None
-        self._rr = 0
 
     async def open(self) -> "StreamTransport":
-        """Open the channel and start `n_streams` bidirectional streams with their readers."""
+        """Open the channel and start the bidirectional stream with its reader."""
         self._build = _get_inference_request
         self._channel = grpc.aio.insecure_channel(
             self.url, options=[("grpc.max_send_message_length", _MAX_MSG),
                                ("grpc.max_receive_message_length", _MAX_MSG)])
         stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-        for _ in range(self.n_streams):
-            q: asyncio.Queue = asyncio.Queue()
-            call = stub.ModelStreamInfer(self._requests(q))
-            self._queues.append(q)
-            self._calls.append(call)
-            self._readers.append(asyncio.get_running_loop().create_task(self._read(call)))
+        self._queue = asyncio.Queue()
+        self._call = stub.ModelStreamInfer(self._requests(self._queue))
+        self._reader = asyncio.get_running_loop().create_task(self._read(self._call))
         return self
 
     async def close(self) -> None:
-        """Half-close the streams, let the readers finish, fail whatever is still pending."""
-        for q in self._queues:
-            q.put_nowait(None)
-        for call in self._calls:
+        """Half-close the stream, let the reader finish, fail whatever is still pending."""
+        if self._call is not None:
+            self._queue.put_nowait(None)
             try:
-                await asyncio.wait_for(call.done_writing(), 2) if hasattr(call, "done_writing") else None
+                await asyncio.wait_for(self._call.done_writing(), 2) if hasattr(self._call, "done_writing") else None
             except Exception:  # noqa: BLE001
                 pass
-        for r in self._readers:
             try:
-                await asyncio.wait_for(asyncio.shield(r), 5)
+                await asyncio.wait_for(asyncio.shield(self._reader), 5)
             except Exception:  # noqa: BLE001
-                r.cancel()
-        for call in self._calls:
-            call.cancel()
+                self._reader.cancel()
+            self._call.cancel()
         self._fail_all("stream closed before the request completed")
         if getattr(self, "_channel", None) is not None:
             await self._channel.close()
             self._channel = None
-        self._queues, self._calls, self._readers = [], [], []
+        self._queue = self._call = self._reader = None
 
     @staticmethod
     async def _requests(q: asyncio.Queue):
@@ -120,21 +107,15 @@ class StreamTransport(Transport):
                     continue
                 if len(ir.outputs):
                     p.rec.responses += 1
-                    if self.token_output or p.spec.check is not None:
+                    if p.spec.check is not None:
                         res = InferResult(ir)
-                        outs = {o.name: res.as_numpy(o.name) for o in ir.outputs}
-                        if p.spec.check is not None:
-                            p.outputs.append(outs)
-                        ntok = int(np.size(outs.get(self.token_output, ()))) if self.token_output else 1
-                    else:
-                        ntok = 1
-                    if ntok:
-                        if p.rec.tokens == 0:
-                            p.rec.first = t
-                        p.rec.tokens += ntok
-                        p.rec.last = t
-                        if p.rec.token_times is not None:
-                            p.rec.token_times.extend([t] * ntok)
+                        p.outputs.append({o.name: res.as_numpy(o.name) for o in ir.outputs})
+                    if p.rec.tokens == 0:
+                        p.rec.first = t
+                    p.rec.tokens += 1
+                    p.rec.last = t
+                    if p.rec.token_times is not None:
+                        p.rec.token_times.append(t)
                 param = ir.parameters.get("triton_final_response")
                 if param is not None and param.bool_param:
                     if p.rec.tokens == 0:
@@ -165,7 +146,7 @@ class StreamTransport(Transport):
             rec.sent = rec.last = now()
             rec.error = self._broken
             return
-        if not self._queues:
+        if self._queue is None:
             raise RuntimeError("StreamTransport used before open()")
         inputs = infer_inputs(grpcclient, spec.inputs)
         outputs = [InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
@@ -179,10 +160,8 @@ class StreamTransport(Transport):
         req.parameters["triton_enable_empty_final_response"].bool_param = True
         p = _Pending(spec, rec, asyncio.get_running_loop().create_future())
         self._pending[rid] = p
-        q = self._queues[self._rr % len(self._queues)]
-        self._rr += 1
         rec.sent = now()
-        q.put_nowait(req)
+        self._queue.put_nowait(req)
         try:
             await asyncio.wait_for(asyncio.shield(p.done), self.request_timeout_s)
         except asyncio.TimeoutError:

@@ -17,17 +17,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from batchlab.load.records import RequestRecord
 from batchlab.load.workload import RequestSpec, SequenceSpec
-
-_DTYPES = {
-    np.dtype(np.bool_): "BOOL", np.dtype(np.int8): "INT8", np.dtype(np.int16): "INT16",
-    np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64", np.dtype(np.uint8): "UINT8",
-    np.dtype(np.uint16): "UINT16", np.dtype(np.uint32): "UINT32", np.dtype(np.uint64): "UINT64",
-    np.dtype(np.float16): "FP16", np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64",
-}
 
 now = time.perf_counter
 _SEQ_IDS = itertools.count(1)  # shared by every transport of this process
@@ -35,12 +28,10 @@ _SEQ_IDS = itertools.count(1)  # shared by every transport of this process
 
 def triton_dtype(arr: np.ndarray) -> str:
     """Triton's datatype name for a numpy array (object/bytes arrays are BYTES)."""
-    if arr.dtype.kind in ("O", "S", "U"):
-        return "BYTES"
-    try:
-        return _DTYPES[arr.dtype]
-    except KeyError:
-        raise ValueError(f"numpy dtype {arr.dtype} has no Triton datatype") from None
+    name = "BYTES" if arr.dtype.kind in ("O", "S", "U") else np_to_triton_dtype(arr.dtype)
+    if name is None:
+        raise ValueError(f"numpy dtype {arr.dtype} has no Triton datatype")
+    return name
 
 
 def infer_inputs(module: Any, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> list[Any]:
@@ -214,14 +205,10 @@ class HttpTransport(Transport):
 
     protocol = "http"
 
-    def __init__(self, url: str, model: str, request_timeout_s: float = 60.0, conn_limit: int = 256) -> None:
-        super().__init__(url, model, request_timeout_s)
-        self.conn_limit = conn_limit
-
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
         self._mod = httpclient
-        self.client = http_aio.InferenceServerClient(self.url, conn_limit=self.conn_limit,
+        self.client = http_aio.InferenceServerClient(self.url, conn_limit=256,
                                                       conn_timeout=self.request_timeout_s)
         meta = await self.client.get_model_metadata(self.model)
         self._all_outputs = [o["name"] for o in meta.get("outputs", [])]

@@ -75,7 +75,10 @@ def as_factory(source: RequestSource) -> Callable[[int], Spec]:
     raise ValueError(f"requests must be a RequestSpec, a list of them or a callable i -> spec, not {type(source).__name__}")
 
 
-def _count(rate: float, n: int | None, duration: float | None) -> None:
+def poisson_arrivals(rate: float, n: int | None = None, duration: float | None = None,
+                     seed: int | np.random.Generator = 0) -> np.ndarray:
+    """Seeded send times (s, from 0) of a Poisson process at `rate` req/s: the first `n` and/or all
+    before `duration`, whichever ends first."""
     positive("rate", rate)
     if n is None and duration is None:
         raise ValueError("give n (requests) or duration (seconds) to bound the schedule")
@@ -83,13 +86,6 @@ def _count(rate: float, n: int | None, duration: float | None) -> None:
         raise ValueError(f"n must be >= 0, not {n}")
     if duration is not None and duration < 0:
         raise ValueError(f"duration must be >= 0, not {duration}")
-
-
-def poisson_arrivals(rate: float, n: int | None = None, duration: float | None = None,
-                     seed: int | np.random.Generator = 0) -> np.ndarray:
-    """Seeded send times (s, from 0) of a Poisson process at `rate` req/s: the first `n` and/or all
-    before `duration`, whichever ends first."""
-    _count(rate, n, duration)
     rng = rng_of(seed)
     if n is None:
         guess = int(rate * duration * 1.2 + 10 * np.sqrt(rate * duration) + 10)

@@ -1,9 +1,5 @@
-"""`embed` (and embed_nobatch / embed_delay / embed_2inst / embed_queue): stateless prefill.
-
-Input TOKENS INT32 [L] (L from the config; prompts padded at the end with <pad> = 0), output
-EMBEDDING FP32 [d_model] (mean of the final hidden states over real tokens, L2-normalised) and
-BATCH_SIZE INT32 [1] (rows in the execution that served this request). A request may carry
-several rows; each bad request gets its own error response, the rest of the batch is served.
+"""`embed` (and embed_nobatch / embed_delay / embed_2inst / embed_queue): stateless prefill of padded
+token rows to an EMBEDDING; a bad request gets its own error, the rest of the batch is served.
 """
 
 from __future__ import annotations

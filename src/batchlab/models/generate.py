@@ -1,9 +1,5 @@
-"""`generate`: request-level generation batched by the dynamic batcher (static batching).
-
-Each execution decodes its whole batch until the longest member is done (finished rows pad).
-Inputs: PROMPT INT32 [-1], MAX_TOKENS INT32 [1], optional TEMPERATURE FP32 [1], SEED INT64 [1],
-IGNORE_EOS BOOL [1]. Outputs (INT32): TOKENS [-1] (padded with <pad> in multi-row requests),
-NUM_TOKENS, BATCH_STEPS, PADDED_STEPS (= BATCH_STEPS − NUM_TOKENS), BATCH_SIZE, each [1].
+"""`generate`: request-level generation batched by the dynamic batcher (static batching): each
+execution decodes its whole batch until the longest member is done (finished rows pad).
 """
 
 from __future__ import annotations

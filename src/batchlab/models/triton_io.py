@@ -28,10 +28,8 @@ def pb() -> Any:
 
 def parameters(config: dict) -> dict[str, str]:
     """The config's `parameters { key: ... value { string_value: ... } }` as a plain dict."""
-    out: dict[str, str] = {}
-    for key, value in (config.get("parameters") or {}).items():
-        out[key] = value.get("string_value", "") if isinstance(value, dict) else str(value)
-    return out
+    return {key: value.get("string_value", "") if isinstance(value, dict) else str(value)
+            for key, value in (config.get("parameters") or {}).items()}
 
 
 def _param(params: dict[str, str], key: str, cast: Any, what: str) -> Any:

@@ -1,10 +1,5 @@
-"""batchlab.probe: measurements on the real server with crafted requests (traffic through `batchlab.load`).
-
-* `batch_time` — t(B) of single executions (`measure_batch_times`, `calibrate_service`) and from
-  any run's statistics (`batch_table`, `service_from_stats`, `load_factor`, `service_model`);
-* `batcher` — the batch-forming rule observed with crafted arrival patterns, and simulated;
-* `latency` — T_total split into queue, prefill, decode and overhead for `generate`;
-* `roofline` — the decode roofline measured on this CPU or a GPU (its own CLI).
+"""batchlab.probe: measurements on the real server with crafted requests (traffic through `batchlab.load`):
+t(B) (`batch_time`), the batch-forming rule (`batcher`), T_total's parts (`latency`), the decode roofline (`roofline`).
 """
 
 from batchlab.probe.batch_time import (BatchTimes, Calibration, batch_table, calibrate_service, isotonic,

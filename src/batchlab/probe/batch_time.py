@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -34,7 +34,6 @@ class BatchTimes:
     compute_ms: dict[int, np.ndarray]
     infer_ms: dict[int, np.ndarray]
     latency_ms: dict[int, np.ndarray]
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def _per_size(self, which: str, stat: Callable[[np.ndarray], Any]) -> np.ndarray:
         table = {"compute": self.compute_ms, "infer": self.infer_ms, "latency": self.latency_ms}.get(which)
@@ -52,11 +51,9 @@ class BatchTimes:
 
     def estimate(self, which: str = "compute", stat: str = "min") -> np.ndarray:
         """t(B) per batch size (ms) by ``stat``: 'min' or 'median'."""
-        if stat == "min":
-            return self.minimum(which)
-        if stat == "median":
-            return self.median(which)
-        raise ValueError(f"stat must be 'min' or 'median', not {stat!r}")
+        if stat not in ("min", "median"):
+            raise ValueError(f"stat must be 'min' or 'median', not {stat!r}")
+        return self.minimum(which) if stat == "min" else self.median(which)
 
     def fit(self, which: str = "compute", stat: str = "min") -> tuple[float, float]:
         """Least-squares (a, b) of t(B) = a + b·B (ms, ms per item), with a, b >= 0 (`fit_affine`)."""
@@ -138,7 +135,7 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
     finally:
         client.close()
     arr = lambda d: {b: np.asarray(v, dtype=float) for b, v in d.items()}  # noqa: E731
-    return BatchTimes(model, sz, arr(comp), arr(inf), arr(lat), extra={"rounds": rounds})
+    return BatchTimes(model, sz, arr(comp), arr(inf), arr(lat))
 
 
 @dataclass
@@ -182,10 +179,7 @@ def calibrate_service(server: Any, model: str = "embed", batch_sizes: Sequence[i
     interleaved rounds, after ``warmup_requests`` of each; ``inputs_for(B)`` builds a request
     (default: `random_embed_inputs` seeded with B).
     """
-    sizes = sorted({int(b) for b in batch_sizes})
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"batch_sizes must be positive integers, got {list(batch_sizes)!r}")
-    count("rounds", rounds)
+    sizes = sorted({int(b) for b in batch_sizes})  # measure_batch_times checks them and `rounds`
     build = inputs_for or (lambda b: random_embed_inputs(b, seed=b))
     times = measure_batch_times(server, model, build, sizes, rounds=rounds, warmup_rounds=warmup_requests,
                                 requests_per_round=lambda b: max(-(-min_requests // rounds),

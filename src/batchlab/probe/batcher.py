@@ -97,10 +97,9 @@ class PatternOutcome:
         return batches_from_sizes(self.sizes)
 
 
-def simulate_pattern(pattern: Pattern, service: Any, arrivals_s: Sequence[float] | None = None) -> PatternOutcome:
-    """The pattern through the simulator with the service model ``service``; ``arrivals_s`` replaces
-    the designed send times (e.g. with those a real run actually sent)."""
-    a = np.asarray(pattern.arrivals_s if arrivals_s is None else arrivals_s, dtype=float)
+def simulate_pattern(pattern: Pattern, service: Any) -> PatternOutcome:
+    """The pattern through the simulator with the service model ``service``."""
+    a = np.asarray(pattern.arrivals_s, dtype=float)
     res = simulate_rule(a, service, pattern.settings, warmup=0.0)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
@@ -156,10 +155,9 @@ def batcher_config(server: Any, model: str, settings: BatchRule) -> Iterator[dic
         client.close()
 
 
-def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, np.ndarray],
-                size_output: str = "BATCH_SIZE", settle_s: float | None = None) -> PatternOutcome:
+def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, np.ndarray]) -> PatternOutcome:
     """Send ``pattern`` of one-row requests ``inputs`` to ``model`` (configured, e.g. in `batcher_config`)
-    after a warm-up request and ``settle_s`` (default: the batcher delay + 50 ms) of quiet."""
+    after a warm-up request and the batcher delay + 50 ms of quiet; each answer's BATCH_SIZE tells its batch."""
     first = next(iter(inputs.values()))
     if first.shape[0] != 1:
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
@@ -167,16 +165,15 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
     try:
         base = read_stats(client, model)
         client.infer(model, infer_inputs(grpcclient, inputs))  # warm-up
-        wait = settle_s if settle_s is not None else pattern.settings.max_queue_delay_us * 1e-6 + 0.05
-        time.sleep(wait)
+        time.sleep(pattern.settings.max_queue_delay_us * 1e-6 + 0.05)
         before = _settled(client, model, base, 1)
         seen: dict[int, int] = {}
 
         def spec(i: int) -> RequestSpec:
             def check(out: Mapping[str, np.ndarray]) -> str | None:
-                if size_output not in out:
-                    return f"the response has no {size_output} output"
-                seen[i] = int(np.asarray(out[size_output]).reshape(-1)[0])
+                if "BATCH_SIZE" not in out:
+                    return "the response has no BATCH_SIZE output"
+                seen[i] = int(np.asarray(out["BATCH_SIZE"]).reshape(-1)[0])
                 return None
 
             return RequestSpec(dict(inputs), check=check)

@@ -118,19 +118,18 @@ def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_
     )
 
 
-def kv_plan_table(models: Iterable[str], gpu: str, seq_lens: Sequence[int], fraction: float = 0.9,
-                  weight_bytes_per_param: float = 2.0, reserve_gb: float = 0.0) -> list[dict[str, Any]]:
+def kv_plan_table(models: Iterable[str], gpu: str, seq_lens: Sequence[int], fraction: float = 0.9) -> list[dict[str, Any]]:
     """Rows (model, gpu, seq_len, kv_bytes_per_token, kv_gib_per_seq, budget_gib, max_sequences) for
-    each of `models` on `gpu` at each of `seq_lens`; weights = params_b × `weight_bytes_per_param`."""
+    each of `models` on `gpu` at each of `seq_lens`; fp16 weights (2 bytes per parameter)."""
     if gpu not in GPU_MEMORY_GB:
         raise ValueError(f"unknown gpu {gpu!r}; known: {', '.join(GPU_MEMORY_GB)}")
     rows = []
     for m in models:
         shape = _shape(m)
         bpt = shape.bytes_per_token
-        w = shape.params_b * 1e9 * weight_bytes_per_param
+        w = shape.params_b * 1e9 * 2
         for L in seq_lens:
-            p = plan_kv(GPU_MEMORY_GB[gpu] * 1e9, w, bpt, int(L), fraction, reserve_gb * 1e9)
+            p = plan_kv(GPU_MEMORY_GB[gpu] * 1e9, w, bpt, int(L), fraction)
             rows.append({"model": m, "gpu": gpu, "seq_len": int(L), "kv_bytes_per_token": bpt,
                          "kv_gib_per_seq": p.bytes_per_sequence / GIB, "budget_gib": p.kv_budget_bytes / GIB,
                          "max_sequences": p.max_sequences})

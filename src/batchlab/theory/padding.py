@@ -108,8 +108,7 @@ def pmf_of(dist: Any, probs: Sequence[float] | None = None) -> LengthPMF:
 
 def _max_pmf(cdf: np.ndarray, n: int) -> np.ndarray:
     """pmf of the maximum of n i.i.d. draws, on the support, from the cumulative probabilities."""
-    up = cdf ** n
-    return np.diff(np.concatenate([[0.0], up]))
+    return np.diff(cdf ** n, prepend=0.0)
 
 
 def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fraction:

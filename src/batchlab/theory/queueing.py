@@ -108,11 +108,6 @@ class BatchQueueResult:
     states: int
     distribution: np.ndarray
 
-    @property
-    def rho(self) -> float:
-        """Offered load over capacity."""
-        return self.arrival_rate / self.capacity_rps if self.capacity_rps else 0.0
-
 
 def _solve_chain(lam: float, t: Callable[[int], float], k_max: int | None, n: int):
     states = np.arange(n)
