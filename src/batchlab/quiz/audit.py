@@ -1,14 +1,6 @@
-"""Item-writing checks on the banks, `audit(banks)` runs them all (empty: the banks pass):
-
-- keys spread: no option position holds more than `MAX_KEY_SHARE` of the chapter banks'
-  single-choice keys, and multi-select keys vary (`key_positions`);
-- options alike: the longest option is at most `MAX_WIDTH_RATIO` × the shortest in display width
-  (`length_problems`), so length does not give the key away;
-- blind strategies (always the first, always the longest, all of them) score like chance
-  (`blind_scores`);
-- shuffled questions' explanations never name an option by letter (`letter_references`);
-- every number quoted in the prose is in the stem or options, or listed in `numbers` with an
-  `expr` that recomputes it from the quiz formulas or a `source` (`number_problems`).
+"""Item-writing checks on the banks; `audit(banks)` runs them all (empty: the banks pass): keys
+spread over positions, options of similar length, blind strategies no better than chance, no option
+named by letter in a shuffled question, every quoted number sourced.
 """
 
 from __future__ import annotations
