@@ -92,8 +92,7 @@ STRATEGIES: dict[str, Callable[[Question, list[str]], float]] = {
 """Blind strategies: the expected score on one question with options shown in `order`."""
 
 
-def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
-                 multi_only_for: tuple[str, ...] = ("all-of-the-above",)) -> dict[str, dict[str, float]]:
+def blind_scores(banks: Mapping[str, Bank], seed: int | None = None) -> dict[str, dict[str, float]]:
     """Expected score of each blind strategy (`s`, with `s:chance` and `s:n` of the questions it
     plays) and of chance, per chapter bank and `"all"`, options in article order or `seed`'s.
     "all-of-the-above" plays the multi-selects only."""
@@ -105,7 +104,7 @@ def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
     for name, qs in groups.items():
         row: dict[str, float] = {"n": float(len(qs)), "chance": float(np.mean([chance(q) for q in qs]))}
         for sname, strat in STRATEGIES.items():
-            pool = [q for q in qs if q.kind == "multi"] if sname in multi_only_for else qs
+            pool = [q for q in qs if q.kind == "multi"] if sname == "all-of-the-above" else qs
             if not pool:
                 continue
             row[sname] = float(np.mean([strat(q, q.option_order(seed)) for q in pool]))
