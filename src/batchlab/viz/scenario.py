@@ -1,7 +1,5 @@
 """The chapter-00 scenario: one seeded stream of generation requests served three ways on
-`batchlab.sim` with one `TokenCost`: no batching (不合批, ``max_batch_size = 1``), Triton's
-dynamic batcher forming request-level batches (拼锅: a batch decodes until its longest member is
-done), and continuous batching (同锅同煮, ``max_active`` = the same pot size)."""
+`batchlab.sim` with one `TokenCost`: no batching, dynamic batching, continuous batching (`LANE_NAMES`)."""
 
 from dataclasses import dataclass, replace
 from typing import Sequence
