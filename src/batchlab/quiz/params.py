@@ -57,7 +57,9 @@ def formula(name: str) -> Formula:
     try:
         return FORMULAS[name]
     except KeyError:
-        raise ValueError(f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})") from None
+        raise ValueError(
+            f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
+        ) from None
 
 
 # The formulas, in chapter order (00 … 08).
