@@ -155,7 +155,8 @@ def search(configs: Sequence[BatchRule], service: Any, slo_ms: float, percentile
     u = unit_arrivals(n_requests, seed)
     out = [capacity_under_slo(c, service, slo_ms, percentile, n_requests, seed, points, refine,
                               extra_latency_ms, unit=u) for c in configs]
-    top = max(r.rate_rps for r in ([r for r in out if r.holds_below] or out))
+    eligible = [r for r in out if r.holds_below] or out
+    top = max(r.rate_rps for r in eligible)
 
     def key(r: SLOCapacity) -> tuple:
         c = r.config
