@@ -260,9 +260,7 @@ def per_group_latency(res: SimResult, groups: np.ndarray, names: Sequence[str],
     g = np.asarray(groups)
     if g.size != r.size:
         raise ValueError("one group label per request")
-    i0 = int(math.ceil(warmup * r.size))
-    keep = np.zeros(r.size, dtype=bool)
-    keep[i0:] = True
+    keep = np.arange(r.size) >= math.ceil(warmup * r.size)
     keep &= ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
     rows = []
     for j, name in enumerate(names):

@@ -35,9 +35,7 @@ def _class_rows(policy: str, res: SimResult, prio: np.ndarray, warmup: float = 0
     i0 = int(math.ceil(warmup * r.size))
     out = []
     for lev, name in ((1, "高优先级(在线)"), (2, "低优先级(离线)")):
-        m = np.zeros(r.size, dtype=bool)
-        m[i0:] = True
-        m &= prio == lev
+        m = (np.arange(r.size) >= i0) & (prio == lev)
         dropped = r["rejected"][m] | r["timed_out"][m]
         ok = m & ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
         wait = r["start"][ok] - r["arrival"][ok]

@@ -127,15 +127,14 @@ def delay_sweep(delays_us: Sequence[float], loads: Sequence[float], service: Aff
 
 
 def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, steps: int = 16,
-              scale_to: Sequence[str] = ("Llama-2-7B", "Llama-3-8B"), tokens_per_seq: int = 4096
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(toy LM rows of `toy_kv_accounting`, rows of GiB the same concurrencies need in `scale_to`
-    models at `tokens_per_seq` tokens each)."""
+              tokens_per_seq: int = 4096) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(toy LM rows of `toy_kv_accounting`, rows of GiB the same concurrencies need in Llama-2-7B
+    and Llama-3-8B at `tokens_per_seq` tokens each)."""
     toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
     scaled = []
     for n in concurrency:
         row: dict[str, Any] = {"n": int(n)}
-        for m in scale_to:
+        for m in ("Llama-2-7B", "Llama-3-8B"):
             row[m] = n * tokens_per_seq * kv_bytes_for(m) / 2**30
         scaled.append(row)
     return toy, scaled

@@ -48,12 +48,9 @@ def redo(arrivals: np.ndarray, lengths: np.ndarray, batch_size: int, delay_s: fl
     prompt = np.ones_like(out)
     rows = []
     for name in schedulers:
-        if name == "naive":
+        if name in ("naive", "seq"):
             res = simulate_static_generation(arr, prompt, out, cost, batch_size, max_queue_delay_us=delay_s * 1e6,
-                                             warmup=warmup)
-        elif name == "seq":
-            res = simulate_static_generation(arr, prompt, out, cost, batch_size, max_queue_delay_us=delay_s * 1e6,
-                                             early_return=True, warmup=warmup)
+                                             early_return=name == "seq", warmup=warmup)
         elif name == "continuous":
             res = simulate_continuous(arr, prompt, out, cost, max_active=batch_size, warmup=warmup)
         else:

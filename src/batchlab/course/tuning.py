@@ -15,6 +15,7 @@ from batchlab.sim.rule import BatchRule
 
 #: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
 SLO_PERCENTILES = (50, 95, 99)
+_TIE = 0.02  # `search`: rates within this share of the best count as a tie
 
 
 def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[float] = (0.0,),
@@ -101,19 +102,15 @@ class SLOCapacity:
         return self.config.label
 
 
-def _check_slo(slo_ms: Any, percentile: Any) -> tuple[float, int]:
-    slo = positive("slo_ms", slo_ms)
-    if percentile not in SLO_PERCENTILES:
-        raise ValueError(f"percentile must be one of {SLO_PERCENTILES}, got {percentile!r}")
-    return slo, int(percentile)
-
-
 def capacity_under_slo(config: BatchRule, service: Any, slo_ms: float, percentile: int = 95,
                        n_requests: int = 3000, seed: int = 0, points: int = 16, refine: int = 6,
                        extra_latency_ms: float = 0.0, unit: np.ndarray | None = None) -> SLOCapacity:
     """Scan ``points`` rates up to the full-batch capacity, then bisect ``refine`` times above the
     highest rate that met the SLO (p-``percentile`` latency ≤ ``slo_ms`` and a stable queue)."""
-    slo, q = _check_slo(slo_ms, percentile)
+    slo = positive("slo_ms", slo_ms)
+    if percentile not in SLO_PERCENTILES:
+        raise ValueError(f"percentile must be one of {SLO_PERCENTILES}, got {percentile!r}")
+    q = int(percentile)
     count("points", points, lo=2)
     u = unit_arrivals(n_requests, seed) if unit is None else unit
     cap = config.full_batch_capacity(service)
@@ -149,28 +146,22 @@ def capacity_under_slo(config: BatchRule, service: Any, slo_ms: float, percentil
 
 def search(configs: Sequence[BatchRule], service: Any, slo_ms: float, percentile: int = 95,
            n_requests: int = 3000, seed: int = 0, points: int = 16, refine: int = 6,
-           extra_latency_ms: float = 0.0, require_holds_below: bool = True,
-           tie_tolerance: float = 0.02) -> list[SLOCapacity]:
-    """`capacity_under_slo` for every config, best first; with ``require_holds_below`` those failing at
-    a lower load rank last. Rates within ``tie_tolerance`` of the best tie, then the simplest wins:
-    shortest delay, no preferred sizes, fewer instances, smaller ``max_batch_size``."""
+           extra_latency_ms: float = 0.0) -> list[SLOCapacity]:
+    """`capacity_under_slo` for every config, best first; those failing at a lower load rank last.
+    Rates within 2 % of the best tie, then the simplest wins: shortest delay, no preferred sizes,
+    fewer instances, smaller ``max_batch_size``."""
     if not configs:
         raise ValueError("configs is empty")
-    if not 0 <= tie_tolerance < 1:
-        raise ValueError(f"tie_tolerance must lie in [0, 1), got {tie_tolerance!r}")
     u = unit_arrivals(n_requests, seed)
     out = [capacity_under_slo(c, service, slo_ms, percentile, n_requests, seed, points, refine,
                               extra_latency_ms, unit=u) for c in configs]
-    eligible = [r for r in out if r.holds_below] if require_holds_below else list(out)
-    if not eligible:
-        eligible = list(out)
+    eligible = [r for r in out if r.holds_below] or out
     top = max(r.rate_rps for r in eligible)
 
     def key(r: SLOCapacity) -> tuple:
-        ok = r.holds_below or not require_holds_below
         c = r.config
-        if ok and top > 0 and r.rate_rps >= top * (1 - tie_tolerance):
+        if r.holds_below and top > 0 and r.rate_rps >= top * (1 - _TIE):
             return (0, c.max_queue_delay_us, len(c.preferred), c.instances, c.max_batch_size)
-        return (1 if ok else 2, -r.rate_rps)
+        return (1 if r.holds_below else 2, -r.rate_rps)
 
     return sorted(out, key=key)

@@ -1,11 +1,5 @@
-"""The labs' checks (Chinese feedback, a ``[score] labL.qN s/max`` line) and what a lab imports.
-
-    _core      the `check` decorator, `Grader`, evidence `replay` (scores decided by the grader)
-    _evidence  evidence as JSON and back
-    _blocks    a learner's config block read as Triton reads it, errors explained in Chinese
-    labkit     a lab's server and private workspace; `needs` / `attempt` / `ready` after a TODO
-    lab1 … lab6  each lab's checks
-    __main__   `python -m batchlab.labs scores NOTEBOOK...`: the score lines stored in executed labs
+"""The labs' checks (Chinese feedback, a ``[score] labL.qN s/max`` line) and what a lab imports
+(`labkit`); `python -m batchlab.labs scores NOTEBOOK...` reads the score lines stored in executed labs.
 """
 
 import importlib

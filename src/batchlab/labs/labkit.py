@@ -176,12 +176,11 @@ class Workspace:
         """The current config.pbtxt text of `model`."""
         return self._config_path(model).read_text(encoding="utf-8")
 
-    def write_config(self, model: str, config: Any, validate: bool = True) -> Path:
-        """Replace `model`'s config.pbtxt by `config` (text, or a `ModelConfig`); with `validate`,
-        text Triton cannot parse raises ConfigError naming the line and column."""
+    def write_config(self, model: str, config: Any) -> Path:
+        """Replace `model`'s config.pbtxt by `config` (text, or a `ModelConfig`); text Triton
+        cannot parse raises ConfigError naming the line and column."""
         if isinstance(config, str):
-            if validate:
-                parse_config(config)
+            parse_config(config)
             text = config
         elif hasattr(config, "DESCRIPTOR") and config.DESCRIPTOR.full_name == "inference.ModelConfig":
             text = to_text(config)

@@ -1,10 +1,5 @@
 """batchlab.lm: a numpy toy decoder-only LM with a KV cache, batch invariant (a sequence gets
 bit-identical logits alone or in any batch), and the continuous-batching scheduler that serves it.
-
-Modules: `vocab` (the article, tokenizer, prior), `config`, `model` (ToyLM), `kvcache`,
-`sampling`, `generation` (Sequence, step, static batches), `scheduler` (the continuous-batching
-step, its admission policy, the batcher lm_stream runs), `perf` (t(B) and its fit), `blas`.
-The Triton models are `batchlab.models`.
 """
 
 from batchlab.lm.config import LMConfig

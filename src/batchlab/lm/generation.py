@@ -8,6 +8,7 @@ from typing import Sequence as Seq
 
 import numpy as np
 
+from batchlab._validate import non_negative
 from batchlab.lm.kvcache import KVCache
 from batchlab.lm.model import ToyLM
 from batchlab.lm.sampling import make_rng, sample
@@ -52,12 +53,9 @@ class Sequence:
         if self.prompt.size + max_tokens > cfg.max_seq_len:
             raise ValueError(f"prompt ({self.prompt.size}) + max_tokens ({max_tokens}) exceeds "
                              f"max_seq_len {cfg.max_seq_len}")
-        temperature = float(temperature)
-        if not np.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
         self.seq_id = seq_id
         self.max_tokens = max_tokens
-        self.temperature = temperature
+        self.temperature = non_negative("temperature", temperature)
         self.seed = int(seed)
         self._rng = make_rng(self.seed)
         self.ignore_eos = bool(ignore_eos)

@@ -69,11 +69,8 @@ class KVCache:
         if total <= self.capacity:
             return
         cap = min(_round_up(max(total, 2 * self.capacity)), _round_up(self.max_len))
-        k = np.zeros(self.k.shape[:2] + (cap,) + self.k.shape[3:], dtype=np.float32)
-        v = np.zeros_like(k)
-        k[:, :, :self.length] = self.k[:, :, :self.length]
-        v[:, :, :self.length] = self.v[:, :, :self.length]
-        self.k, self.v = k, v
+        grow = ((0, 0), (0, 0), (0, cap - self.capacity), (0, 0))
+        self.k, self.v = np.pad(self.k, grow), np.pad(self.v, grow)
 
     def truncate(self, length: int) -> None:
         """Forget tokens past `length` (they are overwritten by the next step)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from batchlab._validate import non_negative
+
 
 def greedy(logits: np.ndarray) -> int:
     """Index of the largest logit (the first one on an exact tie)."""
@@ -16,9 +18,7 @@ def greedy(logits: np.ndarray) -> int:
 def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
     """A token from softmax(logits / temperature) with one uniform from this sequence's `rng`
     (float64; greedy at temperature 0), so it does not depend on the rest of the batch."""
-    temperature = float(temperature)
-    if not np.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    temperature = non_negative("temperature", temperature)
     if temperature == 0.0:
         return greedy(logits)
     z = np.asarray(logits, dtype=np.float64) / temperature

@@ -37,9 +37,9 @@ def encode(text: str, bos: bool = True) -> np.ndarray:
     return np.asarray(ids, dtype=np.int32)
 
 
-def decode(ids: Iterable[int], specials: bool = False) -> str:
-    """Text of token ids: specials dropped (shown with `specials`), ``<unk>`` as U+FFFD;
-    ValueError for ids outside the vocabulary."""
+def decode(ids: Iterable[int]) -> str:
+    """Text of token ids: specials dropped, ``<unk>`` as U+FFFD; ValueError for ids outside the
+    vocabulary."""
     out = []
     for i in ids:
         i = int(i)
@@ -49,8 +49,6 @@ def decode(ids: Iterable[int], specials: bool = False) -> str:
             out.append(CHARS[i - len(SPECIALS)])
         elif i == UNK_ID:
             out.append("\ufffd")
-        elif specials:
-            out.append(SPECIALS[i])
     return "".join(out)
 
 
@@ -76,8 +74,7 @@ def bigram_log_prior(smoothing: float = 0.1) -> np.ndarray:
     keep = pairs[0] != EOS_ID
     np.add.at(counts, (pairs[0][keep], pairs[1][keep]), 1.0)
     counts += smoothing
-    counts[:, PAD_ID] = 0.0
-    counts[:, BOS_ID] = 0.0
+    counts[:, [PAD_ID, BOS_ID]] = 0.0
     with np.errstate(divide="ignore"):
         prior = np.log(counts / counts.sum(axis=1, keepdims=True)).astype(np.float32)
     prior.setflags(write=False)

@@ -1,10 +1,5 @@
-"""Plot helpers for the notebooks (matplotlib). They draw; they never simulate or measure.
-
-`fonts` (a CJK font so Chinese labels render: `setup`, `zh`), `layout` (legends and the check
-that none covers data); one module of figures per chapter: `bottleneck` (01), `speedup` and
-`timeline` (02), `padding` (03), `tuning` (04), `evaluation` (05), `engineering` (06), `cases`
-(07), `demo` (08), `misconceptions` (09); `source` shows a library object's own source in a
-chapter (`show_source`).
+"""Plot helpers for the notebooks (matplotlib), one module per chapter plus `fonts` and `layout`.
+They draw; they never simulate or measure.
 """
 
 from batchlab.plotting.fonts import cjk_available, setup, zh

@@ -1,7 +1,5 @@
-"""Quizzes over the banks in quiz/: `bank` (load, validate, expand), `params` (seeded formulas),
-`grade`, `session` (quiz state, text), `widget` (ipywidgets, imported on first use), `learner`,
-`audit` (item-writing checks), `stats`, `export` (Moodle XML, QTI 2.1), `safe_json`, and the CLI
-`python -m batchlab.quiz`.
+"""Quizzes over the banks in quiz/: load and validate, seeded numbers, grade, quiz sessions and
+widgets, item audit and statistics, export, and the CLI `python -m batchlab.quiz`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Command line: grade submissions, item statistics, export or print a bank, check or sync banks.
-
-    python -m batchlab.quiz grade FILE [FILE...] [--bank interview] [--csv OUT]
-    python -m batchlab.quiz stats FILE [FILE...] [--bank ch02] [--json]
-    python -m batchlab.quiz export --bank ch02 --format moodle|qti [-o OUT]
-    python -m batchlab.quiz show [--bank interview] [--answers] [--learner ID | --seed N] [--article-order]
-    python -m batchlab.quiz learner [ID | --forget]
-    python -m batchlab.quiz check [BANK_FILE...]
-    python -m batchlab.quiz sync [BANK_FILE...]
-
-`grade` and `stats` print their results on stdout and one line per bad file on stderr (exit 2 if
-any); every usage error is one line on stderr, exit 2.
+"""Command line (`python -m batchlab.quiz --help`): grade submissions, item statistics, export or
+print a bank, remember the learner id, check or sync banks. Every usage error and bad file is one
+line on stderr, exit 2.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Item-writing checks on the banks, `audit(banks)` runs them all (empty: the banks pass):
-
-- keys spread: no option position holds more than `MAX_KEY_SHARE` of the chapter banks'
-  single-choice keys, and multi-select keys vary (`key_positions`);
-- options alike: the longest option is at most `MAX_WIDTH_RATIO` × the shortest in display width
-  (`length_problems`), so length does not give the key away;
-- blind strategies (always the first, always the longest, all of them) score like chance
-  (`blind_scores`);
-- shuffled questions' explanations never name an option by letter (`letter_references`);
-- every number quoted in the prose is in the stem or options, or listed in `numbers` with an
-  `expr` that recomputes it from the quiz formulas or a `source` (`number_problems`).
+"""Item-writing checks on the banks; `audit(banks)` runs them all (empty: the banks pass): keys
+spread over positions, options of similar length, blind strategies no better than chance, no option
+named by letter in a shuffled question, every quoted number sourced.
 """
 
 from __future__ import annotations
@@ -100,8 +92,7 @@ STRATEGIES: dict[str, Callable[[Question, list[str]], float]] = {
 """Blind strategies: the expected score on one question with options shown in `order`."""
 
 
-def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
-                 multi_only_for: tuple[str, ...] = ("all-of-the-above",)) -> dict[str, dict[str, float]]:
+def blind_scores(banks: Mapping[str, Bank], seed: int | None = None) -> dict[str, dict[str, float]]:
     """Expected score of each blind strategy (`s`, with `s:chance` and `s:n` of the questions it
     plays) and of chance, per chapter bank and `"all"`, options in article order or `seed`'s.
     "all-of-the-above" plays the multi-selects only."""
@@ -113,7 +104,7 @@ def blind_scores(banks: Mapping[str, Bank], seed: int | None = None,
     for name, qs in groups.items():
         row: dict[str, float] = {"n": float(len(qs)), "chance": float(np.mean([chance(q) for q in qs]))}
         for sname, strat in STRATEGIES.items():
-            pool = [q for q in qs if q.kind == "multi"] if sname in multi_only_for else qs
+            pool = [q for q in qs if q.kind == "multi"] if sname == "all-of-the-above" else qs
             if not pool:
                 continue
             row[sname] = float(np.mean([strat(q, q.option_order(seed)) for q in pool]))

@@ -1,11 +1,6 @@
-"""Question banks: loading, validation, and the fields derived from what a bank stores.
-
-A bank file (quiz/*.json, format in quiz/README.md) stores each fact once: the key as the
-options' `correct` flags, a seeded question's formula, parameters and template. `load_bank`
-checks it against `bank.schema.json` with `jsonschema`, then the rules a schema cannot state
-(`_semantics`), and expands each question (`expand`) with the derived fields: jupyterquiz's
-`type`, the key in article letters, every option's feedback, a numeric question's range, a
-seeded question's default stem and answer. A problem is one `ValueError`: `FILE: ID: problem`.
+"""Question banks (quiz/*.json, format in quiz/README.md): `load_bank` validates a bank against
+`bank.schema.json` and the rules a schema cannot state (`_semantics`), then `expand`s each question
+with its derived fields. A problem is one `ValueError`: `FILE: ID: problem`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Export banks to the formats learning platforms import: Moodle XML and an IMS QTI 2.1 package.
+"""Export banks to Moodle XML (`moodle_xml`) and an IMS QTI 2.1 zip package (`qti_package`).
 
-    python -m batchlab.quiz export --bank ch02 --format moodle > ch02.xml
-    python -m batchlab.quiz export --bank ch02 --format qti -o ch02-qti.zip
-
-Moodle XML (`moodle_xml`): a category, then per question a `multichoice` (single: the key
-100 %; multi-select: each key `100/k` %, each distractor `-100/(n-k)` %, so ticking everything
-earns nothing) or a `numerical` with an absolute tolerance; option feedback, the explanation
-(`generalfeedback`) and any 勘误 travel with it. QTI 2.1 (`qti_package`): a zip with
-`imsmanifest.xml`, one `assessmentItem` per question (choice identifiers are the stable option
-ids) and an `assessmentTest` listing them in bank order. A seeded numeric question is exported as
-its default instance and its stem says so (`FIXED_INSTANCE_NOTE`).
+A multi-select scores each key `100/k` % and each distractor `-100/(n-k)` %, so ticking everything
+earns nothing; a seeded numeric question is exported as its default instance (`FIXED_INSTANCE_NOTE`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Grading submissions against a bank (the format: quiz/README.md, "Submissions and grading").
-
-A submission maps question ids to answers: an option id (letters only for the interview bank or
-with `"_order": "article"`), a list of ids for multi-choice (all-or-nothing), a number. Meta keys:
-`_bank`, `_learner` (seeded numbers derive from it alone), `_shown` (only those are graded),
-`_order`, `_seed` (refused unless it is the learner's own). A malformed submission raises
-`SubmissionError` with a one-line message.
+"""Grading submissions against a bank (format and meta keys: quiz/README.md, "Submissions and
+grading"); a malformed submission raises `SubmissionError` with a one-line message.
 """
 
 from __future__ import annotations

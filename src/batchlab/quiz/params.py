@@ -10,6 +10,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -51,11 +52,6 @@ def _register(func: Callable[..., float], name: str | None = None, **rename: str
     return func
 
 
-def _register_as(name: str) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    return lambda func: _register(func, name)
-
-
-# The formulas, in chapter order (00 … 08).
 def formula(name: str) -> Formula:
     """The registered formula called `name`; ValueError naming the known ones otherwise."""
     try:
@@ -66,13 +62,14 @@ def formula(name: str) -> Formula:
         ) from None
 
 
-@_register_as("t_total")
+# The formulas, in chapter order (00 … 08).
+@partial(_register, name="t_total")
 def _t_total_ms(t_queue: float, t_prefill: float, n_tokens: int, t_token: float, t_overhead: float) -> float:
     """T_total = T_queue + T_prefill + n_tokens·t_token + T_overhead (all in ms)."""
     return F.t_total(t_queue, t_prefill, n_tokens * t_token, t_overhead)
 
 
-@_register_as("utilization")
+@partial(_register, name="utilization")
 def _utilization_pct(rate: float, service_ms: float) -> float:
     """Busy fraction ρ = λ·s in percent (λ in req/s, s in ms)."""
     return rate * service_ms / 1000.0 * 100.0
@@ -120,7 +117,7 @@ def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
 _register(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
-@_register_as("md1_wait")
+@partial(_register, name="md1_wait")
 def _md1_wait_ms(rate: float, service_ms: float) -> float:
     """M/D/1 mean queueing delay Wq = ρ / (2μ(1−ρ)) in ms (λ in req/s, service time in ms)."""
     rho = rate * service_ms / 1000.0

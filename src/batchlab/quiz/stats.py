@@ -1,7 +1,5 @@
-"""Item statistics for instructors (`python -m batchlab.quiz stats`): per question, over the
-learners shown it, the difficulty `p` (share right), the discrimination `r` (corrected item–total
-point-biserial correlation), the share right in the top and bottom 27 % by rest score, option
-counts, and the flags of `FLAG_TEXT`.
+"""Item statistics for instructors (`python -m batchlab.quiz stats`): per question its difficulty,
+discrimination, top/bottom 27 % share right, option counts and the flags of `FLAG_TEXT`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The notebook quiz: an ipywidgets view over `QuizSession` (one block per question, 提交 with
-feedback, a score and an 导出答案 button writing the grader's submission). Widget values are the
-stable option ids. CSS classes `batchlab-quiz`, `-question`, `-submit`, `-feedback` let browser
-tests find the parts; a displayed quiz carries its questions as `text/plain`, and `show_quiz`
-prints them when there is no kernel. Nothing here waits for input.
+"""The notebook quiz: an ipywidgets view over `QuizSession` (widget values are the stable option ids);
+`show_quiz` prints the questions when there is no kernel. Nothing here waits for input.
 """
 
 from __future__ import annotations

@@ -46,7 +46,6 @@ class Lab:
     questions: list[LabQuestion] = field(default_factory=list)
 
 
-
 def dumps(nb: dict[str, Any]) -> str:
     """Serialise a notebook dict exactly as `nbformat.write` does."""
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False, separators=(",", ": ")) + "\n"

@@ -1,8 +1,5 @@
-"""batchlab.viz: the chapter-00 animation of request queues, pots (batches) and time windows.
-
-`frames` (pure functions: lanes from simulator results, the frame at time t, utilisation),
-`scenario` (the seeded workload served three ways), `draw` (matplotlib drawings and still frames),
-`widget` (the ipywidgets view: play, step, speed and parameter sliders).
+"""batchlab.viz: the chapter-00 animation of request queues, pots (batches) and time windows:
+`frames` (pure functions), `scenario` (the workload), `draw` (matplotlib), `widget` (ipywidgets).
 """
 
 from batchlab.viz.frames import (Frame, Lane, default_horizon, frame_at, lane_from_result, lane_summary, utilization,

@@ -1,14 +1,10 @@
 """The chapter-00 scenario: one seeded stream of generation requests served three ways on
-`batchlab.sim` with one `TokenCost`: no batching (不合批, ``max_batch_size = 1``), Triton's
-dynamic batcher forming request-level batches (拼锅: a batch decodes until its longest member is
-done), and continuous batching (同锅同煮, ``max_active`` = the same pot size)."""
+`batchlab.sim` with one `TokenCost`: no batching, dynamic batching, continuous batching (`LANE_NAMES`)."""
 
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-import numpy as np
-
-from batchlab._validate import positive
+from batchlab._validate import integer, non_negative, positive
 from batchlab.sim import Affine, TokenCost, simulate_continuous, simulate_dynamic, simulate_static_generation
 from batchlab.sim import lengths as L
 from batchlab.sim import workload as W
@@ -35,12 +31,9 @@ class DemoParams:
 
     def __post_init__(self) -> None:
         positive("rate", self.rate)
-        if not isinstance(self.max_batch_size, (int, np.integer)) or not 1 <= self.max_batch_size <= 64:
-            raise ValueError(f"max_batch_size must be an integer in [1, 64], got {self.max_batch_size!r}")
-        if not (np.isfinite(self.max_queue_delay_ms) and self.max_queue_delay_ms >= 0):
-            raise ValueError(f"max_queue_delay_ms must be >= 0, got {self.max_queue_delay_ms!r}")
-        if not isinstance(self.n_requests, (int, np.integer)) or not 1 <= self.n_requests <= 2000:
-            raise ValueError(f"n_requests must be an integer in [1, 2000], got {self.n_requests!r}")
+        integer("max_batch_size", self.max_batch_size, 1, 64)
+        non_negative("max_queue_delay_ms", self.max_queue_delay_ms)
+        integer("n_requests", self.n_requests, 1, 2000)
 
 
 def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
