@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from batchlab.lm import (ContinuousBatcher, ContinuousScheduler, FCFSAdmission, GenerationRequest,
-                         SeqInfo, Sequence, ToyLM, encode, generate)
+                         Sequence, ToyLM, encode, generate)
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
 
@@ -16,8 +16,9 @@ def lm() -> ToyLM:
     return ToyLM.default()
 
 
-def info(prompt: int, max_tokens: int, generated: int = 0) -> SeqInfo:
-    return SeqInfo(seq_id=None, prompt_tokens=prompt, max_tokens=max_tokens, generated=generated)
+def info(prompt: int, max_tokens: int, generated: int = 0) -> GenerationRequest:
+    return GenerationRequest(None, prompt, max_tokens, reserved_tokens=prompt + max_tokens, generated=generated,
+                             kv_tokens=prompt + generated - 1 if generated else 0)
 
 
 def test_fcfs_admits_in_order_under_both_limits():

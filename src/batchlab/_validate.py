@@ -1,9 +1,12 @@
-"""Argument checks shared by the simulator: each failure is one clear ``ValueError``."""
+"""Argument checks shared by the library (each failure is one clear ``ValueError``) and the
+command lines' parser (a usage error is one line)."""
 
 from __future__ import annotations
 
+import argparse
 import math
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -118,3 +121,11 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
         if value.lower() == o.lower():
             return o
     raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse whose usage error is one line on stderr (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)

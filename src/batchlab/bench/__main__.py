@@ -11,23 +11,16 @@ import argparse
 import sys
 from typing import Sequence
 
+from batchlab._validate import CliParser
 from batchlab.bench import client, continuous, dynamic, fidelity
 from batchlab.bench.common import BenchError, emit
 
 BENCHES = ("dynamic", "continuous", "fidelity", "client")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m batchlab.bench", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="bench", metavar="{" + ",".join(BENCHES) + "}", parser_class=_Parser)
+    p = CliParser(prog="python -m batchlab.bench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="bench", metavar="{" + ",".join(BENCHES) + "}", parser_class=CliParser)
     d = sub.add_parser("dynamic", help="decode and embed: no batching vs dynamic batching (embed: + delay, preferred)")
     d.add_argument("--concurrency", type=int, default=16)
     d.add_argument("--rounds", type=int, default=3)

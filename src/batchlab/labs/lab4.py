@@ -8,11 +8,12 @@ from typing import Any, Callable
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._blocks import read_config
 from batchlab.labs._core import Grader, check
-from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, SeqInfo
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, GenerationRequest
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
-    return SeqInfo(seq_id=i, prompt_tokens=prompt, max_tokens=max_tokens, generated=generated)
+    return GenerationRequest(i, prompt, max_tokens, reserved_tokens=prompt + max_tokens, generated=generated,
+                             kv_tokens=prompt + generated - 1 if generated else 0)
 
 
 def _indices(g: Grader, got: Any) -> list[int]:
@@ -47,7 +48,7 @@ def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     got2 = _indices(g, g.call(fn, tight, active, MAX_ACTIVE, KV_TOKEN_BUDGET))
     # [1] respects the budget; overtaking is graded below
     g.expect(got == [0, 1] and got2 in ([], [1]), "KV 预算按 prompt + max_tokens 预留：活跃序列的预留也算在内",
-             "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（SeqInfo.reserved_tokens），"
+             "KV 预算要按预留量算：每条序列占 prompt_tokens + max_tokens（GenerationRequest.reserved_tokens），"
              "活跃序列现在虽然只用了 kv_tokens 个，但它可能长到预留的那么多（不预留就可能中途爆显存）"
              if got2 in ([0, 1], [0]) else f"已预留 3000、预算 {KV_TOKEN_BUDGET} 时，等待的 [800, 196] 应全部接纳（[0, 1]），"
              f"而 [1500, 100] 一条也不接纳；你的是 {got} 与 {got2}")

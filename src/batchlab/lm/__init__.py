@@ -10,13 +10,13 @@ from batchlab.lm.model import ToyLM
 from batchlab.lm.perf import decode_step_times
 from batchlab.lm.sampling import greedy, make_rng, sample
 from batchlab.lm.scheduler import (AdmissionPolicy, ContinuousBatcher, ContinuousScheduler,
-                                   FCFSAdmission, GenerationRequest, SeqInfo, StepPlan, StepReport)
+                                   FCFSAdmission, GenerationRequest, StepPlan, StepReport)
 from batchlab.lm.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_SIZE, decode, encode)
 
 __all__ = [
     "LMConfig", "ToyLM", "KVCache", "kv_report", "Sequence", "StaticBatchResult", "check_prompt",
     "generate", "generate_static_batch", "step", "greedy", "sample", "make_rng", "AdmissionPolicy",
-    "ContinuousBatcher", "ContinuousScheduler", "FCFSAdmission", "GenerationRequest", "SeqInfo",
+    "ContinuousBatcher", "ContinuousScheduler", "FCFSAdmission", "GenerationRequest",
     "StepPlan", "StepReport", "decode_step_times",
     "encode", "decode", "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "VOCAB_SIZE",
 ]

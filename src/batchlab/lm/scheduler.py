@@ -18,36 +18,14 @@ from batchlab.lm.generation import Sequence, step as lm_step
 from batchlab.lm.model import ToyLM
 
 
-@dataclass(frozen=True)
-class SeqInfo:
-    """What an admission policy may look at for one sequence (`GenerationRequest` has the same
-    attributes; the labs build these to test a policy)."""
-
-    seq_id: object
-    prompt_tokens: int
-    max_tokens: int
-    generated: int
-    waited_s: float = 0.0
-
-    @property
-    def reserved_tokens(self) -> int:
-        """KV tokens the sequence may come to hold (prompt + max_tokens)."""
-        return self.prompt_tokens + self.max_tokens
-
-    @property
-    def kv_tokens(self) -> int:
-        """KV tokens held now: prompt + generated − 1 (0 before the prefill)."""
-        return self.prompt_tokens + self.generated - 1 if self.generated else 0
-
-
 class AdmissionPolicy(Protocol):
     """Decides, before every step, which waiting sequences join the running batch; it reads the
-    `SeqInfo` attributes (the scheduler passes its `GenerationRequest`s)."""
+    scheduler's `GenerationRequest`s (prompt_tokens, max_tokens, generated, reserved_tokens, kv_tokens)."""
 
-    def check(self, candidate: SeqInfo) -> None:
+    def check(self, candidate: GenerationRequest) -> None:
         """Raise ValueError if `candidate` could never be admitted (it is then rejected)."""
 
-    def admit(self, waiting: Seq[SeqInfo], active: Seq[SeqInfo]) -> list[int]:
+    def admit(self, waiting: Seq[GenerationRequest], active: Seq[GenerationRequest]) -> list[int]:
         """Indices into `waiting` (arrival order) of the sequences to admit now."""
 
 
@@ -71,13 +49,13 @@ class FCFSAdmission:
         count("max_active", self.max_active)
         optional_count("kv_token_budget", self.kv_token_budget)
 
-    def check(self, candidate: SeqInfo) -> None:
+    def check(self, candidate: GenerationRequest) -> None:
         """Reject a sequence that needs more KV tokens than the whole budget."""
         if self.kv_token_budget is not None and candidate.reserved_tokens > self.kv_token_budget:
             raise ValueError(f"request needs {candidate.reserved_tokens} KV tokens "
                              f"(prompt + max_tokens), the budget is {self.kv_token_budget}")
 
-    def admit(self, waiting: Seq[SeqInfo], active: Seq[SeqInfo]) -> list[int]:
+    def admit(self, waiting: Seq[GenerationRequest], active: Seq[GenerationRequest]) -> list[int]:
         """Admit from the head while the active count and the reserved tokens fit."""
         budget = self.kv_token_budget
         n_active = len(active)
@@ -99,15 +77,15 @@ class FCFSAdmission:
 
 @dataclass(eq=False, slots=True)
 class GenerationRequest:
-    """One generation as the scheduler tracks it (the attributes a policy reads, as `SeqInfo`);
-    `payload` is what the executor needs (the real `Sequence`, or nothing in the simulator)."""
+    """One generation as the scheduler tracks it, and what an admission policy reads; `payload` is
+    what the executor needs (the real `Sequence`, or nothing in the simulator)."""
 
     seq_id: object
     prompt_tokens: int
     max_tokens: int
     reserved_tokens: int             # KV tokens it claims against the policy's budget.
-    # kv_policy="reserve": its whole future, fixed (prompt + max_tokens on the real path, as
-    # `SeqInfo`; the exact peak prompt + output - 1 in the simulator, which knows the output);
+    # kv_policy="reserve": its whole future, fixed (prompt + max_tokens on the real path; the
+    # exact peak prompt + output - 1 in the simulator, which knows the output);
     # "on_demand": what it holds now plus the one token a decode adds (set by the scheduler)
     payload: object = None
     generated: int = 0               # output tokens produced so far

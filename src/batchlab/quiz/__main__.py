@@ -9,8 +9,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
+from batchlab._validate import CliParser
 from batchlab.quiz.audit import audit, blind_scores, key_positions
 from batchlab.quiz.bank import list_banks, load_all, load_bank, quiz_dir, sync_file
 from batchlab.quiz.export import moodle_xml, qti_package
@@ -21,12 +22,6 @@ from batchlab.quiz.session import render_text
 from batchlab.quiz.stats import item_stats, stats_table
 
 PROG = "python -m batchlab.quiz"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage wall
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _fail(msg: str) -> int:
@@ -132,8 +127,8 @@ def _cmd_sync(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    p = _Parser(prog=PROG, description="batchlab quizzes: grade, analyse, export, show or check banks")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = CliParser(prog=PROG, description="batchlab quizzes: grade, analyse, export, show or check banks")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=CliParser)
     g = sub.add_parser("grade", help="grade submission JSON files")
     g.add_argument("files", nargs="+", metavar="FILE")
     g.add_argument("--bank", default=None,

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Sequence
 
+from batchlab._validate import CliParser
 from batchlab.course.seed_demo import main as demo
 
 from . import workload
@@ -17,14 +18,6 @@ from .dynamic import simulate_dynamic
 from .service import Affine
 
 MAX_REQUESTS = 5_000_000
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _int_list(text: str) -> list[int]:
@@ -39,8 +32,8 @@ def _int_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    p = _Parser(prog="python -m batchlab.sim", description="Event-driven simulator of Triton's batchers.")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = CliParser(prog="python -m batchlab.sim", description="Event-driven simulator of Triton's batchers.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=CliParser)
     d = sub.add_parser("dynamic", help="Triton's dynamic batcher on Poisson (or constant-rate) arrivals")
     d.add_argument("--rate", type=float, required=True, help="arrival rate, requests per second")
     d.add_argument("--max-batch-size", type=int, required=True)
