@@ -174,6 +174,12 @@ def make_transport(protocol: str, server: Any, model: str, request_timeout_s: fl
     raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
 
 
+def _served(protocol: str, recs: Records) -> int:
+    """Requests the server counts for these records: one per stream request with grpc-stream, else
+    one per answered call or sequence step."""
+    return int(recs.ok.sum()) if protocol == "grpc-stream" else int(recs.responses.sum())
+
+
 Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 """A phase: given an open transport, a list to append records to, and its start time (perf_counter)."""
 
@@ -190,7 +196,12 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
     await transport.open()
     try:
         if warmup is not None:
-            await warmup(transport, [], time.perf_counter())
+            pre, _ = await snapshot(server, model, stats, False)
+            warm: list[RequestRecord] = []
+            await warmup(transport, warm, time.perf_counter())
+            if pre is not None:  # Triton counts a request after its answer is out: let the warm-up land
+                await _in_thread(settle, lambda: fetch_stats(server.http_url, model), pre,
+                                 _served(protocol, Records.from_list(warm)))
         st0, me0 = await snapshot(server, model, stats, metrics)
         records: list[RequestRecord] = []
         bar = Progress(progress, total, label or model)
@@ -212,11 +223,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
         recs.token_times = [None if t is None else [x - t_start for x in t] for t in recs.token_times]
         server_delta = metrics_delta = None
         if stats:
-            if protocol == "grpc-stream":  # one server request per stream request
-                served = int(recs.ok.sum())
-            else:  # unary: one per answered call; a sequence: one per answered step
-                served = int(recs.responses.sum())
-            after = await _in_thread(settle, lambda: fetch_stats(server.http_url, model), st0, served)
+            after = await _in_thread(settle, lambda: fetch_stats(server.http_url, model), st0, _served(protocol, recs))
             server_delta = after - st0
         if metrics and me0 is not None:
             _, me1 = await snapshot(server, model, False, True)

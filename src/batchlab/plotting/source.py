@@ -22,19 +22,19 @@ _PACKAGE_ROOT = Path(batchlab.__file__).resolve().parent.parent
 
 
 class Source:
-    """The source of one function or class: `text` (verbatim, dedented), `where` (file:line in the repository)."""
+    """The source of one function or class: `text` (verbatim, dedented), `where` (its file in the repository)."""
 
     def __init__(self, obj: Any) -> None:
         target = inspect.unwrap(obj)
         try:
             self.text = textwrap.dedent(inspect.getsource(target))
             path = Path(inspect.getsourcefile(target) or "").resolve()
-            line = inspect.getsourcelines(target)[1]
         except (OSError, TypeError) as exc:
             raise ValueError(f"no source to show for {obj!r}: {exc}") from None
         self.name = f"{target.__module__}.{target.__qualname__}"
         rel = path.relative_to(_PACKAGE_ROOT) if path.is_relative_to(_PACKAGE_ROOT) else path
-        self.where = f"src/{rel.as_posix()}:{line}" if rel != path else f"{path}:{line}"
+        # the file, not the line: an edit elsewhere in it must not change what a chapter stored
+        self.where = f"src/{rel.as_posix()}" if rel != path else str(path)
 
     @property
     def header(self) -> str:
