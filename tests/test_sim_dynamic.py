@@ -21,19 +21,24 @@ def batches(res):
     return [(round(float(s), 9), int(z)) for s, z in zip(res.batches["start"], res.batches["size"])]
 
 
+def decide(rule: BatchRule, n: int, oldest: float, now: float) -> tuple[int, float]:
+    """`next_batch` for ``n`` one-element requests that all arrived at ``oldest``."""
+    return next_batch([QueuedRequest(oldest)] * n, now, rule)
+
+
 def test_rule_table():
     r = BatchRule(8, (4, 8), 0)
-    assert r.decide(7, 0.0, 0.0) == (4, 0.0)  # 7 pending, preferred [4, 8]: send 4
-    assert r.decide(3, 0.0, 0.0) == (3, 0.0)  # delay 0: whatever is pending
-    assert r.decide(8, 0.0, 0.0) == (8, 0.0)
+    assert decide(r, 7, 0.0, 0.0) == (4, 0.0)  # 7 pending, preferred [4, 8]: send 4
+    assert decide(r, 3, 0.0, 0.0) == (3, 0.0)  # delay 0: whatever is pending
+    assert decide(r, 8, 0.0, 0.0) == (8, 0.0)
     r = BatchRule(8, (), 1000)
     assert r.preferred == () and r.effective_preferred == (8,)  # empty preferred means [max_batch_size]
-    assert r.decide(3, 0.0, 0.0005) == (0, pytest.approx(0.001))  # wait for the oldest's deadline
-    assert r.decide(3, 0.0, 0.001) == (3, 0.001)  # waited the delay: send what is pending
-    assert r.decide(8, 0.0, 0.0) == (8, 0.0)
+    assert decide(r, 3, 0.0, 0.0005) == (0, pytest.approx(0.001))  # wait for the oldest's deadline
+    assert decide(r, 3, 0.0, 0.001) == (3, 0.001)  # waited the delay: send what is pending
+    assert decide(r, 8, 0.0, 0.0) == (8, 0.0)
     r = BatchRule(8, (2,), 1000)
-    assert r.decide(6, 0.0, 0.0) == (2, 0.0)  # preferred reachable, delay not expired
-    assert r.decide(6, 0.0, 0.002) == (6, 0.002)  # expired: everything pending, beyond max preferred
+    assert decide(r, 6, 0.0, 0.0) == (2, 0.0)  # preferred reachable, delay not expired
+    assert decide(r, 6, 0.0, 0.002) == (6, 0.002)  # expired: everything pending, beyond max preferred
     with pytest.raises(ValueError, match="exceeds max_batch_size"):
         BatchRule(4, (8,), 0)
 

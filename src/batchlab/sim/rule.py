@@ -108,11 +108,6 @@ class BatchRule:
                             ("delay_s", d * 1e-6)):
             object.__setattr__(self, name, value)
 
-    def decide(self, n: int, oldest_arrival: float, now: float) -> Decision:
-        """`next_batch` for ``n`` one-element requests whose oldest arrived at ``oldest_arrival`` (the
-        sequence batcher's ``oldest`` strategy asks this way)."""
-        return next_batch([QueuedRequest(oldest_arrival)] * n, now, self)
-
     def overload_batch(self) -> int:
         """The batch size sent when the queue is long: max preferred with delay 0, else max_batch_size."""
         return self.max_preferred if self.delay_s == 0.0 else self.max_batch_size

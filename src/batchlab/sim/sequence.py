@@ -20,7 +20,7 @@ import numpy as np
 from batchlab._validate import choice, integer, int_array, non_negative, real, rng_of, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
-from .rule import BatchRule
+from .rule import BatchRule, QueuedRequest, next_batch
 from .service import BatchService, check_batch_service, service_times
 from .slots import SequenceRequest, SequenceSlots
 
@@ -195,7 +195,7 @@ class _SequenceRun:
         s = self.settings
         oldest = next(iter(waiting.values())).queued  # requests are queued in time order
         if s.rule is not None:  # oldest: the dynamic batcher's decision over the candidates' requests
-            return s.rule.decide(min(len(waiting), s.max_batch_size), oldest, now)
+            return next_batch([QueuedRequest(request.queued) for request in waiting.values()], now, s.rule)
         # direct (DirectSequenceBatch::BatcherThread): with a delay and a minimum slot utilization, wait
         # until the oldest request waited strictly longer than the delay or enough slots are ready
         if s.delay_s > 0 and s.min_slot_utilization > 0:
