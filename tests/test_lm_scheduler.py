@@ -17,8 +17,7 @@ def lm() -> ToyLM:
 
 
 def info(prompt: int, max_tokens: int, generated: int = 0) -> GenerationRequest:
-    return GenerationRequest(None, prompt, max_tokens, reserved_tokens=prompt + max_tokens, generated=generated,
-                             kv_tokens=prompt + generated - 1 if generated else 0)
+    return GenerationRequest.reserving(None, prompt, max_tokens, generated)
 
 
 def test_fcfs_admits_in_order_under_both_limits():

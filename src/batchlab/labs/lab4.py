@@ -12,8 +12,7 @@ from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, Ge
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
-    return GenerationRequest(i, prompt, max_tokens, reserved_tokens=prompt + max_tokens, generated=generated,
-                             kv_tokens=prompt + generated - 1 if generated else 0)
+    return GenerationRequest.reserving(i, prompt, max_tokens, generated)
 
 
 def _indices(g: Grader, got: Any) -> list[int]:

@@ -99,6 +99,13 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         self.prefill_target = self.prefill_target or self.prompt_tokens
 
+    @classmethod
+    def reserving(cls, seq_id: object, prompt_tokens: int, max_tokens: int, generated: int = 0) -> GenerationRequest:
+        """A request that reserves prompt + max_tokens and holds the KV of its prompt and `generated`
+        tokens so far (prompt + generated - 1 once started), as a policy sees it."""
+        return cls(seq_id, prompt_tokens, max_tokens, prompt_tokens + max_tokens, generated=generated,
+                   kv_tokens=prompt_tokens + generated - 1 if generated else 0)
+
 
 @dataclass
 class StepPlan:
@@ -141,6 +148,11 @@ class ContinuousScheduler:
         """True while anything waits or runs."""
         return bool(self.waiting) or bool(self.running)
 
+    @property
+    def n_decoding(self) -> int:
+        """Running requests whose prompt is done: each decodes one token next step."""
+        return sum(1 for r in self.running if r.prefilled == r.prefill_target)
+
     def submit(self, request: GenerationRequest) -> None:
         """Queue a request; ValueError if the policy could never admit it."""
         if not self.reserve:
@@ -158,7 +170,7 @@ class ContinuousScheduler:
         prefill_tokens = context_tokens = useful_tokens = 0
         token_room = self.max_num_tokens
         if self.chunked_prefill:  # the decodes' tokens are taken first
-            token_room -= sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            token_room -= self.n_decoding
         # Every running request advances in every iteration (Orca's iteration-level scheduling),
         # so nobody waits for the longest member of a batch as request-level batching does.
         for request in self.running:
@@ -201,8 +213,7 @@ class ContinuousScheduler:
         admitted = [self.waiting[i] for i in chosen]
         if not self.chunked_prefill and self.max_num_tokens < math.inf:
             # tokens this iteration already carries: one per decode, plus the prompts in flight
-            decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
-            tokens = decoding + sum(r.prefill_target - r.prefilled for r in self.running)
+            tokens = self.n_decoding + sum(r.prefill_target - r.prefilled for r in self.running)
             for n, request in enumerate(admitted):
                 if tokens > 0 and tokens + request.prefill_target > self.max_num_tokens:
                     del admitted[n:]  # a whole prompt must fit (alone it may exceed the budget)
@@ -231,8 +242,7 @@ class ContinuousScheduler:
         # max_utilization), at the risk that they outgrow the cache together; then the newest is
         # dropped and later recomputes its prompt and tokens so far: wasted work, lower η.
         while self.running:
-            decoding = sum(1 for r in self.running if r.prefilled == r.prefill_target)
-            if self.kv_used + decoding <= self.kv_token_budget:
+            if self.kv_used + self.n_decoding <= self.kv_token_budget:
                 return
             request = self.running.pop()
             self.kv_used -= request.kv_allocated
