@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from batchlab.lm import VOCAB_SIZE, ToyLM, encode, generate
 from batchlab.lm.vocab import ARTICLE
+from batchlab.load.stats import ModelStats, read_stats, settle
 
 pytestmark = pytest.mark.server
 
@@ -40,17 +41,11 @@ def make_input(module, name: str, array: np.ndarray):
     return x
 
 
-def batch_histogram(triton, model: str) -> dict[int, int]:
-    """Executions per batch size from the statistics extension (`batch_stats`)."""
-    stats = triton.http_client().get_inference_statistics(model_name=model)
-    out: dict[int, int] = {}
-    for item in stats["model_stats"][0].get("batch_stats", []):
-        out[int(item["batch_size"])] = int(item["compute_infer"]["count"])
-    return out
-
-
-def hist_delta(after: dict[int, int], before: dict[int, int]) -> dict[int, int]:
-    return {b: n - before.get(b, 0) for b, n in after.items() if n - before.get(b, 0) > 0}
+def batches_since(triton, model: str, before: ModelStats, requests: int) -> dict[int, int]:
+    """Executions per batch size since `before`, once the statistics count `requests` more requests
+    (Triton counts a request after its answer is out)."""
+    after = settle(lambda: read_stats(triton.http_client(), model), before, requests)
+    return {b: n for b, n in (after - before).batch_histogram().items() if n > 0}
 
 
 def article_rows(n: int, seed: int, length: int = 16) -> np.ndarray:
@@ -79,7 +74,7 @@ def test_embed_under_32_concurrent_clients_equals_single_client(triton, protocol
     alone = [single.infer("embed", [make_input(httpclient, "TOKENS", rows[i:i + 1])])
              .as_numpy("EMBEDDING")[0] for i in range(len(rows))]
     np.testing.assert_array_equal(np.stack(alone), ToyLM.default().embed(rows))
-    before = batch_histogram(triton, "embed")
+    before = read_stats(triton.http_client(), "embed")
 
     def worker(k: int) -> list[tuple[int, np.ndarray, int]]:
         client = client_of(triton, protocol)
@@ -94,7 +89,7 @@ def test_embed_under_32_concurrent_clients_equals_single_client(triton, protocol
     assert len(results) == len(rows)
     for i, emb, _ in results:
         assert np.array_equal(emb, alone[i]), f"row {i} changed under batching"
-    delta = hist_delta(batch_histogram(triton, "embed"), before)
+    delta = batches_since(triton, "embed", before, len(rows))
     assert sum(b * n for b, n in delta.items()) == len(rows)
     assert max(delta) > 1, f"no batch larger than 1 under 32 clients: {delta}"
     assert max(bs for _, _, bs in results) > 1
@@ -102,7 +97,7 @@ def test_embed_under_32_concurrent_clients_equals_single_client(triton, protocol
 
 def test_embed_nobatch_never_batches(triton):
     rows = article_rows(32, seed=3)
-    before = batch_histogram(triton, "embed_nobatch")
+    before = read_stats(triton.http_client(), "embed_nobatch")
 
     def worker(i: int) -> None:
         triton.http_client().infer("embed_nobatch", [make_input(httpclient, "TOKENS",
@@ -110,7 +105,7 @@ def test_embed_nobatch_never_batches(triton):
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(worker, range(len(rows))))
-    assert hist_delta(batch_histogram(triton, "embed_nobatch"), before) == {1: len(rows)}
+    assert batches_since(triton, "embed_nobatch", before, len(rows)) == {1: len(rows)}
 
 
 # --------------------------------------------------------------------------- generate
@@ -136,7 +131,7 @@ def test_generate_under_concurrency_matches_solo_and_reports_padding(triton, pro
     # comparing to the single-client outputs
     for i in range(0, n, 8):
         assert one(i)["TOKENS"][0].tolist() == expected[i]
-    before = batch_histogram(triton, "generate")
+    before = read_stats(triton.http_client(), "generate")
     with ThreadPoolExecutor(n) as pool:
         outs = list(pool.map(one, range(n)))
     for out, exp in zip(outs, expected):
@@ -144,7 +139,7 @@ def test_generate_under_concurrency_matches_solo_and_reports_padding(triton, pro
         assert out["NUM_TOKENS"].item() == len(exp)
         assert out["PADDED_STEPS"].item() == out["BATCH_STEPS"].item() - len(exp)
         assert out["BATCH_STEPS"].item() >= len(exp)
-    delta = hist_delta(batch_histogram(triton, "generate"), before)
+    delta = batches_since(triton, "generate", before, n)
     assert max(delta) > 1, f"generate never batched: {delta}"
     assert max(o["BATCH_SIZE"].item() for o in outs) > 1
     assert any(o["PADDED_STEPS"].item() > 0 for o in outs)  # padding is visible
