@@ -18,6 +18,33 @@ from batchlab.server import free_port
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
+def _tree(pid: int) -> list[tuple[psutil.Process, str, str]]:
+    """The process and its descendants as (process, name, command line), skipping any that exit meanwhile.
+
+    Short-lived helpers (a backend stub starting, a `ps`) can end between listing and reading them.
+    """
+    out = []
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            out.append((p, p.name(), " ".join(p.cmdline())))
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _lingering(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `procs` still running and not zombies (one that exits while being asked counts as gone)."""
+    left = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
 def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
     port = free_port()
     token = "t0k-" + os.urandom(8).hex()
@@ -32,8 +59,9 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
                 info = json.loads(line)
                 break
         assert info is not None, "make start printed no JSON line"
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        names = " ".join(p.name() for p in tree)
+        listed = _tree(proc.pid)
+        tree = [p for p, _, _ in listed]
+        names = " ".join(name for _, name, _ in listed)
         assert "tritonserver" in names
         assert "embed" in info["triton"]["models"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=10) as r:
@@ -42,7 +70,7 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
         with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=10) as r:
             assert r.status == 200
         # The lab's kernels will see the shared server through TRITON_URL.
-        lab = next(p for p in tree if "jupyterlab" in " ".join(p.cmdline()))
+        lab = next(p for p, _, cmd in listed if "jupyterlab" in cmd)
         assert lab.environ().get("TRITON_URL") == http
         key = lab.environ().get("BATCHLAB_TRITON_KEY")
         assert key and info["lab"]["token"] == token
@@ -53,7 +81,7 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
         assert proc.wait(timeout=60) == 0
         _, alive = psutil.wait_procs(tree[1:], timeout=10)
-        assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+        assert _lingering(alive) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -66,8 +94,9 @@ def test_sigterm_while_starting_leaves_nothing() -> None:
         server = None
         deadline = time.monotonic() + 60
         while server is None and time.monotonic() < deadline:  # the course repository takes a while to load
-            kids = psutil.Process(proc.pid).children(recursive=True)
-            server = next((p for p in kids if p.name() == "tritonserver"), None)
+            listed = _tree(proc.pid)[1:]
+            kids = [p for p, _, _ in listed]
+            server = next((p for p, name, _ in listed if name == "tritonserver"), None)
             time.sleep(0.1)
         assert server is not None, "no tritonserver started"
         workdir = server.cwd()
@@ -76,7 +105,7 @@ def test_sigterm_while_starting_leaves_nothing() -> None:
         assert proc.returncode == 128 + signal.SIGTERM, (out, err)
         assert "interrupted by SIGTERM during startup" in err and "Traceback" not in err
         _, alive = psutil.wait_procs(kids, timeout=10)
-        assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+        assert _lingering(alive) == []
         assert not os.path.exists(workdir)
     finally:
         if proc.poll() is None:
