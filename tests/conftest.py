@@ -14,8 +14,12 @@ from typing import Any
 import psutil
 import pytest
 
+from batchlab.course.claims import STRICT_ENV
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import TritonServer, connect
+
+# A notebook whose run does not show what its prose claims fails (kernels inherit this).
+os.environ[STRICT_ENV] = "strict"
 
 TESTS = Path(__file__).resolve().parent
 TEST_REPOS = TESTS / "repos"
