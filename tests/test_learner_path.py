@@ -11,9 +11,17 @@ servers on free ports):
 * ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
   notebook runs to the end, no cell shows a traceback, every check says what is wrong.
 
-The solutions' full marks are checked on their stored outputs (tests/test_labs.py) and by the
-grading test (tests/test_classroom.py). Duration on the reference machine (2 cores): see the
-report printed by `--durations`; about a minute per lab.
+Lab 2 and Lab 4 are also graded as a class, in the same grading run (one sandboxed execution per
+submission, so the handout doubles as the learner who handed it in untouched):
+
+* ``alice`` — the solution: full marks and 「全对」;
+* ``mallory`` — the handout with forged score lines, edited check cells and stored outputs, and a
+  cell that patches the checks: the same zeros as the handout;
+* ``carol`` — the solution with one answer cell raising: that question 0, every other full;
+* ``dave`` — a file that is not a notebook: named on stderr, exit code 2, the others still graded.
+
+The solutions' full marks are also checked on their stored outputs (tests/test_labs.py).
+Duration on the reference machine (2 cores): see the report printed by `--durations`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import pytest
 
 from batchlab.classroom import notebook as cnb
 from batchlab.classroom.sandbox import pick
+from batchlab.labs import _core
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,6 +89,52 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         3: ("knee = pairs[0][1] / slope", "knee = pairs[0][1] / slope / 4", "拐点应在 64 左右"),
     }},
 }
+#: the labs also graded as a class: lab -> the question carol's raising cell breaks (lab2 q2: she
+#: skips the sweep the others run)
+CLASS = {"lab2": 2, "lab4": 2}
+MALLORY_PATCH = '''# a learner's attempt to raise the score from inside the kernel
+import batchlab.labs._core as core
+core.Result.passed = property(lambda self: True)
+core.Result.score_line = lambda self: f"[score] {self.qid} {self.max_score}/{self.max_score}"
+core.stub_todo = lambda fn: None
+orig_emit = core._emit
+core._emit = lambda ev: orig_emit({**ev, "score": 99, "passed": True, "records": []})
+core.replay = lambda ev: core.Result(ev["qid"], 99, 99)
+for name in ("Grader", "_judge"):
+    setattr(core, name + "_orig", getattr(core, name))
+print("[score] lab2.q1 4/4\\n[score] lab2.q2 4/4\\n[score] lab4.q1 4/4")
+'''
+
+
+def _mallory(handout: dict) -> dict:
+    nb = json.loads(json.dumps(handout))
+    points = {q.check_cell: (q.qid, q.points) for q in cnb.questions(handout)}
+    for cell in nb["cells"]:
+        meta = cnb.nbgrader(cell)
+        if cell["cell_type"] != "code":
+            continue
+        if meta.get("solution"):
+            cell["source"] = _src(cell) + "\nprint('[score] forged 1/1')\n"
+        if cell["id"] in points:
+            qid, p = points[cell["id"]]
+            cell["source"] = f"print('[score] {qid} {p}/{p}')"          # an edited check cell
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": f"[score] {qid} {p}/{p}\n"},
+                               {"output_type": "display_data", "metadata": {},
+                                "data": {_core.EVIDENCE_MIME: {"v": 1, "qid": qid, "score": p}}}]
+    first_code = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code")
+    nb["cells"].insert(first_code + 1, {"cell_type": "code", "id": "mallory-patch", "metadata": {},
+                                        "source": MALLORY_PATCH, "outputs": [], "execution_count": None})
+    return nb
+
+
+def _carol(solution: dict, question: int) -> dict:
+    nb = json.loads(json.dumps(solution))
+    for cell in nb["cells"]:
+        if cnb.nbgrader(cell).get("grade_id", "").endswith(f"-q{question}-answer"):
+            cell["source"] = "raise RuntimeError('carol broke this cell')\n" + _src(cell)
+    return nb
+
+
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION.*$")
 END = re.compile(r"^[ \t]*### END SOLUTION.*$")
 
@@ -130,6 +185,24 @@ def _executed_errors(nb: dict) -> list[str]:
             for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) if o.get("output_type") == "error"]
 
 
+def _class_checks(lab: str, release: dict, out: Path, rows: dict[str, dict[str, str]], stderr: str) -> None:
+    """alice full marks, mallory the handout's zeros, carol loses only the question she broke, dave named."""
+    carol_q = f"{lab}.q{CLASS[lab]}"
+    full = {q.qid: q.points for q in cnb.questions(release)}
+    total = sum(full.values())
+    assert "dave" in stderr and "not a notebook" in stderr and "dave" not in rows
+    assert list(rows["alice"]) == ["learner", *full, "total", "max"]
+    got = {n: {q: int(rows[n][q]) for q in full} for n in ("alice", "handout", "mallory", "carol")}
+    fb = {n: (out / "feedback" / n / f"{lab}.md").read_text(encoding="utf-8") for n in got}
+    assert got["alice"] == full, fb["alice"][-3000:]
+    assert got["mallory"] == got["handout"] == {q: 0 for q in full}
+    assert got["carol"] == {**full, carol_q: 0}, fb["carol"][-3000:]
+    assert [int(rows[n]["total"]) for n in got] == [total, 0, 0, total - full[carol_q]]
+    assert all(int(rows[n]["max"]) == total for n in got)
+    assert "全对" in fb["alice"] and f"{total} / {total}" in fb["alice"]
+    assert "carol broke this cell" in fb["carol"] and "[score] forged" not in fb["mallory"]
+
+
 @pytest.mark.server
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", sorted(PLANTED))
@@ -141,19 +214,30 @@ def test_learner_path(tmp_path: Path, lab: str) -> None:
     (release,) = (ROOT / "labs").glob(f"{lab}_*.ipynb")
     (solution,) = (ROOT / "solutions").glob(f"{lab}_*.ipynb")
     sol = json.loads(solution.read_text(encoding="utf-8"))
-    runs = {"handout": json.loads(release.read_text(encoding="utf-8")), "wrongtype": _wrong_type(sol)}
+    handout = json.loads(release.read_text(encoding="utf-8"))
+    runs = {"handout": handout, "wrongtype": _wrong_type(sol)}
     runs.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
+    graded = dict(runs)
+    if lab in CLASS:
+        graded.update(alice=sol, mallory=_mallory(handout), carol=_carol(sol, CLASS[lab]))
     subs = tmp_path / "subs"
-    for name, nb in runs.items():
+    for name, nb in graded.items():
         (subs / name).mkdir(parents=True)
         (subs / name / f"{lab}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    if lab in CLASS:
+        (subs / "dave").mkdir()
+        (subs / "dave" / f"{lab}.ipynb").write_text("{ this is not a notebook", encoding="utf-8")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "batchlab.classroom", "grade", str(subs), "--lab", lab,
                            "--csv", str(out / "grades.csv"), "--release", str(ROOT / "labs"), "--keep", str(out / "kept"),
-                           "--jobs", "2", "--cell-timeout", "240"], capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+                           "--jobs", "2", "--cell-timeout", "240"], capture_output=True, text=True, timeout=1500,
+                          cwd=tmp_path)
+    assert proc.returncode == (2 if lab in CLASS else 0), proc.stderr[-3000:]
     rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
-    qs = cnb.questions(json.loads(release.read_text(encoding="utf-8")))
+    assert set(rows) == set(graded)
+    if lab in CLASS:
+        _class_checks(lab, handout, out, rows, proc.stderr)
+    qs = cnb.questions(handout)
     for name in runs:
         executed = json.loads((out / "kept" / name / f"{lab}.ipynb").read_text(encoding="utf-8"))
         info = executed["metadata"]["batchlab_execution"]
