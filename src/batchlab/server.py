@@ -158,9 +158,16 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that is free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """`n` distinct TCP ports free on `host` right now (held together while chosen, so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def _owner_of_port(port: int) -> str:
@@ -803,7 +810,9 @@ class TritonServer(_Clients):
             backend_dir = prepare_backend_dir()
             attempts = 1 if all(self._ports_given.values()) else 3
             for attempt in range(attempts):
-                self.ports = {k: (v if v is not None else free_port()) for k, v in self._ports_given.items()}
+                given = self._ports_given
+                fresh = iter(p for p in free_ports(len(given) * 2) if p not in given.values())
+                self.ports = {k: (v if v is not None else next(fresh)) for k, v in given.items()}
                 # 127.0.0.1:PORT each; not set before the first start (`load.check_server` tells)
                 self.http_url, self.grpc_url, self.metrics_url = (f"{LOOPBACK}:{p}" for p in self.ports.values())
                 try:
