@@ -7,9 +7,10 @@ BOOK_STAMP := $(VENV)/.batchlab-book-installed
 # configurable-http-proxy for the JupyterHub test, pinned in .node/package-lock.json (needs Node >= 20).
 CHP    := .node/node_modules/.bin/configurable-http-proxy
 
-# make test runs on JOBS pytest-xdist workers; loadscope keeps a test module (a notebook) on one worker.
+# make test runs on JOBS pytest-xdist workers; loadscope keeps a test module (a notebook) on one worker,
+# handed out in the order tests/conftest.py sorts them (heaviest first; xdist would sort by test count).
 JOBS   ?= 2
-PYTEST := $(PY) -m pytest -n $(JOBS) --dist loadscope
+PYTEST := $(PY) -m pytest -n $(JOBS) --dist loadscope --no-loadscope-reorder
 # The edit loop: unit tests only (no server, notebook, browser or slow test).
 FAST   := not server and not slow and not browser and not notebook
 

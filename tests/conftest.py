@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from batchlab.course.claims import STRICT_ENV
 from batchlab.paths import MODEL_REPOSITORY
@@ -106,14 +107,18 @@ def _process_tree(pid: int | None) -> list[psutil.Process]:
 
 SERVER_FIXTURES = frozenset({"triton", "start_triton", "echo_repo"})  # echo_repo is staged for a server
 HEAVY_FIRST = ({"browser"}, {"notebook", "slow"}, {"server"})
+#: Each test here grades a lab's submissions in the sandbox (a minute or more each): they go first,
+#: and xdist hands them out one test at a time instead of as one file.
+ONE_BY_ONE = ("tests/test_learner_path.py::",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark nbval's notebook cells `notebook`, and tests that use a server fixture (or the
     repository staged for one) `server`. Then put the files with heavy tests first (browser, then
-    notebook and slow, then server), keeping each file's order: xdist hands out whole files, and
-    the short ones left for the end keep both workers busy until the last."""
+    notebook and slow, then server), keeping each file's order: xdist hands out whole files in this
+    order (`--no-loadscope-reorder`), and the short ones left for the end keep both workers busy
+    until the last."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
@@ -123,6 +128,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         marks = {m.name for m in item.iter_markers()}
         rank = next((i for i, m in enumerate(HEAVY_FIRST) if marks & m), len(HEAVY_FIRST))
+        rank = -1 if item.nodeid.startswith(ONE_BY_ONE) else rank
         weight[item.path] = min(weight.get(item.path, rank), rank)
     items.sort(key=lambda item: weight[item.path])  # stable: a file's tests keep their order
 
@@ -135,6 +141,19 @@ def _server_needs_its_marker(request: pytest.FixtureRequest, monkeypatch: pytest
         def refuse(self: TritonServer, *args: Any, **kwargs: Any) -> None:
             pytest.fail(f"{request.node.nodeid} starts a Triton server: mark it @pytest.mark.server", pytrace=False)
         monkeypatch.setattr(TritonServer, "_launch", refuse)
+
+
+class _OneByOne(LoadScopeScheduling):
+    """xdist's loadscope (one file, one notebook per worker at a time), except the `ONE_BY_ONE` tests."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return nodeid if nodeid.startswith(ONE_BY_ONE) else super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """`make test`'s scheduler (`--dist loadscope`); any other `--dist` keeps xdist's own."""
+    return _OneByOne(config, log) if config.getoption("dist") == "loadscope" else None
 
 
 def pytest_report_header(config):
