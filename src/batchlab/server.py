@@ -108,9 +108,9 @@ def _pytriton_dist() -> Path:
     return root
 
 
-def prepare_backend_dir(python_version: str | None = None) -> Path:
+def prepare_backend_dir() -> Path:
     """A backend directory with `python/` and the stub for this Python, built once (atomically) in the cache."""
-    ver = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
     dist = _pytriton_dist()
     stub = dist / "python_backend_stubs" / ver / "triton_python_backend_stub"
     if not stub.is_file():
@@ -136,24 +136,6 @@ def prepare_backend_dir(python_version: str | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
-
-
-def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for tritonserver: the wheel's libraries, and this Python (first on PATH, its
-    libpython first on LD_LIBRARY_PATH) for the stubs, so every model imports this venv's packages."""
-    env = dict(os.environ if base is None else base)
-    libs = [str(_pytriton_dist().parent.parent / "nvidia_pytriton.libs")]
-    libdir = sysconfig.get_config_var("LIBDIR")
-    soname = sysconfig.get_config_var("INSTSONAME")
-    if libdir and soname and (Path(libdir) / soname).exists():
-        libs.insert(0, libdir)
-    if env.get("LD_LIBRARY_PATH"):
-        libs.append(env["LD_LIBRARY_PATH"])
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
-    bindir = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
-    env.pop("PYTHONHOME", None)
-    return env
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -824,7 +806,20 @@ class TritonServer(_Clients):
             raise AssertionError("unreachable")
 
     def _server_env(self) -> dict[str, str]:
-        env = server_env()
+        """Environment for tritonserver: the wheel's libraries, and this Python (first on PATH, its
+        libpython first on LD_LIBRARY_PATH) for the stubs, so every model imports this venv's packages."""
+        env = dict(os.environ)
+        libs = [str(_pytriton_dist().parent.parent / "nvidia_pytriton.libs")]
+        libdir = sysconfig.get_config_var("LIBDIR")
+        soname = sysconfig.get_config_var("INSTSONAME")
+        if libdir and soname and (Path(libdir) / soname).exists():
+            libs.insert(0, libdir)
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        bindir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
+        env.pop("PYTHONHOME", None)
         reset = self._workdir / "stub-env.sh"
         before = env.get("GLIBC_TUNABLES")
         reset.write_text(f"export GLIBC_TUNABLES={shlex.quote(before)}\n" if before else "unset GLIBC_TUNABLES\n")

@@ -24,6 +24,7 @@ from batchlab.config_pbtxt import edit_config, load_config_text, stage_model, to
 from batchlab.lm import BOS_ID, VOCAB_SIZE, LMConfig, ToyLM
 from batchlab.load import RequestSpec, SequenceSpec, run_closed_loop
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
+from batchlab.models.requests import generate_inputs
 from batchlab.server import ExternalServer
 from batchlab.sim.lengths import CappedLognormal, LengthDist, capped_lognormal
 from batchlab.sim.summary import percentile_summary
@@ -134,10 +135,6 @@ def _num_tokens(o: dict) -> int:
     return int(o["NUM_TOKENS"].reshape(-1)[0])
 
 
-def _flag(v: bool) -> np.ndarray:
-    return np.array([[v]], dtype=bool)
-
-
 def source(model: str, prompts: list[np.ndarray], lengths: np.ndarray,
            col: Collector | None) -> Callable[[int], RequestSpec | SequenceSpec]:
     """Request i of the workload, in the form `model` takes."""
@@ -155,8 +152,7 @@ def source(model: str, prompts: list[np.ndarray], lengths: np.ndarray,
                 col.put(i, o["TOKENS"].reshape(-1)[:m].tolist())
                 col.generate.append((int(o["BATCH_STEPS"].reshape(-1)[0]), int(o["BATCH_SIZE"].reshape(-1)[0])))
             return None
-        return RequestSpec({"PROMPT": p[None, :], "MAX_TOKENS": np.array([[m]], np.int32),
-                            "IGNORE_EOS": _flag(True)}, check=check, count_tokens=_num_tokens)
+        return RequestSpec(generate_inputs(p, m, ignore_eos=True), check=check, count_tokens=_num_tokens)
 
     def lm_step(i: int) -> SequenceSpec:
         k = i % n
@@ -186,11 +182,9 @@ def source(model: str, prompts: list[np.ndarray], lengths: np.ndarray,
                     col.put(i, [int(o["TOKEN"].reshape(-1)[0]) for o in outs])
                     col.rows.extend(int(o[rows_name].reshape(-1)[0]) for o in outs)
                 return None
-            if batched:  # lm_iterative: max_batch_size 8, a sequence started by the client
-                inputs = {"PROMPT": p[None, :], "MAX_TOKENS": np.array([[m]], np.int32), "IGNORE_EOS": _flag(True)}
-                return RequestSpec(inputs, check=check, expected_tokens=m, sequence_start=True)
-            inputs = {"PROMPT": p, "MAX_TOKENS": np.array([m], np.int32), "IGNORE_EOS": np.array([True])}
-            return RequestSpec(inputs, check=check, expected_tokens=m)
+            # lm_iterative (batched): max_batch_size 8, a sequence started by the client
+            return RequestSpec(generate_inputs(p, m, ignore_eos=True, batched=batched), check=check,
+                               expected_tokens=m, sequence_start=batched)
         return make
 
     return {"generate": generate, "lm_step": lm_step, "lm_iterative": streamed(True),

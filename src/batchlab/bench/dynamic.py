@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable
+from typing import Any
 
 from batchlab.bench.common import (CpuWatch, Timer, bench_server, embed_prompts, embed_source, log, machine, r3,
                                    row_source, verdict)
-from batchlab.load import RequestSpec, run_closed_loop
+from batchlab.load import run_closed_loop
 from batchlab.load.report import pool_reports
 from batchlab.models.requests import random_decode_inputs
 from batchlab.probe.batch_time import service_model, speedup_ceiling
@@ -40,11 +40,6 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 EXTRA = ("dynamic_2_instances", "embed_2inst", "dynamic_batching {} with instance_group count 2")
 HEADLINE = "decode"
-
-
-def decode_source(n: int = 512, seed: int = 1) -> Callable[[int], RequestSpec]:
-    """Request i sends one real token id (n of them, seeded) to `decode`."""
-    return row_source(random_decode_inputs(n, seed)["TOKEN"], "TOKEN", "NEXT_TOKEN")
 
 
 def _entry(rep: Any, model: str, desc: str, cpu_s: float) -> dict[str, Any]:
@@ -112,7 +107,8 @@ def run(concurrency: int = 16, rounds: int = 3, round_s: float = 4.0, warmup_s: 
     configs = [(fam, name, model, desc) for fam, f in FAMILIES.items() for name, model, desc in f["configs"]]
     if extra:
         configs.append(("embed",) + EXTRA)
-    sources = {"decode": decode_source(), "embed": embed_source(embed_prompts(512, seed=1))}
+    sources = {"decode": row_source(random_decode_inputs(512, seed=1)["TOKEN"], "TOKEN", "NEXT_TOKEN"),
+               "embed": embed_source(embed_prompts(512, seed=1))}
     runs: dict[tuple[str, str], list[Any]] = {(f, n): [] for f, n, _, _ in configs}
     cpu: dict[tuple[str, str], float] = {key: 0.0 for key in runs}
     with bench_server([m for _, _, m, _ in configs]) as server, CpuWatch(server) as watch:

@@ -20,6 +20,7 @@ from batchlab.bench.common import (BenchError, CpuWatch, Timer, bench_server, em
                                    int_parameters, log, machine, r3, require_answers)
 from batchlab.bench.continuous import workload
 from batchlab.load import RequestSpec, poisson_arrivals, pool_reports, run_closed_loop, run_open_loop
+from batchlab.models.requests import generate_inputs
 from batchlab.probe.batch_time import calibrate_service, load_factor
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.dynamic import simulate_dynamic
@@ -162,8 +163,8 @@ def stream_source(prompts: list[np.ndarray], lengths: np.ndarray,
         def check(outs: list[dict]) -> None:
             sink[i] = np.array([[int(o[n].reshape(-1)[0]) for n in ("INDEX", "ACTIVE", "WAITING", "KV_TOKENS")]
                                 for o in outs], dtype=np.int64).reshape(-1, 4)
-        return RequestSpec({"PROMPT": prompts[k], "MAX_TOKENS": np.array([lengths[k]], np.int32),
-                            "IGNORE_EOS": np.array([True])}, check=check, expected_tokens=int(lengths[k]))
+        return RequestSpec(generate_inputs(prompts[k], int(lengths[k]), ignore_eos=True, batched=False),
+                           check=check, expected_tokens=int(lengths[k]))
     return make
 
 

@@ -131,12 +131,8 @@ def kv_growth(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16, step
     """(toy LM rows of `toy_kv_accounting`, rows of GiB the same concurrencies need in Llama-2-7B
     and Llama-3-8B at `tokens_per_seq` tokens each)."""
     toy = toy_kv_accounting(lm, concurrency, prompt_tokens, steps)
-    scaled = []
-    for n in concurrency:
-        row: dict[str, Any] = {"n": int(n)}
-        for m in ("Llama-2-7B", "Llama-3-8B"):
-            row[m] = n * tokens_per_seq * kv_bytes_for(m) / 2**30
-        scaled.append(row)
+    scaled = [{"n": int(n), **{m: n * tokens_per_seq * kv_bytes_for(m) / 2**30 for m in ("Llama-2-7B", "Llama-3-8B")}}
+              for n in concurrency]
     return toy, scaled
 
 

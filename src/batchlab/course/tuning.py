@@ -3,6 +3,7 @@ All runs share one seeded unit-rate Poisson stream scaled to each rate (common r
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -21,14 +22,9 @@ _TIE = 0.02  # `search`: rates within this share of the best count as a tie
 def config_grid(max_batch_sizes: Iterable[int], max_queue_delays_us: Iterable[float] = (0.0,),
                 preferred: Iterable[Sequence[int]] = ((),), instances: Iterable[int] = (1,)) -> list[BatchRule]:
     """Every combination (preferred sets larger than a max_batch_size are skipped for it)."""
-    out = []
-    for k in instances:
-        for m in max_batch_sizes:
-            for p in preferred:
-                if p and max(p) > m:
-                    continue
-                for d in max_queue_delays_us:
-                    out.append(BatchRule(int(m), tuple(p), float(d), int(k)))
+    out = [BatchRule(int(m), tuple(p), float(d), int(k))
+           for k, m, p, d in itertools.product(instances, max_batch_sizes, preferred, max_queue_delays_us)
+           if not (p and max(p) > m)]
     if not out:
         raise ValueError("the grid is empty: check max_batch_sizes and preferred sizes")
     return out

@@ -5,7 +5,10 @@ client latency = queue + compute + server other (the rest of the server's reques
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,15 +275,9 @@ def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:
     first = reports[0]
     if any((r.model, r.mode, r.protocol) != (first.model, first.mode, first.protocol) for r in reports):
         raise ValueError("pool only runs of the same model, mode and protocol")
-    offsets, t = [], 0.0
-    for r in reports:
-        offsets.append(t)
-        t += r.wall_s
-    server = None
-    if all(r.server is not None for r in reports):
-        server = reports[0].server
-        for r in reports[1:]:
-            server = server + r.server
+    offsets = list(itertools.accumulate((r.wall_s for r in reports[:-1]), initial=0.0))
+    servers = [r.server for r in reports]
+    server = functools.reduce(operator.add, servers) if all(s is not None for s in servers) else None
     return LoadReport(model=first.model, mode=first.mode, protocol=first.protocol,
                       records=Records.concat([r.records for r in reports], offsets),
                       wall_s=sum(r.wall_s for r in reports), client_cpu_s=sum(r.client_cpu_s for r in reports),

@@ -5,6 +5,7 @@ asyncio code from plain Python or inside Jupyter's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import threading
@@ -118,10 +119,8 @@ async def tick_progress(progress: Progress, records: list[RequestRecord], stop: 
     """Refresh `progress` from the growing `records` list until `stop` is set."""
     while not stop.is_set():
         progress.update(len(records))
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), every)
-        except asyncio.TimeoutError:
-            pass
     progress.close()
 
 

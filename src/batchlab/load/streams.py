@@ -5,6 +5,7 @@ data response is the first token, each one token, the empty final one the end. t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -58,10 +59,9 @@ class StreamTransport(Transport):
         """Half-close the stream, let the reader finish, fail whatever is still pending."""
         if self._call is not None:
             self._queue.put_nowait(None)
-            try:
-                await asyncio.wait_for(self._call.done_writing(), 2) if hasattr(self._call, "done_writing") else None
-            except Exception:  # noqa: BLE001
-                pass
+            if hasattr(self._call, "done_writing"):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._call.done_writing(), 2)
             try:
                 await asyncio.wait_for(asyncio.shield(self._reader), 5)
             except Exception:  # noqa: BLE001

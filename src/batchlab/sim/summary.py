@@ -129,10 +129,8 @@ def _llm_stats(res: Any, r: np.ndarray, bw: np.ndarray, in_win: np.ndarray, span
     else:
         out["eta"] = None
     out["kv_high_water"] = int(bw["kv_tokens"].max()) if res.extra.get("kv") and bw.size else None
-    if res.extra.get("tokens"):
-        out["tokens_per_s"] = float(r["output_tokens"][in_win].sum() / span) if span > 0 else None
-    else:
-        out["tokens_per_s"] = None
+    tokens = res.extra.get("tokens") and span > 0
+    out["tokens_per_s"] = float(r["output_tokens"][in_win].sum() / span) if tokens else None
 
 
 def _stable(m: np.ndarray, c: np.ndarray, rho: float | None, scale: float) -> bool:

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from batchlab._validate import positive
+
 
 def t_total(t_queue: float, t_prefill: float, t_decode: float, t_overhead: float) -> float:
     """T_total = T_queue + T_prefill + T_decode + T_overhead (chapter 01)."""
@@ -34,8 +36,7 @@ def padding_efficiency(lengths: Sequence[float]) -> float:
 def heavy_load_wait(n_queue: float, t_batch: float, batch_size: float) -> float:
     """The article's T̄_wait = N_queue · T_batch / B_size (chapter 04): heavy load (full batches,
     one instance); at light load `max_queue_delay` and the arrival rate set the wait."""
-    if batch_size <= 0:
-        raise ValueError("batch_size must be positive")
+    positive("batch_size", batch_size)
     return n_queue * t_batch / batch_size
 
 
@@ -43,8 +44,7 @@ def amdahl(f: float, batch_size: float) -> float:
     """S_p = 1 / ((1 − f) + f / B) (chapter 05)."""
     if not 0 <= f <= 1:
         raise ValueError("f must lie in [0, 1]")
-    if batch_size <= 0:
-        raise ValueError("batch_size must be positive")
+    positive("batch_size", batch_size)
     return 1.0 / ((1.0 - f) + f / batch_size)
 
 
@@ -55,8 +55,7 @@ def amdahl_ceiling(f: float) -> float:
 
 def cost_per_request(c_gpu_per_hour: float, t_busy_s: float, n_requests: float) -> float:
     """Cost_per = C_GPU · T_busy / N_req, with C_GPU per hour and T_busy in seconds (chapter 06)."""
-    if n_requests <= 0:
-        raise ValueError("n_requests must be positive")
+    positive("n_requests", n_requests)
     return c_gpu_per_hour * (t_busy_s / 3600.0) / n_requests
 
 
