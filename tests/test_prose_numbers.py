@@ -1,6 +1,6 @@
 """Prose cannot drift from results: every number a markdown cell states has a source.
 
-The rule (`batchlab.tools.prose_numbers`): a number in a chapter's or a lab solution's markdown must
+The rule (`tests/prose_numbers.py`): a number in a chapter's or a lab solution's markdown must
 appear in the source article, in that notebook's own code or stored outputs, or in the allow-list of
 cited constants `notebooks/cited_numbers.yaml`. Read with `json` only (nothing is executed).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchlab.tools import prose_numbers as pn
+import prose_numbers as pn
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"

@@ -1,4 +1,4 @@
-"""`python -m batchlab.tools.prose_numbers NOTEBOOK...`: every number a notebook's prose states must
+"""`python tests/prose_numbers.py NOTEBOOK...`: every number a notebook's prose states must
 appear (as written or rounded as shown) in the source article (`batchlab.lm.vocab.ARTICLE`), the notebook's code or outputs, or
 the allow-list of cited constants; references, identifiers and numbering are not claims (`_DROP`)."""
 
@@ -218,7 +218,7 @@ def check_notebooks(paths: Iterable[Path], notebooks_dir: Path) -> list[ProseNum
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: list the unsourced numbers of the given notebooks; exit 1 when there are any."""
-    p = argparse.ArgumentParser(prog="python -m batchlab.tools.prose_numbers")
+    p = argparse.ArgumentParser(prog="python tests/prose_numbers.py")
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--notebooks-dir", type=Path, default=None,
                    help="folder with cited_numbers.yaml (default: notebooks/ of the repo)")
