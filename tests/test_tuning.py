@@ -17,6 +17,7 @@ from batchlab.course.tuning import (
     search,
     sweep,
     unit_arrivals,
+    wait_formulas,
 )
 
 SVC = Affine(base_us=3000, per_item_us=500)
@@ -112,3 +113,11 @@ def test_bad_slo_arguments():
         capacity_under_slo(BatchRule(4), SVC, slo_ms=-1)
     with pytest.raises(ValueError, match="rate"):
         evaluate(BatchRule(4), SVC, rate=0)
+
+
+def test_wait_formulas_little_is_an_identity_and_the_chain_is_exact():
+    svc = Affine(base_us=4000, per_item_us=500)
+    row = wait_formulas(svc, 16, 0.5, n_requests=20_000)
+    assert abs(row["little_ms"] / row["sim_ms"] - 1) < 0.08          # Little's law holds on any run
+    assert abs(row["exact_ms"] / row["sim_ms"] - 1) < 0.05           # the chain at the realised rate
+    assert row["article_ms"] < row["article_bbar_ms"] and 0 < row["U"] <= 1 and 1 <= row["B"] <= 16

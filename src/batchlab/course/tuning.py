@@ -11,8 +11,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from batchlab._validate import count, positive
-from batchlab.sim.dynamic import simulate_rule
+from batchlab.sim.dynamic import simulate_dynamic, simulate_rule
 from batchlab.sim.rule import BatchRule
+from batchlab.sim.workload import poisson
+from batchlab.theory.formulas import heavy_load_wait
+from batchlab.theory.queueing import batch_queue, little_wait
 
 #: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
 SLO_PERCENTILES = (50, 95, 99)
@@ -34,6 +37,25 @@ def unit_arrivals(n_requests: int, seed: int = 0) -> np.ndarray:
     """A unit-rate Poisson stream of ``n_requests`` arrivals; divide by λ for rate λ."""
     n = count("n_requests", n_requests, lo=10)
     return np.cumsum(np.random.default_rng(seed).exponential(1.0, size=n))
+
+
+def wait_formulas(service: Any, max_batch_size: int, rho: float, n_requests: int = 40_000, seed: int = 7,
+                  warmup: int = 4000) -> dict[str, float]:
+    """One load ρ (share of the full-batch capacity) simulated with delay 0: the mean wait W̄q (ms) by
+    the article's formula with B = ``max_batch_size`` and with B = B̄, by Little's law from the run's
+    L̄q, T̄batch, B̄ and U, as simulated, and by the exact batch-service chain at the rate the seeded
+    schedule realised (not the nominal λ); with U, B̄, L̄q and T̄batch (ms) of the run."""
+    cap = max_batch_size / service.time(max_batch_size)
+    a = poisson(positive("rho", rho) * cap, count("n_requests", n_requests, lo=warmup + 10), seed=seed)
+    res = simulate_dynamic(a, service, max_batch_size)
+    s = res.summary()
+    tb = float(np.mean(res.batches["end"] - res.batches["start"]))
+    lq = float(res.queue_length_at(np.linspace(a[warmup], a[-1], 20_000)).mean())
+    u, bbar = s["utilization"], s["batch_size_mean"]
+    return {"rho": rho, "U": u, "B": bbar, "Lq": lq, "Tbatch_ms": 1e3 * tb,
+            "article_ms": 1e3 * heavy_load_wait(lq, tb, max_batch_size),
+            "article_bbar_ms": 1e3 * heavy_load_wait(lq, tb, bbar), "little_ms": 1e3 * little_wait(lq, tb, bbar, u),
+            "sim_ms": s["queue_ms"]["mean"], "exact_ms": 1e3 * batch_queue(a.size / a[-1], service, max_batch_size).wait_s}
 
 
 def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 4000, seed: int = 0,
