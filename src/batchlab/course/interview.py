@@ -54,7 +54,7 @@ EVIDENCE: dict[str, Evidence] = {
                    "KV Cache 存每个已处理 token 每层的 K、V：字节数与公式逐字节相等"),
     "Q5": Evidence("Q5", (("06_engineering.ipynb", "饥饿：先看见，再治好"),),
                    "engineering.starvation_experiment",
-                   "饥饿来自优先级（或过载）；给等待设上限的是队列策略的超时，不是 max_queue_delay"),
+                   "饥饿来自插队（高优先级越过低优先级，或 timeout_action: DELAY 让同档后来的请求越过超时的请求）或过载；给等待设上限的是队列策略的超时（REJECT），不是 max_queue_delay"),
     "Q6": Evidence("Q6", (("05_evaluation.ipynb", ""), ("09_misconceptions.ipynb", "误区一：把 max_batch_size 调到最大，性能一定最好")),
                    "misconceptions.batch_size_sweep and llm_batch_sweep",
                    "代价是等待、显存和更长的单次执行；吞吐并不因批处理而下降"),
