@@ -154,3 +154,13 @@ def test_live_metrics_run_sees_the_load(triton):
     # the first scrape precedes the load; a scrape delayed by a busy machine can only miss requests
     covered = sum(r["rps"] * dt for r, dt in zip(rows, np.diff([0.0] + [r["t"] for r in rows])))
     assert 0.9 * rep.n_ok <= covered <= rep.n_ok + 1e-6
+
+
+def test_low_excess_pct_is_the_low_class_share_beyond_capacity():
+    runs = {r.policy: r for r in E.starvation_experiment(n=6000)}
+    cap = E.EMBED_LIKE.throughput(32)
+    excess = E.low_excess_pct(runs["priority_timeout"], cap)
+    assert 25 < excess < 45                       # stated loads: (0.85 + 0.25 - 1) / 0.25 = 40 %
+    dropped = next(r for r in runs["priority_timeout"].rows if r["class"].startswith("低"))["dropped_pct"]
+    assert abs(dropped - excess) < 5              # a 200 ms REJECT drops about the excess
+    assert E.low_excess_pct(runs["fifo"], 2 * cap) < 0   # room to spare: no excess

@@ -83,6 +83,18 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
     return runs
 
 
+def low_excess_pct(run: StarvationRun, capacity_rps: float, warmup: float = 0.1) -> float:
+    """The share (%) of the low-priority arrivals beyond what the instance can serve once the high
+    class is served: (λ_high + λ_low − capacity) / λ_low, with the rates realised by the run's own
+    arrivals over the window its rows count (after the first `warmup` of requests)."""
+    arr = run.result.records["arrival"]
+    i0 = int(math.ceil(warmup * arr.size))
+    a, p = arr[i0:], run.priority[i0:]
+    span = float(a.max() - a.min())
+    hi, lo = np.sum(p == 1) / span, np.sum(p == 2) / span
+    return 100.0 * float(hi + lo - capacity_rps) / float(lo)
+
+
 def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, service: Affine = EMBED_LIKE,
                            max_batch_size: int = 32, n: int = 12_000, seed: int = 31) -> list[dict[str, Any]]:
     """Queue time against load (fractions of the full-batch capacity) with ``max_queue_delay`` =
