@@ -107,7 +107,11 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     g.expect(not wrong, "每条序列的 token 都和单独生成时一模一样：同一 ID 的请求回到了自己的 KV 缓存",
              f"序列「{wrong[0][0]}」应生成 {wrong[0][1]}，你的是 {wrong[0][2]}：是不是序列 ID 混用了，"
              "或者 START 没带提示？" if wrong else "")
-    ended = g.observe(lambda: all(_needs_start(client, model, first_id + i) for i in range(len(prompts))))
+    # the sequence that stepped last first: the one least likely to have been reaped as idle meanwhile
+    last = [max((d["t"] for d in seq if isinstance(d, Mapping) and isinstance(d.get("t"), (int, float))), default=0.0)
+            if isinstance(seq, (list, tuple)) else 0.0 for seq in out]
+    order = sorted(range(len(prompts)), key=lambda i: -last[i])
+    ended = g.observe(lambda: all(_needs_start(client, model, first_id + i) for i in order))
     g.expect(ended, "每条序列最后一步都设了 end=True，槽位都还回去了",
              "有序列没有结束：每条序列的最后一步要设 end=True，否则它占着槽位直到空闲超时")
     sizes = [d["batch_size"] for seq in out if isinstance(seq, (list, tuple)) for d in seq if isinstance(d, Mapping)]
