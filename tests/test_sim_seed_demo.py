@@ -242,3 +242,13 @@ def test_defect_float_tick_clock():
     for _ in range(94):
         remain -= 0.05
     assert remain > 0 and remain == pytest.approx(8.5e-15, rel=0.01)
+
+
+def test_naive_extra_ticks_explain_the_admission_offsets():
+    extra = {n: sd.naive_extra_ticks(n) for n in range(5, 51)}
+    assert set(extra.values()) == {0, 1} and extra[47] == 1
+    naive, seq = sd.trace_sim(4, 3.0, False), sd.trace_sim(4, 3.0, True)
+    length = {rid: n for rid, _, n in naive.arrivals}
+    off = [a[0] - b[0] for a, b in zip(naive.admissions, seq.admissions)]
+    ext = [sd.naive_extra_ticks(max(length[r] for r in m)) for _, m, _ in naive.admissions]
+    assert off[0] == 0 and all(off[i] - off[i - 1] <= ext[i - 1] for i in range(1, len(off)))
