@@ -91,5 +91,5 @@ def plot_cost(items: Sequence[Any], unit: str = "$") -> Figure:
     ax.bar(x + 0.2, [c.per_request_wall * 1e3 for c in items], 0.4, label=zh("按租用时长（实际账单）", "wall time (bill)"))
     ax.set_xticks(x, [c.label for c in items])
     ax.set_ylabel(zh(f"每千请求成本 ({unit})", f"cost per 1000 requests ({unit})"))
-    legend(ax)
+    legend(ax, outside="below")  # bars of any height: the legend never sits on one
     return fig

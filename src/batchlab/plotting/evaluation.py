@@ -18,7 +18,7 @@ def plot_percentiles(x: Sequence[float], pcts: Mapping[str, Sequence[float]], ax
         ax.plot(x, y, style, color=f"C{i}", label=f"{name}{label_suffix}", ms=4)
     ax.set(yscale="log" if logy else "linear", xlabel=xlabel or zh("吞吐（req/s）", "throughput (req/s)"),
            ylabel=zh("延迟（ms）", "latency (ms)"))
-    legend(ax, fontsize=8)
+    legend(ax, fontsize=8, outside="right")  # six series over the whole range: beside the axes, never on a curve
     return ax
 
 
