@@ -128,12 +128,20 @@ def _run_all(page, timeout_ms: int = 240_000) -> None:
     Clearing first matters: a stored notebook already shows execution counts, so without it the
     wait could pass before anything ran.
     """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # as the fixture: only when the test runs
+
     page.locator(".jp-NotebookPanel .jp-Notebook").first.click(position={"x": 5, "y": 5})  # focus
     _menu(page, "Edit", "Clear Outputs of All Cells")
     page.wait_for_function(
         """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
                  .every(p => p.textContent.trim() === '[ ]:')""", timeout=30_000)
     _menu(page, "Run", "Run All Cells")
+    try:  # a menu click JupyterLab swallowed while busy leaves every cell unrun: click it once more
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+                     .some(p => p.textContent.trim() !== '[ ]:')""", timeout=60_000)
+    except PlaywrightTimeout:
+        _menu(page, "Run", "Run All Cells")
     page.wait_for_function(
         """() => {
             const prompts = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt')];
