@@ -18,6 +18,7 @@ from xdist.scheduler import LoadScopeScheduling
 from batchlab.course.claims import STRICT_ENV
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import TritonServer, connect
+from procs import process_tree, still_running
 
 # A notebook whose run does not show what its prose claims fails (kernels inherit this).
 os.environ[STRICT_ENV] = "strict"
@@ -82,27 +83,14 @@ def start_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
         made.append(entry)
         if start:
             server.start()
-            entry[1].extend(_process_tree(server.pid))
+            entry[1].extend(process_tree(server.pid))
         return server
 
     yield factory
     with ThreadPoolExecutor() as pool:  # in parallel: each stop waits seconds for the server's stubs
         list(pool.map(lambda entry: entry[0].stop(), made))
-    leftover = [p for _, procs in made for p in procs]
-    _, alive = psutil.wait_procs(leftover, timeout=15)
-    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = still_running([p for _, procs in made for p in procs], timeout=15)
     assert not any(s.running for s, _ in made) and alive == [], f"servers left running: {alive}"
-
-
-def _process_tree(pid: int | None) -> list[psutil.Process]:
-    """A process and all its descendants (empty if it is gone)."""
-    if pid is None:
-        return []
-    try:
-        p = psutil.Process(pid)
-        return [p, *p.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 SERVER_FIXTURES = frozenset({"triton", "start_triton", "echo_repo"})  # echo_repo is staged for a server

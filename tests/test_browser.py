@@ -37,6 +37,7 @@ from batchlab.paths import repo_root
 from batchlab.plotting.layout import FIGURE_CHECK_MIME
 from batchlab.server import free_port
 from browser_fonts import fonts_for  # noqa: E402
+from procs import still_running
 
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
 SHOTS = repo_root() / "build" / "browser"
@@ -90,8 +91,7 @@ def course(tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-    _, alive = psutil.wait_procs(tree[1:], timeout=10)
-    assert [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert still_running(tree[1:], timeout=10) == []
     assert [p.name for p in RUN_IN_LAB if p.read_bytes() != stored[p]] == [], "JupyterLab saved a tracked notebook"
 
 

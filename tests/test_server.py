@@ -17,24 +17,11 @@ import pytest
 
 from batchlab import server as srv
 from batchlab.server import ExternalServer, ModelLoadError, PortInUseError, connect
+from procs import process_tree, still_running
 
 pytestmark = pytest.mark.server
 
 PY = sys.executable
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """A process and all its descendants."""
-    try:
-        p = psutil.Process(pid)
-        return [p, *p.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _wait_gone(procs: list[psutil.Process], timeout: float = 15.0) -> list[psutil.Process]:
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _listening(pids: set[int]) -> list[tuple[str, int]]:
@@ -64,7 +51,7 @@ def test_start_infer_stop_leaves_nothing(start_triton) -> None:
 
     server = start_triton(["echo"])
     assert server.running and server.models == ["echo"]
-    procs = _tree(server.pid)
+    procs = process_tree(server.pid)
     names = {p.name() for p in procs}
     assert "tritonserver" in names and any("stub" in n for n in names), names
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -73,12 +60,12 @@ def test_start_infer_stop_leaves_nothing(start_triton) -> None:
     assert server.http_client().is_model_ready("echo")
     server.stop()
     assert not server.running
-    assert _wait_gone(procs, 5) == []
+    assert still_running(procs, 5) == []
 
 
 def test_listens_on_loopback_only(start_triton) -> None:
     server = start_triton(["echo"])
-    socks = _listening({p.pid for p in _tree(server.pid)})
+    socks = _listening({p.pid for p in process_tree(server.pid)})
     ports = {port for _, port in socks}
     assert set(server.ports.values()) <= ports
     assert socks and all(_is_loopback(ip) for ip, _ in socks), socks
@@ -143,11 +130,11 @@ def test_cli_prints_json_and_stops_on_sigterm(echo_repo: Path) -> None:
         assert set(info) == {"http", "grpc", "metrics", "models", "key"} and info["models"] == ["echo"]
         assert len(info["key"]) >= 32
         assert all(info[k].startswith("127.0.0.1:") for k in ("http", "grpc", "metrics"))
-        procs = _tree(proc.pid)[1:]
+        procs = process_tree(proc.pid)[1:]
         assert any(p.name() == "tritonserver" for p in procs)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        assert _wait_gone(procs, 5) == []
+        assert still_running(procs, 5) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -172,11 +159,11 @@ def test_parent_killed_takes_server_along(echo_repo: Path) -> None:
     parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         server_pid = int(parent.stdout.readline())
-        procs = _tree(server_pid)
+        procs = process_tree(server_pid)
         assert len(procs) >= 2  # tritonserver and its stub
         parent.kill()  # SIGKILL: no atexit, no finally
         parent.wait(timeout=10)
-        assert _wait_gone(procs, 15) == [], "server or stub outlived its killed parent"
+        assert still_running(procs, 15) == [], "server or stub outlived its killed parent"
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -244,7 +231,7 @@ def _wait_for_stub(pid: int, timeout: float = 60.0) -> list[psutil.Process]:
     """The process tree under `pid` once a Python stub runs in it (the server is loading models)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        procs = _tree(pid)[1:]
+        procs = process_tree(pid)[1:]
         if any("stub" in p.name() for p in procs if p.is_running()):
             return procs
         time.sleep(0.2)
@@ -267,7 +254,7 @@ def test_sigterm_during_startup_stops_cleanly(echo_repo: Path) -> None:
         assert proc.returncode == 128 + signal.SIGTERM, err
         assert time.monotonic() - t0 < 30
         assert out == "" and "interrupted by SIGTERM during startup" in err and "Traceback" not in err
-        assert _wait_gone(procs, 5) == []
+        assert still_running(procs, 5) == []
         assert not workdir.exists() and not any(r.exists() for r in regions)
     finally:
         if proc.poll() is None:
@@ -316,11 +303,11 @@ def test_the_server_outlives_the_thread_that_started_it(echo_repo: Path) -> None
     try:
         pid, running, total = parent.stdout.readline().split()
         assert running == "True" and float(total) == 8.0
-        procs = _tree(int(pid))
+        procs = process_tree(int(pid))
         assert len(procs) >= 2
         parent.kill()  # ... and it dies with the process
         parent.wait(timeout=10)
-        assert _wait_gone(procs, 15) == [], "server or stub outlived its killed process"
+        assert still_running(procs, 15) == [], "server or stub outlived its killed process"
     finally:
         if parent.poll() is None:
             parent.kill()

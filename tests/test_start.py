@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from batchlab.server import free_port
+from procs import still_running
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -31,18 +32,6 @@ def _tree(pid: int) -> list[tuple[psutil.Process, str, str]]:
         except psutil.NoSuchProcess:
             continue
     return out
-
-
-def _lingering(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of `procs` still running and not zombies (one that exits while being asked counts as gone)."""
-    left = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(p)
-        except psutil.NoSuchProcess:
-            continue
-    return left
 
 
 def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
@@ -80,8 +69,7 @@ def test_start_serves_lab_and_server_and_ctrl_c_stops_all() -> None:
         assert "--IdentityProvider.token" not in " ".join(lab.cmdline())
         proc.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
         assert proc.wait(timeout=60) == 0
-        _, alive = psutil.wait_procs(tree[1:], timeout=10)
-        assert _lingering(alive) == []
+        assert still_running(tree[1:], timeout=10) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -104,8 +92,7 @@ def test_sigterm_while_starting_leaves_nothing() -> None:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGTERM, (out, err)
         assert "interrupted by SIGTERM during startup" in err and "Traceback" not in err
-        _, alive = psutil.wait_procs(kids, timeout=10)
-        assert _lingering(alive) == []
+        assert still_running(kids, timeout=10) == []
         assert not os.path.exists(workdir)
     finally:
         if proc.poll() is None:
