@@ -759,6 +759,9 @@ class TritonServer(_Clients):
             f"--log-verbose={self.log_verbose}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-infer-allocation-pool-size=0",
+            # Every course config is complete (same config with and without this flag); without it
+            # the Python backend starts an extra stub per model load only to ask for completions.
+            "--disable-auto-complete-config",
         ]
         cmd += [f"--load-model={m}" for m in self.requested_models]
         hidden = {}
@@ -820,6 +823,9 @@ class TritonServer(_Clients):
         bindir = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
         env.pop("PYTHONHOME", None)
+        # Each stub's OpenBLAS would start one thread per core, only for the model to set its own
+        # `blas_threads` (default 1) right after: starting with one saves ~0.07 s of CPU per stub.
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
         reset = self._workdir / "stub-env.sh"
         before = env.get("GLIBC_TUNABLES")
         reset.write_text(f"export GLIBC_TUNABLES={shlex.quote(before)}\n" if before else "unset GLIBC_TUNABLES\n")
