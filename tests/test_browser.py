@@ -1,7 +1,8 @@
 """The course as a learner meets it: JupyterLab in a real Chromium, driven by Playwright.
 
 Every chapter, lab handout and lab solution, as stored (nbconvert HTML of the notebooks with their
-outputs), is opened in Chromium and screenshotted (build/browser/<dir>_<name>.png). A page fails
+outputs), is opened in Chromium (a failing page is screenshotted to build/browser/<dir>_<name>.png:
+a full-page shot takes two seconds a notebook, most of what this check costs). A page fails
 on any character drawn as tofu (each distinct non-ASCII character is drawn on a canvas in the font
 of the element it sits in and compared with the drawing of a code point no font has, i.e. the
 .notdef box), on an emoji (the CI browser has no emoji font: status marks are text), and on a
@@ -346,14 +347,15 @@ def test_stored_notebook_has_no_tofu_no_emoji_and_clean_figures(browser, stored_
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = _offline_page(browser)
     page.goto(stored_html[nb_path].as_uri(), wait_until="load", timeout=60_000)
-    page.screenshot(path=str(SHOTS / f"{nb_path.parent.name}_{nb_path.stem}.png"), full_page=True)
     got = _tofu(page)
     emoji = sorted(set(EMOJI.findall(page.inner_text("body"))))
-    page.close()
-    assert got["checked"] > 0, "no non-ASCII text found: the page did not render"
-    problems = [f"drawn as tofu: {t['ch']!r} (U+{ord(t['ch']):04X}) in {t['font']}" for t in got["tofu"]]
+    problems = [] if got["checked"] > 0 else ["no non-ASCII text found: the page did not render"]
+    problems += [f"drawn as tofu: {t['ch']!r} (U+{ord(t['ch']):04X}) in {t['font']}" for t in got["tofu"]]
     problems += [f"emoji in the page (draw status marks as text, e.g. ✓ ✗): {e!r}" for e in emoji]
     problems += _figure_problems(nb_path)
+    if problems:
+        page.screenshot(path=str(SHOTS / f"{nb_path.parent.name}_{nb_path.stem}.png"), full_page=True)
+    page.close()
     assert problems == [], "\n".join(problems)
 
 

@@ -11,8 +11,10 @@ servers on free ports):
 * ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
   notebook runs to the end, no cell shows a traceback, every check says what is wrong.
 
-Lab 2 and Lab 4 are also graded as a class, in the same grading run (one sandboxed execution per
-submission, so the handout doubles as the learner who handed it in untouched):
+Lab 1 (the shortest to run) is also graded as a class, in the same grading run (one sandboxed
+execution per submission, so the handout doubles as the learner who handed it in untouched). The
+grader treats every lab alike, so one lab proves the class rules; every solution's full marks are
+also checked on its stored outputs (tests/test_labs.py):
 
 * ``alice`` — the solution: full marks and 「全对」;
 * ``mallory`` — the handout with forged score lines, edited check cells and stored outputs, and a
@@ -20,7 +22,6 @@ submission, so the handout doubles as the learner who handed it in untouched):
 * ``carol`` — the solution with one answer cell raising: that question 0, every other full;
 * ``dave`` — a file that is not a notebook: named on stderr, exit code 2, the others still graded.
 
-The solutions' full marks are also checked on their stored outputs (tests/test_labs.py).
 Duration on the reference machine (2 cores): see the report printed by `--durations`.
 """
 
@@ -89,9 +90,8 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         3: ("knee = pairs[0][1] / slope", "knee = pairs[0][1] / slope / 4", "拐点应在 64 左右"),
     }},
 }
-#: the labs also graded as a class: lab -> the question carol's raising cell breaks (lab2 q2: she
-#: skips the sweep the others run)
-CLASS = {"lab2": 2, "lab4": 2}
+#: the lab also graded as a class: lab -> the question carol's raising cell breaks
+CLASS = {"lab1": 3}
 MALLORY_PATCH = '''# a learner's attempt to raise the score from inside the kernel
 import batchlab.labs._core as core
 core.Result.passed = property(lambda self: True)
@@ -102,7 +102,7 @@ core._emit = lambda ev: orig_emit({**ev, "score": 99, "passed": True, "records":
 core.replay = lambda ev: core.Result(ev["qid"], 99, 99)
 for name in ("Grader", "_judge"):
     setattr(core, name + "_orig", getattr(core, name))
-print("[score] lab2.q1 4/4\\n[score] lab2.q2 4/4\\n[score] lab4.q1 4/4")
+print("[score] lab1.q1 4/4\\n[score] lab1.q2 4/4")
 '''
 
 
