@@ -31,14 +31,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import psutil
 import pytest
 
 from batchlab.paths import repo_root
 from batchlab.plotting.layout import FIGURE_CHECK_MIME
 from batchlab.server import free_port
 from browser_fonts import fonts_for  # noqa: E402
-from procs import still_running
+from procs import process_tree, still_running
 
 CHROMIUM = os.environ.get("BATCHLAB_CHROMIUM", "/usr/bin/chromium")
 SHOTS = repo_root() / "build" / "browser"
@@ -84,7 +83,7 @@ def course(tmp_path_factory):
     if info is None:
         proc.kill()
         pytest.fail("make start printed no JSON line")
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    tree = process_tree(proc.pid)
     yield info
     proc.send_signal(signal.SIGINT)
     try:

@@ -215,21 +215,15 @@ def test_malformed_markers_are_named(src: str, message: str) -> None:
 
 
 @pytest.mark.slow
-class _Ran:
-    """`labgen.main`'s exit code and captured stderr, as a subprocess run would give them."""
-
-    def __init__(self, returncode: int, stderr: str) -> None:
-        self.returncode, self.stderr = returncode, stderr
-
-
 def test_generation_is_deterministic_and_check_detects_drift(tmp_path: Path, capsys) -> None:
     sol, labs = tmp_path / "solutions", tmp_path / "labs"
     sol.mkdir()
     (sol / "lab9_x.ipynb").write_text(labgen.dumps(_sol_nb(_code("### BEGIN SOLUTION\nx = 1\n### END SOLUTION"))))
 
-    def run(*a: str) -> _Ran:  # in process (the CLI's own subprocess runs are the two tests around this one)
+    def run(*a: str) -> subprocess.CompletedProcess:  # in process; the CLI's subprocess runs have their own tests
         code = labgen.main([str(sol), str(labs), *a])
-        return _Ran(code, capsys.readouterr().err)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(a, code, out.out, out.err)
     assert run("--check").returncode == 1  # missing
     assert run().returncode == 0
     assert run("--check").returncode == 1 and "--annotate" in run("--check").stderr  # no nbgrader metadata yet

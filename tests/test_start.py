@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from batchlab.server import free_port
-from procs import still_running
+from procs import process_tree, still_running
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -25,8 +25,7 @@ def _tree(pid: int) -> list[tuple[psutil.Process, str, str]]:
     Short-lived helpers (a backend stub starting, a `ps`) can end between listing and reading them.
     """
     out = []
-    root = psutil.Process(pid)
-    for p in [root, *root.children(recursive=True)]:
+    for p in process_tree(pid):
         try:
             out.append((p, p.name(), " ".join(p.cmdline())))
         except psutil.NoSuchProcess:
