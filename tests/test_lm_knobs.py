@@ -141,6 +141,13 @@ def test_simulator_prices_the_steps_the_real_path_runs(lm, monkeypatch):
     assert res.summary()["prefix_hit_tokens"] == 64
     eta = res.batches["useful_tokens"].sum() / res.batches["executed_tokens"].sum()
     assert 0 < eta <= 1
+    # the hit is priced: 64 prompt tokens fewer to prefill, and the whole prompts are all useful work
+    plain = simulate_continuous(np.zeros(4), plens, max_tokens, TokenCost(1, 10, 1), max_active=2,
+                                max_num_tokens=32, chunked_prefill=True, warmup=0.0)
+    assert plain.batches["prefill_tokens"].sum() - res.batches["prefill_tokens"].sum() == 64
+    assert plain.batches["useful_tokens"].sum() == res.batches["useful_tokens"].sum() + 64
+    with pytest.raises(ValueError, match="shared_prefix_tokens needs prefix_cache_blocks"):
+        simulate_continuous([0.0], [40], [3], TokenCost(1, 10, 1), max_active=2, shared_prefix_tokens=[32])
 
 
 def test_prefix_cache_frees_least_recently_used_tail_blocks_first():
@@ -168,3 +175,15 @@ def test_bad_knob_values_are_one_line_errors(lm):
         ContinuousBatcher(lm, kv_policy="evict")
     with pytest.raises(ValueError, match="chunked_prefill needs max_num_tokens"):
         ContinuousBatcher(lm, chunked_prefill=True)
+
+
+def test_simulated_prefix_cache_cuts_ttft_of_a_shared_prefix():
+    arrivals, n = np.arange(20) * 1e5, 20   # µs apart: each request finds the engine idle
+    kw = dict(max_active=4, warmup=0.0)
+    cost = TokenCost(prefill_per_token=200, decode_base=5000, decode_per_seq=100)
+    plain = simulate_continuous(arrivals, [300] * n, [4] * n, cost, **kw)
+    cached = simulate_continuous(arrivals, [300] * n, [4] * n, cost, shared_prefix_tokens=[256] * n,
+                                 prefix_cache_blocks=64, **kw)
+    ttft = lambda r: np.median(r.records["first_token"] - r.records["arrival"])  # noqa: E731
+    assert ttft(plain) >= 2 * ttft(cached)
+    assert cached.extra["cached_tokens"].tolist() == [0] + [256] * (n - 1)

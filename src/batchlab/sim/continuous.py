@@ -58,6 +58,8 @@ def simulate_continuous(
     budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=1)
     token_cap = None if max_num_tokens is None else integer("max_num_tokens", max_num_tokens, lo=1)
     _check_fits(p, o, budget, token_cap, chunked_prefill)
+    if shared_prefix_tokens is not None and prefix_cache_blocks is None:
+        raise ValueError("shared_prefix_tokens needs prefix_cache_blocks (the prefix cache's capacity)")
     cache = None if prefix_cache_blocks is None else PrefixCache(prefix_cache_blocks, block_size)
     shared = np.zeros_like(p) if shared_prefix_tokens is None else \
         int_array("shared_prefix_tokens", shared_prefix_tokens, a.size, lo=0)
