@@ -150,6 +150,17 @@ def test_simulator_prices_the_steps_the_real_path_runs(lm, monkeypatch):
         simulate_continuous([0.0], [40], [3], TokenCost(1, 10, 1), max_active=2, shared_prefix_tokens=[32])
 
 
+def test_simulator_preempts_where_the_real_path_does(lm, monkeypatch):
+    plens, max_tokens = [12, 20, 9, 15, 11], [20, 14, 25, 10, 18]
+    rows = _plan_rows(monkeypatch)
+    reports, _ = run(lm, [prompt(n, i) for i, n in enumerate(plens)], max_tokens,
+                     policy=FCFSAdmission(max_active=4, kv_token_budget=80), kv_policy="on_demand")
+    real_rows, rows[:] = list(rows), []
+    res = simulate_continuous(np.zeros(5), plens, max_tokens, TokenCost(1, 10, 1), max_active=4,
+                              kv_budget_tokens=80, kv_policy="on_demand", warmup=0.0)
+    assert rows == real_rows and sum(len(r.preempted) for r in reports) == res.summary()["preemptions"] > 0
+
+
 def test_prefix_cache_frees_least_recently_used_tail_blocks_first():
     a, b = block_keys(prompt(64, 1), 16), block_keys(prompt(40, 2), 16)
     assert len(a) == 4 and len(b) == 2
