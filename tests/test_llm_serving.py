@@ -70,3 +70,9 @@ def test_token_prompt_is_seeded_and_starts_with_bos():
 def test_median_spread_per_model():
     rows = [{"model": "a", "x": 3}, {"model": "b", "x": 1}, {"model": "a", "x": 1}, {"model": "a", "x": 2}]
     assert L.median_spread(rows, "x") == {"a": (2.0, 1.0, 3.0), "b": (1.0, 1.0, 1.0)}
+
+
+def test_round_ratios_pair_the_models_round_by_round():
+    rows = [{"round": 0, "model": "a", "x": 4.0}, {"round": 0, "model": "b", "x": 2.0},
+            {"round": 1, "model": "a", "x": 9.0}, {"round": 1, "model": "b", "x": 3.0}, {"round": 2, "model": "a", "x": 1.0}]
+    assert L.round_ratios(rows, "x", "a", "b") == [2.0, 3.0]

@@ -14,6 +14,7 @@ import numpy as np
 
 from batchlab import config_pbtxt as cfg
 from batchlab._validate import count
+from batchlab.lm.scheduler import MAX_ACTIVE
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
 from batchlab.server import TritonServer
@@ -158,6 +159,13 @@ def median_spread(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, tupl
     return out
 
 
+def round_ratios(rows: Sequence[Mapping[str, Any]], key: str, num: str, den: str) -> list[float]:
+    """`key` of model `num` over model `den`, round by round (the two ran back to back, so a slow
+    spell of the shared machine hits both)."""
+    by = {(r["round"], r["model"]): r[key] for r in rows}
+    return [by[(k, num)] / by[(k, den)] for k in sorted({r["round"] for r in rows}) if (k, num) in by and (k, den) in by]
+
+
 # ---- simulations (the same scheduler, priced by a TokenCost) ----
 
 #: a cost model shaped like the toy LM on this machine (µs): ~5 ms a step, ~0.2 ms a prompt token
@@ -170,7 +178,7 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost = TOY_COST, n_decode: 
     k = len(long_at)
     arr = np.array([0.0] * n_decode + list(long_at))
     res = simulate_continuous(arr, [8] * n_decode + [long_prompt] * k, [decode_tokens] * n_decode + [4] * k, cost,
-                              max_active=8, chunked_prefill=max_num_tokens is not None,
+                              max_active=MAX_ACTIVE, chunked_prefill=max_num_tokens is not None,
                               max_num_tokens=max_num_tokens, warmup=0.0)
     b, r = res.batches, res.records
     step_ms = (b["end"] - b["start"]) * 1e3
@@ -201,7 +209,7 @@ def sim_prefix(shared: int, prompt: int = 336, n: int = 20, block_size: int = 16
 def sim_preemption(kv_policy: str, budget: int = 300, n: int = 8, prompt: int = 24, max_tokens: int = 96,
                    cost: TokenCost = TOY_COST) -> dict[str, Any]:
     """`preemption_round`'s load in the simulator under `kv_policy`."""
-    res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=8,
+    res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
                               kv_budget_tokens=budget, kv_policy=kv_policy, warmup=0.0)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
