@@ -40,7 +40,7 @@ def test_prefix_cache_hits_whole_blocks_of_the_shared_prefix():
 
 def test_on_demand_admits_more_and_preempts():
     res, od = L.sim_preemption("reserve"), L.sim_preemption("on_demand")
-    assert (res["max_active"], res["preemptions"]) == (2, 0)
+    assert (res["max_active"], res["preemptions"]) == (1, 0)
     assert od["max_active"] == 8 and od["preemptions"] > 0 and od["tokens_per_s"] > res["tokens_per_s"]
 
 

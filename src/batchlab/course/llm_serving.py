@@ -27,8 +27,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "lm_chunk32": {"max_num_tokens": "32", "chunked_prefill": "true"},
     "lm_chunk128": {"max_num_tokens": "128", "chunked_prefill": "true"},
     "lm_prefix": {"prefix_cache_blocks": "64", "block_size": "16"},
-    "lm_reserve": {"max_active": "8", "kv_token_budget": "300", "kv_policy": "reserve"},
-    "lm_on_demand": {"max_active": "8", "kv_token_budget": "300", "kv_policy": "on_demand"},
+    "lm_reserve": {"max_active": "8", "kv_token_budget": "200", "kv_policy": "reserve"},
+    "lm_on_demand": {"max_active": "8", "kv_token_budget": "200", "kv_policy": "on_demand"},
 }
 
 
@@ -206,7 +206,7 @@ def sim_prefix(shared: int, prompt: int = 336, n: int = 20, block_size: int = 16
             "cache_kib": shared // block_size * block_size * kv_bytes_per_token / 1024}
 
 
-def sim_preemption(kv_policy: str, budget: int = 300, n: int = 8, prompt: int = 24, max_tokens: int = 96,
+def sim_preemption(kv_policy: str, budget: int = 200, n: int = 8, prompt: int = 24, max_tokens: int = 96,
                    cost: TokenCost = TOY_COST) -> dict[str, Any]:
     """`preemption_round`'s load in the simulator under `kv_policy`."""
     res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
