@@ -24,7 +24,7 @@ def plot_rounds(spread: Mapping[str, tuple[float, float, float]], labels: Mappin
     ax.bar(x, med, width=0.6, color=[f"C{i}" for i in range(len(names))])
     ax.errorbar(x, med, yerr=[lo, hi], fmt="none", ecolor="k", capsize=4, label=zh("各轮最低…最高", "rounds' min…max"))
     for xi, v in zip(x, med):
-        ax.text(xi, v, f"{v:.0f}", ha="center", va="bottom", fontsize=9)
+        ax.text(xi + 0.32, v, f"{v:.0f}", ha="left", va="center", fontsize=9)  # beside the error bar
     ax.set_xticks(x, [labels.get(m, m) for m in names])
     ax.set(ylabel=ylabel, title=title)
     legend(ax, fontsize=8)
@@ -43,6 +43,8 @@ def plot_budget_tradeoff(rows: Sequence[Mapping[str, float]]) -> Figure:
     if whole:
         ax.axhline(whole[0]["itl_p99_ms"], color="C0", ls="--", label=zh("不分块时的 ITL p99", "ITL p99 unchunked"))
     ax.set_xscale("log", base=2)
+    ax.set_xticks(m, [str(x) for x in m])
+    ax.minorticks_off()
     ax.set(xlabel=zh("每步 token 预算 max_num_tokens", "max_num_tokens"), ylabel="ms",
            title=zh("预算越小，解码越平稳，长提示的首 token 越晚", "smaller budget: steadier decode, later TTFT"))
     legend(ax, fontsize=8, outside="below", ncol=3)
