@@ -182,11 +182,6 @@ def test_both_paths_step_the_one_scheduler(lm, monkeypatch):
     assert len(calls) == len(steps)
 
 
-def test_real_path_refuses_chunked_prefill(lm):
-    with pytest.raises(ValueError, match="chunked_prefill is not supported on the real LM path"):
-        ContinuousBatcher(lm, chunked_prefill=True, max_num_tokens=64)
-
-
 def test_on_demand_evicts_the_newest_and_recomputes_it():
     # budget 10: A (prompt 4) and B (prompt 4) fit; each decode then needs one more KV slot
     scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=10),

@@ -80,7 +80,7 @@ def _is_plotting_topic(module: str) -> bool:
 
 
 def test_the_notebooks_are_found() -> None:
-    assert len(CHAPTERS) == 11 and len(NOTEBOOKS) > len(CHAPTERS)
+    assert len(CHAPTERS) == 12 and len(NOTEBOOKS) > len(CHAPTERS)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -191,3 +191,34 @@ def test_plot_day_rate_instances_and_p99() -> None:
     fig = PM.plot_day(rates, day, 100.0, {"fixed_2": "固定 2 实例", "fixed_3": "固定 3 实例", "retuned": "每小时重调"})
     assert len(legend_of(fig.axes[1])) == len(day)
     assert_clean(fig)
+
+
+# ----------------------------------------------------------------------------- chapter 11
+
+
+def test_ch11_rounds_bars_are_the_medians_with_min_max_error_bars():
+    from batchlab.plotting import llm_serving as PL
+
+    spread = {"lm_whole": (110.0, 100.0, 200.0), "lm_chunk32": (30.0, 25.0, 90.0)}
+    fig = PL.plot_rounds(spread, {"lm_whole": "不分块", "lm_chunk32": "预算 32"}, "ITL p99 (ms)", "分块预填充")
+    ax = fig.axes[0]
+    assert [b.get_height() for b in ax.patches] == [110.0, 30.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["不分块", "预算 32"]
+    segs = ax.collections[0].get_segments()
+    assert [(s[0][1], s[1][1]) for s in segs] == [(100.0, 200.0), (25.0, 90.0)]
+    assert legend_of(ax) == ["各轮最低…最高"] and ax.get_ylabel() == "ITL p99 (ms)"
+    assert_clean(ax)
+
+
+def test_ch11_budget_tradeoff_draws_the_simulated_rows():
+    from batchlab.course import llm_serving as L
+    from batchlab.plotting import llm_serving as PL
+
+    rows = [L.sim_mixed(m) for m in (None, 128, 32)]
+    ax = PL.plot_budget_tradeoff(rows).axes[0]
+    itl, ttft, whole = ax.get_lines()[:3]
+    assert list(itl.get_xdata()) == [128, 32] and list(itl.get_ydata()) == [r["itl_p99_ms"] for r in rows[1:]]
+    assert list(ttft.get_ydata()) == [r["long_ttft_p50_ms"] for r in rows[1:]]
+    assert whole.get_ydata()[0] == rows[0]["itl_p99_ms"]
+    assert legend_of(ax) == ["解码序列 ITL p99", "长提示 TTFT p50", "不分块时的 ITL p99"]
+    assert_clean(ax)

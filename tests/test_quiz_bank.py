@@ -14,7 +14,7 @@ from batchlab.paths import repo_root
 from batchlab.quiz import load_all, load_bank
 from batchlab.quiz.bank import LETTERS, sync_file
 
-BANK_NAMES = ["interview"] + [f"ch{c:02d}" for c in range(11)]
+BANK_NAMES = ["interview"] + [f"ch{c:02d}" for c in range(12)]
 ALL = load_all()
 
 

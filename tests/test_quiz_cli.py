@@ -102,7 +102,7 @@ def test_show_seeded_bank_for_a_learner() -> None:
 
 def test_check_banks(tmp_path: Path) -> None:
     r = run("check")
-    assert r.returncode == 0 and r.stdout.count("ok ") == 12
+    assert r.returncode == 0 and r.stdout.count("ok ") == 13
     bad = tmp_path / "ch03.json"
     bad.write_text('[{"id": "ch03-1", "kind": "single"}]', "utf-8")
     r = run("check", str(bad))

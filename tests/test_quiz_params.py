@@ -51,7 +51,7 @@ def test_formula_values(name: str, params: dict, want: float) -> None:
 
 def test_every_formula_is_exercised_above_or_by_a_bank() -> None:
     used = {q.raw["formula"] for b in ("ch00", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06",
-                                       "ch07", "ch08", "ch09", "ch10") for q in load_bank(b)
+                                       "ch07", "ch08", "ch09", "ch10", "ch11") for q in load_bank(b)
             if q.seeded}
     tested = {name for name, _, _ in test_formula_values.pytestmark[0].args[1]}
     assert set(FORMULAS) <= used | tested, set(FORMULAS) - used - tested

@@ -221,7 +221,7 @@ def test_display_chapter_quiz_picks_n_questions(monkeypatch, tmp_path) -> None:
     a = display_chapter_quiz(5, n=3, learner="zhang3")
     assert a == display_chapter_quiz("05", n=3, learner="zhang3") and "（3 题）" in a
     with pytest.raises(ValueError):
-        display_chapter_quiz("11")
+        display_chapter_quiz("12")
     with pytest.raises(ValueError):
         display_chapter_quiz("03", n=0)
 

@@ -124,6 +124,22 @@ def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
     return [s.accept(row) for s, row in zip(seqs, logits)]
 
 
+def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int]) -> list[int | None]:
+    """One model execution in which sequence i computes its next `sizes[i]` positions of prompt +
+    generated tokens (a prefill chunk, a recomputation, or 1 to decode); each whose input is then
+    all computed picks its next token, the others (a prompt part-way) give None."""
+    chunks = []
+    for s, n in zip(seqs, sizes, strict=True):
+        if s.done:
+            raise ValueError(f"sequence {s.seq_id!r} is finished and cannot step")
+        at, p = s.ensure_cache(lm).length, int(s.prompt.size)
+        generated = s.tokens[max(at - p, 0):max(at + n - p, 0)]
+        chunks.append(np.concatenate([s.prompt[at:at + n], np.asarray(generated, dtype=np.int32)]))
+    logits = lm.forward([s.cache for s in seqs], chunks)
+    return [s.accept(row) if s.cache.length == s.prompt.size + len(s.tokens) else None
+            for s, row in zip(seqs, logits)]
+
+
 def generate(lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0, seed: int = 0,
              ignore_eos: bool = False) -> list[int]:
     """Generate alone (batch of one): the reference every batched path must reproduce."""

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence as Seq
 
 from batchlab._validate import choice, count, optional_count
-from batchlab.lm.generation import Sequence, step as lm_step
+from batchlab.lm.generation import Sequence, step_chunks
 from batchlab.lm.model import ToyLM
+from batchlab.lm.prefix_cache import PrefixCache, block_keys, kv_block, load_blocks
 
 
 class AdmissionPolicy(Protocol):
@@ -95,6 +96,9 @@ class GenerationRequest:
     kv_allocated: int = 0            # KV tokens counted against the budget
     recomputing: bool = False        # prefilling again after an eviction
     preemptions: int = 0
+    prefix_keys: tuple = ()          # prefix caching: the keys of its prompt's full blocks
+    cached_tokens: int = 0           # prompt tokens its last admission took from the prefix cache
+    prefix_blocks: list = field(default_factory=list)  # those blocks' KV, until the executor loads it
 
     def __post_init__(self) -> None:
         self.prefill_target = self.prefill_target or self.prompt_tokens
@@ -127,11 +131,13 @@ class ContinuousScheduler:
     caller executes it (real LM or cost model), `complete(plan)` retires what finished.
     `kv_policy` "reserve" holds `reserved_tokens` per request for life; "on_demand" holds what is
     stored and evicts the newest request (recomputed later) when the decodes outgrow
-    `kv_token_budget` (the policy's budget: the policy admits, the scheduler only evicts)."""
+    `kv_token_budget` (the policy's budget: the policy admits, the scheduler only evicts).
+    With a `prefix_cache`, the driver calls `match_prefixes()` before and `cache_prefills(plan)`
+    after each execution: a request prefills only the prompt blocks not cached."""
 
     def __init__(self, policy: AdmissionPolicy | None = None, kv_token_budget: int | None = None,
                  kv_policy: str = "reserve", max_num_tokens: int | None = None,
-                 chunked_prefill: bool = False) -> None:
+                 chunked_prefill: bool = False, prefix_cache: PrefixCache | None = None) -> None:
         self.policy = policy if policy is not None else FCFSAdmission()
         self.kv_token_budget = math.inf if kv_token_budget is None else kv_token_budget
         self.reserve = choice("kv_policy", kv_policy, ("reserve", "on_demand")) == "reserve"
@@ -139,6 +145,7 @@ class ContinuousScheduler:
         if chunked_prefill and max_num_tokens is None:
             raise ValueError("chunked_prefill needs max_num_tokens (the per-iteration token budget)")
         self.chunked_prefill = bool(chunked_prefill)
+        self.prefix_cache = prefix_cache
         self.waiting: deque[GenerationRequest] = deque()
         self.running: list[GenerationRequest] = []
         self.kv_used = 0
@@ -235,6 +242,29 @@ class ContinuousScheduler:
             drop = set(indices)
             self.waiting = deque(r for i, r in enumerate(self.waiting) if i not in drop)
 
+    def match_prefixes(self) -> None:
+        """Prefix caching, before `schedule()`: each waiting request starts from the KV of the longest
+        run of its prompt's full blocks in the cache, so its prefill computes only the rest."""
+        cache = self.prefix_cache
+        if cache is None:
+            return
+        for request in self.waiting:
+            # its last position is always computed: its logits give the next token
+            usable = request.prefix_keys[:(request.prefill_target - 1) // cache.block_size]
+            request.prefix_blocks = cache.match(usable)
+            request.cached_tokens = len(request.prefix_blocks) * cache.block_size
+            request.prefilled = request.kv_tokens = request.cached_tokens
+
+    def cache_prefills(self, plan: StepPlan, block=None) -> None:
+        """Prefix caching, after the execution and before `complete(plan)`: prompts whose prefill
+        completes put their full blocks in the cache (`block(request, j)`: block j's KV, or None)."""
+        if self.prefix_cache is None:
+            return
+        for request, chunk in plan.prefill:
+            if request.prefix_keys and request.prefilled + chunk == request.prefill_target:
+                self.prefix_cache.insert(request.prefix_keys,
+                                         None if block is None else (lambda j, r=request: block(r, j)))
+
     def evict_until_fits(self) -> None:
         """On demand, each decode needs one more KV slot this step: while they do not fit, evict
         the newest running request (vLLM's recompute preemption) back to the queue's head."""
@@ -294,40 +324,42 @@ class ContinuousScheduler:
 
 @dataclass
 class StepReport:
-    """What one step did: `emitted` (sequence, token) per sequence in the batch, `admitted`,
-    `finished`, waiting count and KV tokens held after it, and its duration."""
+    """What one step did: `emitted` (sequence, token) per sequence that produced a token (a prompt
+    still part-way produces none), `admitted` with the prompt tokens each took from the prefix cache
+    (`cached_tokens`), `preempted`, `finished`, waiting count and KV tokens held after it, blocks in
+    the prefix cache, how many sequences it computed (`batch_size`) and its duration."""
 
     emitted: list[tuple[Sequence, int]] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
+    cached_tokens: list[int] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
     finished: list[Sequence] = field(default_factory=list)
     n_waiting: int = 0
     kv_tokens: int = 0
+    prefix_blocks: int = 0
+    batch_size: int = 0
     seconds: float = 0.0
-
-    @property
-    def batch_size(self) -> int:
-        """Sequences in this execution."""
-        return len(self.emitted)
 
 
 class ContinuousBatcher:
     """`ContinuousScheduler` run on the real `ToyLM`: a waiting queue bounded by `max_waiting`,
-    `step()` executes one planned iteration with `lm.generation.step`. `submit` and `cancel` may be
-    called from other threads. The real path prefills whole prompts (`max_num_tokens` caps the
-    prompts admitted per step); chunked prefill is simulator-only for now."""
+    `step()` executes one planned iteration with `lm.generation.step_chunks` (prompt chunks, decodes,
+    recomputes, prefix-cache hits exactly as planned). `submit` and `cancel` may be called from other
+    threads. `kv_policy="on_demand"` holds the KV stored and evicts under the policy's
+    `kv_token_budget`; "reserve" leaves the budget to the policy (ToyLM's cache has no hard limit)."""
 
     def __init__(self, lm: ToyLM, policy: AdmissionPolicy | None = None,
                  max_waiting: int | None = None, max_num_tokens: int | None = None,
-                 chunked_prefill: bool = False) -> None:
+                 chunked_prefill: bool = False, kv_policy: str = "reserve",
+                 prefix_cache: PrefixCache | None = None) -> None:
         optional_count("max_waiting", max_waiting)
         optional_count("max_num_tokens", max_num_tokens)
-        if chunked_prefill:
-            raise ValueError("chunked_prefill is not supported on the real LM path yet "
-                             "(ToyLM prefills whole prompts); use it in sim.simulate_continuous")
         self.lm = lm
         self.max_waiting = max_waiting
-        # the policy reserves prompt + max_tokens itself; ToyLM's cache has no hard KV limit
-        self.scheduler = ContinuousScheduler(policy, kv_token_budget=None, max_num_tokens=max_num_tokens)
+        policy = policy if policy is not None else FCFSAdmission()
+        budget = getattr(policy, "kv_token_budget", None) if kv_policy == "on_demand" else None
+        self.scheduler = ContinuousScheduler(policy, budget, kv_policy, max_num_tokens, chunked_prefill,
+                                             prefix_cache)
         self._requests: dict[int, GenerationRequest] = {}  # id(seq) -> its request
         self._lock = threading.Lock()
         self._in_step: set[int] = set()
@@ -363,6 +395,8 @@ class ContinuousBatcher:
             raise ValueError("cannot submit a finished sequence")
         request = GenerationRequest(seq.seq_id, int(seq.prompt.size), seq.max_tokens,
                                     seq.reserved_tokens, payload=seq, generated=len(seq.tokens))
+        if self.scheduler.prefix_cache is not None:
+            request.prefix_keys = block_keys(seq.prompt, self.scheduler.prefix_cache.block_size)
         self.scheduler.policy.check(request)
         with self._lock:
             if self.max_waiting is not None and self.n_waiting >= self.max_waiting:
@@ -395,23 +429,26 @@ class ContinuousBatcher:
         return dropped
 
     def step(self) -> StepReport:
-        """Plan one iteration, run it on the LM (prefill new sequences, decode the others), retire."""
+        """Plan one iteration, run it on the LM (prompt chunks and decodes), retire."""
         report = StepReport()
         t0 = time.perf_counter()
         with self._lock:
-            plan = self.scheduler.schedule()
-            report.admitted = [r.payload for r in plan.admitted]
-            report.n_waiting = self.n_waiting
+            plan = self._plan(report)
             batch = [r.payload for r in plan.batch]
             self._in_step = {id(s) for s in batch}
         if batch:
+            chunks = {id(r): n for r, n in plan.prefill}
             try:
-                tokens = lm_step(self.lm, batch)
+                tokens = step_chunks(self.lm, batch, [chunks.get(id(r), 1) for r in plan.batch])
             finally:
                 with self._lock:
                     self._in_step = set()
                     cancelled, self._cancelled_in_step = self._cancelled_in_step, []
             with self._lock:
+                cache = self.scheduler.prefix_cache
+                if cache is not None:  # prompts completed now: their full blocks' KV is cached
+                    self.scheduler.cache_prefills(plan, lambda r, j: kv_block(r.payload.cache, j, cache.block_size))
+                    report.prefix_blocks = len(cache)
                 stopped = [r for r in plan.batch if r.payload.done]  # <eos> before max_tokens
                 finished = {id(r.payload) for r in self.scheduler.complete(plan, stopped)}
                 for s in batch:
@@ -421,9 +458,29 @@ class ContinuousBatcher:
             for s, reason in cancelled:
                 self.cancel(s, reason)
             gone = {id(s) for s, _ in cancelled}
-            report.emitted = [(s, t) for s, t in zip(batch, tokens) if id(s) not in gone]
+            report.batch_size = len(batch)
+            report.emitted = [(s, t) for s, t in zip(batch, tokens) if t is not None and id(s) not in gone]
             report.finished = [s for s, _ in report.emitted if id(s) in finished]
             with self._lock:
                 report.kv_tokens = sum(s.cache.length for s in self.active if s.cache is not None)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _plan(self, report: StepReport) -> StepPlan:
+        """Schedule (under the lock); drop the KV of the evicted, load prefix-cache hits into the admitted."""
+        scheduler = self.scheduler
+        before = list(scheduler.running)
+        scheduler.match_prefixes()
+        plan = scheduler.schedule()
+        running = {id(r) for r in scheduler.running}
+        report.preempted = [r.payload for r in before if id(r) not in running]
+        for s in report.preempted:
+            s.cache = None  # recompute preemption: its KV is dropped, recomputed when readmitted
+        for request in plan.admitted:
+            if request.prefix_blocks:
+                load_blocks(request.payload.ensure_cache(self.lm), request.prefix_blocks)
+                request.prefix_blocks = []
+        report.admitted = [r.payload for r in plan.admitted]
+        report.cached_tokens = [r.cached_tokens for r in plan.admitted]
+        report.n_waiting = self.n_waiting
+        return plan

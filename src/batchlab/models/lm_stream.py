@@ -1,7 +1,8 @@
 """`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way (decoupled).
 
 `execute` only queues; a scheduler thread steps a `ContinuousBatcher` (parameters `max_active`,
-`kv_token_budget`, `max_waiting`; its step is `lm.scheduler.ContinuousScheduler`, the same one
+`kv_token_budget`, `max_waiting`, `max_num_tokens`, `chunked_prefill`, `kv_policy`,
+`prefix_cache_blocks`, `block_size`; its step is `lm.scheduler.ContinuousScheduler`, the same one
 `sim.simulate_continuous` prices) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
 `cancel_check_ms` it asks the running and some waiting clients whether they cancelled. Outputs per
 response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it).
@@ -15,8 +16,9 @@ import time
 
 import numpy as np
 
+from batchlab.lm.prefix_cache import BLOCK_SIZE, PrefixCache
 from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING, ContinuousBatcher, FCFSAdmission
-from batchlab.models.triton_io import (InputError, error, float_param, int_param, ok, one_line,
+from batchlab.models.triton_io import (InputError, choice_param, error, float_param, int_param, ok, one_line,
                                    send_final)
 from batchlab.models._gen_inputs import generation_limits, read_sequences
 from batchlab.models.base import LMModelBase
@@ -37,8 +39,7 @@ class TritonPythonModel(LMModelBase):
             max_active=int_param(self.params, "max_active", MAX_ACTIVE, 1, 1024),
             kv_token_budget=int_param(self.params, "kv_token_budget", KV_TOKEN_BUDGET, 1))
         self.cancel_check_s = float_param(self.params, "cancel_check_ms", 20.0) / 1000.0
-        self.batcher = ContinuousBatcher(
-            self.lm, policy, max_waiting=int_param(self.params, "max_waiting", MAX_WAITING, 1))
+        self.batcher = self._batcher(policy)
         self.senders: dict[int, tuple[object, object]] = {}  # id(seq) -> (seq, sender)
         self.ids = itertools.count(1)
         self._cancel_turn = 0  # seq_id of the last waiting request asked; the next check goes on after it
@@ -46,6 +47,21 @@ class TritonPythonModel(LMModelBase):
         self.stopping = False
         self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
         self.loop.start()
+
+    def _batcher(self, policy: FCFSAdmission) -> ContinuousBatcher:
+        """The batcher the config's parameters describe (0 / false / reserve: the knob is off)."""
+        p = self.params
+        max_num_tokens = int_param(p, "max_num_tokens", 0, 0) or None
+        blocks = int_param(p, "prefix_cache_blocks", 0, 0)
+        block_size = int_param(p, "block_size", BLOCK_SIZE, 1, self.max_seq_len)
+        chunked = choice_param(p, "chunked_prefill", "false", ("false", "true")) == "true"
+        if chunked and max_num_tokens is None:
+            raise ValueError("config parameter chunked_prefill=true needs max_num_tokens > 0")
+        return ContinuousBatcher(
+            self.lm, policy, max_waiting=int_param(p, "max_waiting", MAX_WAITING, 1),
+            max_num_tokens=max_num_tokens, chunked_prefill=chunked,
+            kv_policy=choice_param(p, "kv_policy", "reserve", ("reserve", "on_demand")),
+            prefix_cache=PrefixCache(blocks, block_size) if blocks else None)
 
     def execute(self, requests: list) -> None:
         for request in requests:

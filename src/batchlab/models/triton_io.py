@@ -53,6 +53,16 @@ def int_param(params: dict[str, str], key: str, default: int, lo: int = 1,
     return value
 
 
+def choice_param(params: dict[str, str], key: str, default: str, options: tuple[str, ...]) -> str:
+    """A config parameter that must be one of `options`; ValueError if not."""
+    value = _param(params, key, str, "text")
+    if value is None:
+        return default
+    if value not in options:
+        raise ValueError(f"config parameter {key}={value!r} is not one of {', '.join(options)}")
+    return value
+
+
 def float_param(params: dict[str, str], key: str, default: float, lo: float = 0.0) -> float:
     """A float config parameter >= lo; ValueError if not."""
     value = _param(params, key, float, "a number")

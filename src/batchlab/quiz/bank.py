@@ -53,7 +53,7 @@ def quiz_dir() -> Path:
 
 
 def list_banks(folder: Path | None = None) -> list[str]:
-    """Names of the banks present: `interview` then `ch00` … `ch10` (other JSON is ignored)."""
+    """Names of the banks present: `interview` then `ch00` … `ch11` (other JSON is ignored)."""
     names = sorted(p.stem for p in (folder or quiz_dir()).glob("*.json") if _BANK_RE.match(p.stem))
     return sorted(names, key=lambda n: (n != "interview", n))
 

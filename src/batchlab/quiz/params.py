@@ -117,6 +117,11 @@ def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
 _register(F.heavy_load_wait, "t_wait", b_size="batch_size")
 
 
+_register(F.tpot, "tpot_ms", e2e="e2e_s", ttft="ttft_s", n="n_tokens")
+_register(F.prefill_steps, "prefill_steps", P="prompt_tokens", M="max_num_tokens", d="decoding")
+_register(F.prefix_hit_tokens, "prefix_hit_tokens", s="shared_tokens", b="block_size")
+
+
 @partial(_register, name="md1_wait")
 def _md1_wait_ms(rate: float, service_ms: float) -> float:
     """M/D/1 mean queueing delay Wq = ρ / (2μ(1−ρ)) in ms (λ in req/s, service time in ms)."""

@@ -194,7 +194,7 @@ def display_chapter_quiz(
     """A chapter's 自测题: `show_quiz` on bank `chNN` for `learner`, else the remembered one
     (`current_learner()`); without a learner `seed` draws, so stored outputs match everywhere."""
     ch = f"{int(chapter):02d}" if str(chapter).isdigit() else str(chapter)
-    if ch not in {f"{i:02d}" for i in range(11)}:
-        raise ValueError(f"chapter must be 00 … 10, got {chapter!r}")
+    if ch not in {f"{i:02d}" for i in range(12)}:
+        raise ValueError(f"chapter must be 00 … 11, got {chapter!r}")
     who = learner if learner is not None else current_learner()
     return show_quiz(f"ch{ch}", seed=None if who else seed, learner=who, n=n)

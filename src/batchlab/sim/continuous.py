@@ -6,7 +6,9 @@ decodes one token per sequence past its prompt and computes prompt tokens for th
 chunked to ``max_num_tokens``); the cost model prices it instead of running a model. KV of p prompt
 + o output tokens peaks at p + o - 1: ``kv_policy="reserve"`` admits only when that fits;
 ``"on_demand"`` admits when the prompt fits and evicts the newest sequence when a step does not
-(recomputed later, counted as waste in η).
+(recomputed later, counted as waste in η). With ``prefix_cache_blocks``, request i's prompt starts
+with the first ``shared_prefix_tokens[i]`` tokens of one common prompt; full blocks of it already
+cached are not prefilled (`lm.prefix_cache`, the same cache `lm_stream` runs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, times_array
+from batchlab.lm.prefix_cache import BLOCK_SIZE, PrefixCache
 from batchlab.lm.scheduler import ContinuousScheduler, FCFSAdmission, GenerationRequest
 from .results import SimResult, empty_records, make_batches
 from .service import TokenCost
@@ -35,6 +38,9 @@ def simulate_continuous(
     chunked_prefill: bool = False,
     max_num_tokens: int | None = None,
     kv_policy: str = "reserve",
+    shared_prefix_tokens: np.ndarray | Sequence[int] | None = None,
+    prefix_cache_blocks: int | None = None,
+    block_size: int = BLOCK_SIZE,
     warmup: float = 0.1,
 ) -> SimResult:
     """Simulate iteration-level batching of generation requests on one engine, ``cost`` pricing each pass.
@@ -52,10 +58,15 @@ def simulate_continuous(
     budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=1)
     token_cap = None if max_num_tokens is None else integer("max_num_tokens", max_num_tokens, lo=1)
     _check_fits(p, o, budget, token_cap, chunked_prefill)
+    if shared_prefix_tokens is not None and prefix_cache_blocks is None:
+        raise ValueError("shared_prefix_tokens needs prefix_cache_blocks (the prefix cache's capacity)")
+    cache = None if prefix_cache_blocks is None else PrefixCache(prefix_cache_blocks, block_size)
+    shared = np.zeros_like(p) if shared_prefix_tokens is None else \
+        int_array("shared_prefix_tokens", shared_prefix_tokens, a.size, lo=0)
     # FCFS within max_active and the KV budget; on demand the scheduler evicts under the same budget
     scheduler = ContinuousScheduler(FCFSAdmission(max_active, kv_token_budget=budget), budget, policy,
-                                    token_cap, chunked_prefill)
-    records, rows = _run(scheduler, a, p, o, cost)
+                                    token_cap, chunked_prefill, cache)
+    records, rows, cached = _run(scheduler, a, p, o, cost, shared)
     batches = make_batches(len(rows))
     if rows:
         for name, column in zip(_ITERATION_COLUMNS, zip(*rows)):
@@ -64,9 +75,14 @@ def simulate_continuous(
         batches["instance"] = 0
     config = dict(max_active=max_active, kv_budget_tokens=kv_budget_tokens, chunked_prefill=chunked_prefill,
                   max_num_tokens=max_num_tokens, kv_policy=policy, cost=repr(cost))
+    extra = {"eta": "tokens", "kv": True, "tokens": True,
+             "summary_extra": {"preemptions": int(np.sum(records["preemptions"]))}}
+    if cache is not None:  # prompt tokens each request last took from the cache, and their sum
+        config.update(prefix_cache_blocks=prefix_cache_blocks, block_size=block_size)
+        extra["cached_tokens"] = cached
+        extra["summary_extra"]["prefix_hit_tokens"] = int(cached.sum())
     return SimResult(records, batches, "continuous", config, instances=1, capacity_rps=None, warmup=warmup,
-                     extra={"eta": "tokens", "kv": True, "tokens": True,
-                            "summary_extra": {"preemptions": int(np.sum(records["preemptions"]))}})
+                     extra=extra)
 
 
 def _check_fits(p: np.ndarray, o: np.ndarray, budget: int | None, token_cap: int | None,
@@ -82,14 +98,27 @@ def _check_fits(p: np.ndarray, o: np.ndarray, budget: int | None, token_cap: int
         raise ValueError(f"a prompt of {int(p.max())} tokens exceeds max_num_tokens={token_cap}; use chunked_prefill")
 
 
-def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o: np.ndarray,
-         cost: TokenCost) -> tuple[np.ndarray, list[tuple]]:
-    """The event loop: submit arrivals, let the scheduler plan an iteration, price it, advance the
-    clock, complete it; returns the per-request records and one row per iteration."""
-    n = arrivals.size
-    # the simulator knows each output length, so a request reserves exactly its KV peak
+def _requests(p: np.ndarray, o: np.ndarray, shared: np.ndarray, block_size: int | None) -> list[GenerationRequest]:
+    """One request per arrival; the simulator knows each output length, so a request reserves
+    exactly its KV peak. With a prefix cache, its block keys: the common prompt's, then its own."""
     requests = [GenerationRequest(i, prompt, out, reserved_tokens=prompt + out - 1)
                 for i, (prompt, out) in enumerate(zip(p.tolist(), o.tolist()))]
+    if block_size is not None:
+        for r, s in zip(requests, shared.tolist()):
+            common = min(s, r.prompt_tokens) // block_size
+            r.prefix_keys = tuple(("shared", j) if j < common else (r.seq_id, j)
+                                  for j in range(r.prompt_tokens // block_size))
+    return requests
+
+
+def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o: np.ndarray,
+         cost: TokenCost, shared: np.ndarray) -> tuple[np.ndarray, list[tuple], np.ndarray]:
+    """The event loop: submit arrivals, let the scheduler plan an iteration, price it, advance the
+    clock, complete it; returns the per-request records, one row per iteration and the prompt
+    tokens each request last took from the prefix cache."""
+    n = arrivals.size
+    cache = scheduler.prefix_cache
+    requests = _requests(p, o, shared, None if cache is None else cache.block_size)
     records = empty_records(n)
     records["arrival"] = arrivals
     start, first_token, finish = records["start"], records["first_token"], records["finish"]
@@ -107,6 +136,7 @@ def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o:
                 break
             now = arrival_times[next_arrival]  # idle: jump to the next arrival
             continue
+        scheduler.match_prefixes()
         plan = scheduler.schedule()
         if not plan.batch:
             raise RuntimeError("continuous batching made no progress (budget settings leave no room)")
@@ -115,17 +145,21 @@ def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o:
             if batch_id[request.seq_id] < 0:  # its first admission (not a readmission after eviction)
                 start[request.seq_id] = now
                 batch_id[request.seq_id] = len(rows)
+        # a prompt's tokens taken from the prefix cache were not computed: not useful work of this step
+        useful = plan.useful_tokens - sum(r.cached_tokens for r, chunk in plan.prefill
+                                          if r.prefilled + chunk == r.prefill_target and not r.recomputing)
+        scheduler.cache_prefills(plan)
         finished = scheduler.complete(plan)
         for request, _ in plan.prefill:
             if request.generated and first_token[request.seq_id] != first_token[request.seq_id]:
                 first_token[request.seq_id] = end  # NaN until its first prompt pass completes
         for request in finished:
             finish[request.seq_id] = end
-        rows.append((now, end, len(plan.batch), plan.prefill_tokens, len(plan.decode), plan.useful_tokens,
+        rows.append((now, end, len(plan.batch), plan.prefill_tokens, len(plan.decode), useful,
                      plan.prefill_tokens + len(plan.decode), plan.kv_tokens))
         now = end
     records["instance"] = 0
     records["prompt_tokens"] = p
     records["output_tokens"] = o
     records["preemptions"] = [r.preemptions for r in requests]
-    return records, rows
+    return records, rows, np.array([r.cached_tokens for r in requests])

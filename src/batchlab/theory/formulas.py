@@ -149,3 +149,29 @@ def instances_needed(rate_per_s: float, batch: int, t_batch_s: float, busy: floa
     if batch < 1 or t_batch_s <= 0 or rate_per_s < 0 or not 0 < busy <= 1:
         raise ValueError("need batch >= 1, t_batch_s > 0, rate >= 0, busy in (0, 1]")
     return int(math.ceil(rate_per_s * t_batch_s / (batch * busy) - 1e-9))
+
+
+def tpot(e2e_s: float, ttft_s: float, n_tokens: int) -> float:
+    """Time per output token after the first: TPOT = (e2e − TTFT) / (n − 1), the mean of the n − 1
+    gaps between a stream's tokens (ITL), since those gaps add up to e2e − TTFT."""
+    if n_tokens < 2:
+        raise ValueError(f"TPOT needs at least 2 tokens, got {n_tokens}")
+    return (e2e_s - ttft_s) / (n_tokens - 1)
+
+
+def prefill_steps(prompt_tokens: int, max_num_tokens: int, decoding: int = 0) -> int:
+    """Steps a prompt's chunked prefill takes when each step computes at most `max_num_tokens`
+    tokens and `decoding` of them go to sequences decoding one token each: ⌈P / (M − d)⌉."""
+    room = max_num_tokens - decoding
+    if prompt_tokens < 1 or room < 1:
+        raise ValueError("need prompt_tokens >= 1 and max_num_tokens > decoding")
+    return int(math.ceil(prompt_tokens / room))
+
+
+def prefix_hit_tokens(shared_tokens: int, block_size: int, prompt_tokens: int | None = None) -> int:
+    """Prompt tokens a block-granular prefix cache serves: the whole blocks of the shared prefix,
+    ⌊s / b⌋·b (and never the prompt's last token, which must be computed to sample from)."""
+    if block_size < 1 or shared_tokens < 0:
+        raise ValueError("need block_size >= 1 and shared_tokens >= 0")
+    limit = shared_tokens if prompt_tokens is None else min(shared_tokens, prompt_tokens - 1)
+    return limit // block_size * block_size

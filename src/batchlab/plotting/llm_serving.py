@@ -1,0 +1,51 @@
+"""Figures of chapter 11 (今天的大模型服务), drawn from the rows of `batchlab.course.llm_serving`."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from batchlab.plotting.fonts import figure, zh
+from batchlab.plotting.layout import legend
+
+
+def plot_rounds(spread: Mapping[str, tuple[float, float, float]], labels: Mapping[str, str], ylabel: str,
+                title: str) -> Figure:
+    """One bar per model: the median over interleaved rounds, the error bar from the lowest to the
+    highest round (`spread`: model -> (median, min, max), from `llm_serving.median_spread`)."""
+    names = list(spread)
+    med = np.array([spread[m][0] for m in names])
+    lo = med - np.array([spread[m][1] for m in names])
+    hi = np.array([spread[m][2] for m in names]) - med
+    fig, ax = figure(figsize=(5.6, 3.4))
+    x = np.arange(len(names))
+    ax.bar(x, med, width=0.6, color=[f"C{i}" for i in range(len(names))])
+    ax.errorbar(x, med, yerr=[lo, hi], fmt="none", ecolor="k", capsize=4, label=zh("各轮最低…最高", "rounds' min…max"))
+    for xi, v in zip(x, med):
+        ax.text(xi + 0.32, v, f"{v:.0f}", ha="left", va="center", fontsize=9)  # beside the error bar
+    ax.set_xticks(x, [labels.get(m, m) for m in names])
+    ax.set(ylabel=ylabel, title=title)
+    legend(ax, fontsize=8)
+    return fig
+
+
+def plot_budget_tradeoff(rows: Sequence[Mapping[str, float]]) -> Figure:
+    """Simulated: the decoders' ITL p99 and the long prompts' TTFT p50 against the per-step token
+    budget (rows from `llm_serving.sim_mixed`; budget 0 = no cap, drawn at the right end)."""
+    capped = [r for r in rows if r["max_num_tokens"]]
+    m = [r["max_num_tokens"] for r in capped]
+    fig, ax = figure(figsize=(6.4, 3.6))
+    ax.plot(m, [r["itl_p99_ms"] for r in capped], "-o", color="C0", label=zh("解码序列 ITL p99", "decoders' ITL p99"))
+    ax.plot(m, [r["long_ttft_p50_ms"] for r in capped], "-s", color="C3", label=zh("长提示 TTFT p50", "long prompts' TTFT p50"))
+    whole = [r for r in rows if not r["max_num_tokens"]]
+    if whole:
+        ax.axhline(whole[0]["itl_p99_ms"], color="C0", ls="--", label=zh("不分块时的 ITL p99", "ITL p99 unchunked"))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(m, [str(x) for x in m])
+    ax.minorticks_off()
+    ax.set(xlabel=zh("每步 token 预算 max_num_tokens", "max_num_tokens"), ylabel="ms",
+           title=zh("预算越小，解码越平稳，长提示的首 token 越晚", "smaller budget: steadier decode, later TTFT"))
+    legend(ax, fontsize=8, outside="below", ncol=3)
+    return fig

@@ -1,0 +1,78 @@
+"""Chapter 11's course module: the simulated experiments (token budget, prefix cache, preemption,
+prefill/decode disaggregation), the staged lm_stream variants, and the chapter's formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from batchlab import config_pbtxt as cfg
+from batchlab.course import llm_serving as L
+from batchlab.theory import formulas as F
+
+
+def test_formulas():
+    assert F.tpot(1.2, 0.12, 61) == pytest.approx(0.018)
+    assert F.prefill_steps(420, 32, 4) == 15 and F.prefill_steps(420, 512) == 1
+    assert F.prefix_hit_tokens(330, 16) == 320 and F.prefix_hit_tokens(320, 16, prompt_tokens=320) == 304
+    for bad in (lambda: F.tpot(1, 0, 1), lambda: F.prefill_steps(10, 4, 4), lambda: F.prefix_hit_tokens(5, 0)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_token_budget_caps_the_step_and_delays_the_long_prompt():
+    rows = [L.sim_mixed(m) for m in (None, 128, 32)]
+    c = L.TOY_COST
+    for r in rows[1:]:  # b > c: the longest step is the whole budget spent on prompt tokens, a + b·M
+        assert r["step_max_ms"] <= c.iteration_time(r["max_num_tokens"], 0) * 1e3 + 1e-9
+    assert rows[0]["step_max_ms"] == pytest.approx(c.iteration_time(420, 4) * 1e3)
+    assert [r["itl_p99_ms"] for r in rows] == sorted((r["itl_p99_ms"] for r in rows), reverse=True)
+    assert rows[0]["long_ttft_p50_ms"] < rows[1]["long_ttft_p50_ms"] < rows[2]["long_ttft_p50_ms"]
+
+
+def test_prefix_cache_hits_whole_blocks_of_the_shared_prefix():
+    plain, r = L.sim_prefix(0), L.sim_prefix(250, n=10)
+    assert plain["hit_rate"] == 0 and plain["ttft_plain_ms"] == plain["ttft_cached_ms"]
+    assert r["hit_rate"] == pytest.approx(9 * 240 / (10 * 336))   # 15 whole blocks, the first request misses
+    assert r["ttft_cached_ms"] < r["ttft_plain_ms"] and r["cache_kib"] == 240 * 8
+
+
+def test_on_demand_admits_more_and_preempts():
+    res, od = L.sim_preemption("reserve"), L.sim_preemption("on_demand")
+    assert (res["max_active"], res["preemptions"]) == (1, 0)
+    assert od["max_active"] == 8 and od["preemptions"] > 0 and od["tokens_per_s"] > res["tokens_per_s"]
+
+
+def test_disaggregation_lowers_tpot_until_the_transfer_costs_more():
+    fast, slow = L.disaggregation(6, 0, n=200), L.disaggregation(6, 640, n=200)
+    assert fast["dis_tpot_p99_ms"] < fast["co_tpot_p99_ms"]
+    assert slow["dis_tpot_p99_ms"] > slow["co_tpot_p99_ms"]
+    # the transfer is paid once per stream: it adds transfer / (n − 1) to each TPOT
+    assert slow["dis_tpot_p99_ms"] - fast["dis_tpot_p99_ms"] == pytest.approx(640 / 63, rel=0.05)
+    assert fast["co_ttft_p99_ms"] == slow["co_ttft_p99_ms"]
+
+
+def test_stage_variants_writes_each_knob(tmp_path):
+    L.stage_variants(tmp_path, {"lm_a": {"max_num_tokens": "32", "chunked_prefill": "true"}})
+    params = cfg.parse_config((tmp_path / "lm_a" / "config.pbtxt").read_text()).parameters
+    assert params["max_num_tokens"].string_value == "32" and params["chunked_prefill"].string_value == "true"
+    assert params["max_prompt_tokens"].string_value == "480"
+    assert (tmp_path / "lm_a" / "1" / "model.py").is_file()
+
+
+def test_token_prompt_is_seeded_and_starts_with_bos():
+    a, b = L.token_prompt(20, 1), L.token_prompt(20, 2)
+    assert a[0] == 1 and a.size == 20 and (a == L.token_prompt(20, 1)).all() and not (a == b).all()
+    assert math.isfinite(float(a.sum()))
+
+
+def test_median_spread_per_model():
+    rows = [{"model": "a", "x": 3}, {"model": "b", "x": 1}, {"model": "a", "x": 1}, {"model": "a", "x": 2}]
+    assert L.median_spread(rows, "x") == {"a": (2.0, 1.0, 3.0), "b": (1.0, 1.0, 1.0)}
+
+
+def test_round_ratios_pair_the_models_round_by_round():
+    rows = [{"round": 0, "model": "a", "x": 4.0}, {"round": 0, "model": "b", "x": 2.0},
+            {"round": 1, "model": "a", "x": 9.0}, {"round": 1, "model": "b", "x": 3.0}, {"round": 2, "model": "a", "x": 1.0}]
+    assert L.round_ratios(rows, "x", "a", "b") == [2.0, 3.0]
