@@ -52,9 +52,8 @@ def simulate_dynamic(
     of every priority level; ``priority_queue_policy`` overrides it per level. ``priorities``: each
     request's level (1 = highest). ``warmup``: fraction of requests `SimResult.summary` leaves out.
     ``batch_elements``: each request's batch dimension (default 1); batches are sized and priced in
-    elements (``batches["executed"]``; ``batches["size"]`` counts requests). ``decide``: the decision
-    ``decide(pending, now, rule) -> Decision`` (default `next_batch`; another one, e.g. a learner's,
-    runs on the event-driven engine, which asks it at every decision).
+    elements (``batches["executed"]``; ``batches["size"]`` counts requests). ``decide(pending, now,
+    rule) -> Decision``: the decision (default `next_batch`; another one runs on the event engine).
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
