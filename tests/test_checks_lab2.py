@@ -217,3 +217,26 @@ def test_best_under_slo(capsys) -> None:
         r = check_best_under_slo(fn)
         out = capsys.readouterr().out
         assert r.score == points and message in out, (message, out)
+
+
+def test_next_batch_that_never_lets_the_run_move_on_is_named(capsys) -> None:
+    """A rule that answers 'wait' with a wake-up a hair later each time is stopped and named (no hang);
+    one that sends more than is pending too."""
+    def creeping(pending, now, rule):
+        return Decision(0, now + 1e-9) if pending else Decision(0, math.inf)
+
+    r = check_next_batch(creeping)
+    out = capsys.readouterr().out
+    assert not r.passed and "还没把请求发完" in out, out
+    r = check_next_batch(lambda pending, now, rule: Decision(len(pending) + 1, now) if pending else Decision(0, math.inf))
+    out = capsys.readouterr().out
+    assert not r.passed and "你的函数却要发" in out, out
+
+
+def test_random_patterns_are_seeded_and_the_candidates_start_with_chapter_02() -> None:
+    from batchlab.labs.record_lab2 import candidates, random_patterns
+
+    assert random_patterns(0, 5) == random_patterns(0, 5) != random_patterns(1, 5)
+    service = service_table(load_recorded()["service_ms"])
+    names = [p.name[0] for p in candidates(service, count=4)]
+    assert names[:6] == list("ABCDEF")
