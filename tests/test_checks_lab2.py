@@ -1,23 +1,115 @@
 """Lab 2 checks (no server needed): right answers pass, the lab's likely wrong answers fail with a
-message that names the mistake (misconceptions: max_batch_size inside the block, milliseconds for
-microseconds, an unmeasured table, wrong units, a missing overhead, another arrival stream, `<`
-for `<=`, no SLO filter)."""
+message that names the mistake (misconceptions: a batcher rule that ignores preferred sizes, keeps
+cutting at them after the delay expired, lets a later request overtake the head, counts requests
+instead of batch elements, never sends with delay 0, or times the delay from the newest request;
+max_batch_size inside the block, milliseconds for microseconds, an unmeasured table, wrong units,
+a missing overhead, another arrival stream, a decision not plugged in, `<` for `<=`, no SLO filter)."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
 
 from batchlab.course.tuning import unit_arrivals
 from batchlab.labs import lab2
-from batchlab.labs.lab2 import check_best_under_slo, check_dynamic_batching_block, check_predict_sweep, check_sweep_rows
+from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_next_batch, check_predict_sweep,
+                                check_sweep_rows, recorded_patterns)
+from batchlab.labs.record_lab2 import pattern_of, service_table
+from batchlab.labs.record_lab2 import load as load_recorded
+from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
+from batchlab.sim.rule import Decision, next_batch
 
 from lab_solutions import solution_namespace
 
 SOL = solution_namespace("lab2")
 block, predict, best = SOL["dynamic_batching_block"], SOL["predict_sweep"], SOL["best_under_slo"]
+rule = SOL["next_batch"]
+
+
+def _variant(ignore_preferred=False, preferred_after_delay=False, overtake=False, count_requests=False,
+             wait_with_no_delay=False, newest=False):
+    """The solution's rule with one typical mistake written in."""
+    def next_batch(pending, now, rule):
+        elements = count = preferred = 0
+        oldest, latest = math.inf, -math.inf
+        sizes = (rule.max_batch_size,) if ignore_preferred else rule.effective_preferred
+        for request in pending:
+            grown = count + 1 if count_requests else elements + request.elements
+            if not overtake and count and not preferred and grown > sizes[-1]:
+                preferred = count
+            if grown > rule.max_batch_size:
+                if overtake:
+                    continue      # skips the request that does not fit and takes the ones behind it
+                break
+            elements, count = grown, count + 1
+            oldest, latest = min(oldest, request.arrival), max(latest, request.arrival)
+            if elements in sizes:
+                preferred = count
+        if count == 0:
+            return Decision(0, math.inf)
+        deadline = (latest if newest else oldest) + rule.delay_s
+        expired = rule.delay_s > 0 and now >= deadline
+        if preferred and (preferred_after_delay or not expired):
+            return Decision(preferred, now)
+        if expired or (rule.delay_s == 0 and not wait_with_no_delay) or elements >= sizes[-1]:
+            return Decision(count, now)
+        return Decision(0, deadline)
+    return next_batch
+
+
+def test_recorded_data_is_the_course_rule_on_the_real_server() -> None:
+    """Every recorded pattern's batches are what the course's rule forms (only such were kept), and
+    the data covers chapter 02's patterns A–E and random ones."""
+    data = load_recorded()
+    service = service_table(data["service_ms"])
+    names = [p["name"] for p in data["patterns"]]
+    assert [n[0] for n in names if not n.startswith("R")][:5] == list("ABCDE")
+    assert sum(n.startswith("R") for n in names) >= 5 and data["repeats"] >= 3
+    for entry in data["patterns"]:
+        assert simulate_pattern(pattern_of(entry), service).batches == entry["batches"], entry["name"]
+
+
+def test_next_batch_right(capsys) -> None:
+    r = check_next_batch(rule)
+    out = capsys.readouterr().out
+    assert r.passed and r.score == 9, out
+    assert "服务器组成的每一批你都预测对了" in out
+
+
+def test_next_batch_stub_and_shortcut(capsys) -> None:
+    def stub(pending, now, rule):
+        raise NotImplementedError("TODO（第 1 题）：写出规则，完成后运行下面的检查格 — not yet implemented")
+
+    r = check_next_batch(stub)
+    assert r.score == 0 and r.pending
+    r = check_next_batch(lambda pending, now, r: next_batch(pending, now, r))
+    assert r.score == 0 and "现成的 next_batch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake, message", [
+    (dict(ignore_preferred=True), "忽略了 preferred_batch_size"),
+    (dict(preferred_after_delay=True), "延时过期后你还在按偏好批大小切"),
+    (dict(overtake=True), "插了队"),
+    (dict(count_requests=True), "你数的是请求数"),
+    (dict(wait_with_no_delay=True), "要单独处理 delay == 0"),
+    (dict(newest=True), "不是最新的"),
+])
+def test_next_batch_typical_mistakes(capsys, mistake, message) -> None:
+    r = check_next_batch(_variant(**mistake))
+    out = capsys.readouterr().out
+    assert not r.passed and r.score < 9 and message in out, out
+
+
+def test_next_batch_replay_names_the_pattern(capsys) -> None:
+    """A rule that ignores preferred sizes also mispredicts recorded patterns: the message names one
+    and shows the server's batches beside the rule's."""
+    check_next_batch(_variant(ignore_preferred=True))
+    out = capsys.readouterr().out
+    d = next(p for p in recorded_patterns() if p["name"].startswith("D"))
+    assert f"服务器组成的批是 {d['batches']}" in out and "没对上" in out, out
 
 
 def test_block_right(capsys) -> None:
@@ -96,11 +188,14 @@ def test_predictions(capsys) -> None:
     assert check_predict_sweep(predict).passed
     capsys.readouterr()
     cases = [
-        (lambda s, r, d, p, oh=0.0: predict(s, r, d, p, 0.0), 2, "少了 overhead_ms"),
-        (lambda s, r, d, p, oh=0.0: [{**x, "p95_ms": (x["p95_ms"] - oh) / 1000 + oh} for x in predict(s, r, d, p, oh)],
-         2, "单位是毫秒"),
-        (lambda s, r, d, p, oh=0.0: [{**x, "p95_ms": x["p95_ms"] * 0.99} for x in predict(s, r, d, p, oh)], 2, "同一条流"),
-        (lambda s, r, d, p, oh=0.0: predict(s, r, d, p[:1], oh), 2, "各给一行"),
+        (lambda s, r, d, p, oh=0.0, decide=None: predict(s, r, d, p, 0.0, decide), 3, "少了 overhead_ms"),
+        (lambda s, r, d, p, oh=0.0, decide=None: [{**x, "p95_ms": (x["p95_ms"] - oh) / 1000 + oh}
+                                                  for x in predict(s, r, d, p, oh, decide)], 3, "单位是毫秒"),
+        (lambda s, r, d, p, oh=0.0, decide=None: [{**x, "p95_ms": x["p95_ms"] * 0.99}
+                                                  for x in predict(s, r, d, p, oh, decide)], 3, "同一条流"),
+        (lambda s, r, d, p, oh=0.0, decide=None: predict(s, r, d, p[:1], oh, decide), 3, "各给一行"),
+        # the decision is not plugged in: the simulator's own rule whatever `decide` is
+        (lambda s, r, d, p, oh=0.0, decide=None: predict(s, r, d, p, oh), 3, "不要写死"),
     ]
     for fn, points, message in cases:
         r = check_predict_sweep(fn)
@@ -122,3 +217,26 @@ def test_best_under_slo(capsys) -> None:
         r = check_best_under_slo(fn)
         out = capsys.readouterr().out
         assert r.score == points and message in out, (message, out)
+
+
+def test_next_batch_that_never_lets_the_run_move_on_is_named(capsys) -> None:
+    """A rule that answers 'wait' with a wake-up a hair later each time is stopped and named (no hang);
+    one that sends more than is pending too."""
+    def creeping(pending, now, rule):
+        return Decision(0, now + 1e-9) if pending else Decision(0, math.inf)
+
+    r = check_next_batch(creeping)
+    out = capsys.readouterr().out
+    assert not r.passed and "还没把请求发完" in out, out
+    r = check_next_batch(lambda pending, now, rule: Decision(len(pending) + 1, now) if pending else Decision(0, math.inf))
+    out = capsys.readouterr().out
+    assert not r.passed and "你的函数却要发" in out, out
+
+
+def test_random_patterns_are_seeded_and_the_candidates_start_with_chapter_02() -> None:
+    from batchlab.labs.record_lab2 import candidates, random_patterns
+
+    assert random_patterns(0, 5) == random_patterns(0, 5) != random_patterns(1, 5)
+    service = service_table(load_recorded()["service_ms"])
+    names = [p.name[0] for p in candidates(service, count=4)]
+    assert names[:6] == list("ABCDEF")

@@ -55,13 +55,15 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
             '    return None', '    client.infer("embed", [inp])', "异常没有被接住"),
     }},
     "lab2": {"wrong": {
-        1: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
+        1: ("send = preferred if preferred and not expired else", "send = preferred if preferred else",
+            "延时过期后你还在按偏好批大小切"),
+        2: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
             "pass", "preferred_batch_size 不对"),
-        3: ('"p95_ms": s["latency_ms"]["p95"] + overhead_ms', '"p95_ms": s["latency_ms"]["p95"]', "少了 overhead_ms"),
-        4: ('feasible = [r for r in rows if r["p95_ms"] <= slo_ms]', 'feasible = [r for r in rows if r["p95_ms"] < slo_ms]',
+        4: ('"p95_ms": s["latency_ms"]["p95"] + overhead_ms', '"p95_ms": s["latency_ms"]["p95"]', "少了 overhead_ms"),
+        5: ('feasible = [r for r in rows if r["p95_ms"] <= slo_ms]', 'feasible = [r for r in rows if r["p95_ms"] < slo_ms]',
             "<="),
     }, "wrong2": {
-        2: ('"p95_ms": report.latency_ms()["p95"]', '"p95_ms": report.latency_ms()["p95"] / 1000', "单位是毫秒吗"),
+        3: ('"p95_ms": report.latency_ms()["p95"]', '"p95_ms": report.latency_ms()["p95"] / 1000', "单位是毫秒吗"),
     }},
     "lab3": {"wrong": {
         1: ("sequence_start=start, sequence_end=end)", "sequence_start=start, sequence_end=False)", "序列没有结束"),

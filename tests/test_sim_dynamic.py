@@ -311,3 +311,25 @@ def test_empty_and_single_request():
     res = simulate_dynamic([0.5], Affine(100, 0), 4)
     s = res.summary(warmup=0)
     assert s["latency_ms"]["mean"] == pytest.approx(0.1)
+
+
+def test_a_pluggable_decision_drives_the_event_engine() -> None:
+    """`decide` replaces `next_batch` in the event driver (Lab 2 plugs the learner's rule in): the
+    course's rule passed as another function gives the same schedule, another rule another one, and
+    a decision that cannot be carried out is named instead of stalling the run."""
+    from batchlab.sim.rule import Decision, next_batch
+
+    arrivals = np.sort(np.random.default_rng(3).uniform(0, 0.2, 60))
+    svc = Affine(2000, 500)
+    base = simulate_dynamic(arrivals, svc, 8, max_queue_delay_us=5000, preferred_batch_sizes=(4,), warmup=0.0)
+    same = simulate_dynamic(arrivals, svc, 8, max_queue_delay_us=5000, preferred_batch_sizes=(4,), warmup=0.0,
+                            decide=lambda pending, now, rule: next_batch(pending, now, rule))
+    assert np.array_equal(base.batches["size"], same.batches["size"])
+    assert np.allclose(base.records["finish"], same.records["finish"])
+    alone = simulate_dynamic(arrivals, svc, 8, max_queue_delay_us=5000, warmup=0.0,
+                             decide=lambda pending, now, rule: Decision(1, now))
+    assert set(alone.batches["size"].tolist()) == {1}
+    with pytest.raises(ValueError, match="forever"):
+        simulate_dynamic(arrivals, svc, 8, warmup=0.0, decide=lambda pending, now, rule: Decision(0, now))
+    with pytest.raises(ValueError, match="fast engine"):
+        simulate_dynamic(arrivals, svc, 8, engine="fast", decide=lambda pending, now, rule: Decision(1, now))

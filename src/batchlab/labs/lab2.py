@@ -1,5 +1,6 @@
-"""Checks of Lab 2 (拼锅): the dynamic_batching block, the measured sweep, the simulator's
-prediction of it, and the choice of the best configuration under a p95 SLO."""
+"""Checks of Lab 2 (拼锅): the dynamic batcher's decision written by the learner (replayed on batches
+recorded from the real server), the dynamic_batching block, the measured sweep, the simulator's
+prediction of it with the learner's rule plugged in, and the best configuration under a p95 SLO."""
 
 from __future__ import annotations
 
@@ -7,14 +8,182 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 from batchlab.config_pbtxt import load_config_text
+from batchlab.course.tuning import unit_arrivals
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.sim import Affine
+from batchlab.labs.record_lab2 import load as load_recorded, pattern_of, service_table
+from batchlab.probe import simulate_pattern
+from batchlab.sim import Affine, simulate_dynamic
+from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
 
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
 
-@check("lab2.q1", points=4, title="写 dynamic_batching 块")
+# ---------------------------------------------------------------- question 1: the decision itself
+
+class _BadDecision(Exception):
+    """The learner's decision cannot be carried out (the message says why, in Chinese)."""
+
+
+#: Calls of the learner's decision allowed per request of a replayed pattern (a wake-up that keeps
+#: asking again a hair later would otherwise run for ever).
+_CALLS_PER_REQUEST = 200
+
+
+def _guarded(fn: Callable[..., Any], limit: int) -> Callable[..., Decision]:
+    """``fn`` as the simulator's decision: each answer checked, at most ``limit`` calls."""
+    calls = [0]
+
+    def decide(pending: list[QueuedRequest], now: float, rule: BatchRule) -> Decision:
+        calls[0] += 1
+        if calls[0] > limit:
+            raise _BadDecision(f"被问了 {limit} 次还没把请求发完：返回 send=0 时，wake_at 要给出真正会到的时刻"
+                               "（最老请求的到达时间 + max_queue_delay），不要每次只往后挪一点点")
+        out = fn(pending, now, rule)
+        send, wake_at = _decision(out)
+        if send is None:
+            raise _BadDecision(f"应返回 Decision(send, wake_at)，收到的是 {out!r}"[:200])
+        if not 0 <= send <= len(pending):
+            raise _BadDecision(f"队列里有 {len(pending)} 个请求，你的函数却要发 send={send} 个")
+        if sum(r.elements for r in pending[:send]) > rule.max_batch_size:
+            raise _BadDecision(f"要发的前 {send} 个请求共 {sum(r.elements for r in pending[:send])} 个批元素，"
+                               f"超过了 max_batch_size = {rule.max_batch_size}")
+        if send == 0 and not wake_at > now:
+            raise _BadDecision(f"now = {now:.4f} s 时返回了 Decision(0, {wake_at!r})：不发，又要求在此刻或更早再问，"
+                               "批处理器会原地打转。" + (f"这里 max_queue_delay = 0：延时为 0 时不等，能装下的立即全发"
+                                                         if rule.delay_s == 0 else
+                                                         "等待时 wake_at 是最老请求的到达时间 + max_queue_delay"))
+        return Decision(send, wake_at)
+
+    return decide
+
+
+def _decision(out: Any) -> tuple[int | None, float]:
+    try:
+        send, wake_at = out
+        return int(send), float(wake_at)
+    except (TypeError, ValueError):
+        return None, math.nan
+
+
+def replay_batches(fn: Callable[..., Any], index: int) -> dict[str, Any]:
+    """The batches ``fn`` (a `next_batch`) forms on recorded pattern ``index`` in the simulator
+    (`batchlab.probe.simulate_pattern`'s event driver, the recorded service times): ``batches`` in
+    the order they were sent, ``unsent`` the requests never sent, or ``error`` (Chinese)."""
+    data = _replay_data()
+    pattern = pattern_of(data["patterns"][index])
+    try:
+        out = simulate_pattern(pattern, service_table(data["service_ms"]),
+                               decide=_guarded(fn, _CALLS_PER_REQUEST * pattern.n))
+    except _BadDecision as exc:
+        return {"error": str(exc)}
+    sizes = [int(b) for b in out.extra["result"].batches["size"]]
+    return {"batches": sizes, "unsent": pattern.n - sum(sizes)}
+
+
+_DATA: list[dict[str, Any]] = []
+
+
+def _replay_data() -> dict[str, Any]:
+    if not _DATA:
+        _DATA.append(load_recorded())
+    return _DATA[0]
+
+
+def recorded_patterns() -> list[dict[str, Any]]:
+    """The recorded patterns the check replays: ``name``, ``note``, ``arrivals_s``, the settings and
+    the ``batches`` the real server formed (`batchlab.labs.record_lab2`)."""
+    return [dict(p) for p in _replay_data()["patterns"]]
+
+
+def _ask(g: Grader, fn: Callable[..., Any], arrivals: Sequence[float], now: float, rule: BatchRule,
+         elements: Sequence[int] | None = None) -> tuple[int, float]:
+    pending = [QueuedRequest(a, int(e), 1, i)
+               for i, (a, e) in enumerate(zip(arrivals, elements or [1] * len(arrivals)))]
+    out = g.call(fn, pending, now, rule)
+    send, wake_at = _decision(out)
+    if send is None:
+        g.fail(f"next_batch 应返回 Decision(send, wake_at)（两个数），收到的是 {out!r}"[:240])
+    return send, wake_at
+
+
+def _rule_text(rule: BatchRule) -> str:
+    return (f"max_batch_size {rule.max_batch_size}、preferred {list(rule.preferred) or '[]'}、"
+            f"max_queue_delay {rule.max_queue_delay_us / 1000:g} ms")
+
+
+def _same_time(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
+
+
+@check("lab2.q1", points=9, title="写出动态批处理器的决定 next_batch", shortcuts=(next_batch,))
+def check_next_batch(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(pending, now, rule) -> Decision(send, wake_at)`: five crafted queues aimed at the typical
+    mistakes, then the recorded real-server patterns replayed through the simulator with `fn`."""
+    # 1. Waiting: the deadline runs from the oldest request (the head), not the newest.
+    rule = BatchRule(8, (), 150_000)
+    send, wake = _ask(g, fn, [0.0, 0.02, 0.05], 0.06, rule)
+    g.expect(send == 0 and _same_time(wake, 0.15),
+             "没凑满、延时未到：等，wake_at = 最老请求的到达 + max_queue_delay",
+             f"3 个请求在 0、20、50 ms 到达，now = 60 ms，{_rule_text(rule)}：应返回 Decision(0, 0.15)（等到最老的请求满 150 ms），"
+             f"你的是 Decision({send}, {wake:g})" + (
+                 "：延时从最老的请求（队首）算起，不是最新的" if send == 0 and _same_time(wake, 0.2) else
+                 "：还没凑到偏好的批大小（没设时就是 max_batch_size），延时也没到，要等" if send else ""))
+    # 2. Preferred sizes: the largest one reachable goes at once, within the delay.
+    rule = BatchRule(8, (4, 8), 150_000)
+    send, wake = _ask(g, fn, [0.0] * 7, 0.0, rule)
+    g.expect(send == 4, "7 条待发、preferred [4, 8]、延时未到：立即发能凑到的最大偏好批 4 条",
+             f"7 个请求同时到、{_rule_text(rule)}：Triton 立即发 4 条（能凑到的最大偏好批大小），你的是 send = {send}"
+             + ("：你的规则忽略了 preferred_batch_size——延时未到时，凑到某个偏好大小就立即下锅，不必等满延时"
+                if send in (0, 7) else ""))
+    # 3. After the delay: whatever fits goes, preferred sizes no longer cut the batch.
+    rule = BatchRule(16, (8,), 1_000)
+    send, wake = _ask(g, fn, [0.0] * 12, 0.02, rule)
+    g.expect(send == 12, "延时过期后不再按偏好批切：能装下的 12 条全发",
+             f"12 个请求在 0 时到达、now = 20 ms、{_rule_text(rule)}：最老的已等过 1 ms 的延时，Triton 把能装下的 12 条一起发，"
+             f"你的是 send = {send}" + ("：延时过期后你还在按偏好批大小切（Triton 那时跳过偏好规则，有多少发多少，"
+                                       "不超过 max_batch_size）" if send == 8 else ""))
+    # 4. The batch is the front of the queue, counted in batch elements.
+    rule = BatchRule(8)
+    send, wake = _ask(g, fn, [0.0, 0.0, 0.0], 0.0, rule, elements=[5, 4, 2])
+    g.expect(send == 1, "按批元素计数，批总是队首的若干个请求：5 + 4 > 8，只发第 1 个",
+             f"3 个请求分别有 5、4、2 个批元素、{_rule_text(rule)}：5 + 4 = 9 超过 8，批停在第 1 个请求（send = 1），"
+             f"你的是 send = {send}" + {
+                 2: "：放不下的第 2 个请求被你跳过、让后面的请求插了队——但 send 数的是队首起的请求，批只能是队列最前面的若干个，"
+                    "遇到放不下的就停",
+                 3: "：你数的是请求数（3 ≤ 8），Triton 数的是批元素（request.elements 之和）"}.get(send, ""))
+    # 5. Delay 0: never wait.
+    rule = BatchRule(8)
+    send, wake = _ask(g, fn, [0.0, 0.0, 0.001], 0.001, rule)
+    g.expect(send == 3, "max_queue_delay = 0：不等，能装下的立即全发",
+             f"3 个请求待发、{_rule_text(rule)}：延时为 0 时不等，应立即发 3 条，你的是 Decision({send}, {wake:g})"
+             + ("：延时为 0 从不算「过期」（Triton 的 delay_is_exceeded 要求延时不为 0），要单独处理 delay == 0 的情况"
+                if send == 0 else ""))
+    # 6. The recorded patterns, replayed through the simulator with this decision.
+    data = _replay_data()
+    misses: dict[bool, list[str]] = {True: [], False: []}
+    for i, entry in enumerate(data["patterns"]):
+        got, raised = g.call_raw(replay_batches, fn, i)
+        chapter = not str(entry["name"]).startswith("R")  # crafted (A–F) or random (R…)
+        if raised is not None:
+            misses[chapter].append(f"模式「{entry['name']}」：调用 next_batch 时抛出了 {raised.short()}")
+            continue
+        got = got if isinstance(got, Mapping) else {}
+        if got.get("error"):
+            misses[chapter].append(f"模式「{entry['name']}」：{got['error']}")
+        elif list(got.get("batches", [])) != list(entry["batches"]) or got.get("unsent"):
+            unsent = f"，还有 {got['unsent']} 个请求一直没发出去（等待时 wake_at 对吗？）" if got.get("unsent") else ""
+            misses[chapter].append(f"模式「{entry['name']}」（{_rule_text(pattern_of(entry).settings)}）："
+                                   f"服务器组成的批是 {list(entry['batches'])}，你的规则给出 {list(got.get('batches', []))}{unsent}")
+    n_chapter = sum(1 for e in data["patterns"] if not str(e["name"]).startswith("R"))
+    n_random = len(data["patterns"]) - n_chapter
+    g.expect(not misses[True], f"{n_chapter} 个构造的模式（第 02 章的 A–E 等）：服务器组成的每一批你都预测对了",
+             f"构造的模式（第 02 章的 A–E 等）有 {len(misses[True])} 个没对上：" + "；".join(misses[True][:2]), points=2)
+    g.expect(not misses[False], f"{n_random} 个随机模式：服务器组成的每一批你都预测对了",
+             f"{n_random} 个随机模式里有 {len(misses[False])} 个没对上：" + "；".join(misses[False][:2]), points=2)
+
+
+@check("lab2.q2", points=4, title="写 dynamic_batching 块")
 def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_delay_us: int, preferred: tuple[int, ...]) -> str` (a `dynamic_batching { }` block)."""
     base = load_config_text("embed")
@@ -85,7 +254,7 @@ def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[st
     return found
 
 
-@check("lab2.q2", points=4, title="在真实服务器上扫描拼锅参数", after=(1,))
+@check("lab2.q3", points=4, title="在真实服务器上扫描拼锅参数", after=(2,))
 def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
                      preferred_sets: Sequence[Sequence[int]] | None = None, rate: float | None = None,
                      workspace: Any = None, model: str = "embed") -> None:
@@ -158,12 +327,19 @@ def _p95_hint(p: float, want: float, oh: float) -> str:
     return "到达要用同一条流：arrivals = unit_arrivals(3000, seed=0) / rate；p95 取 summary()['latency_ms']['p95']"
 
 
-@check("lab2.q3", points=3, title="用模拟器预测同一组扫描")
+def one_at_a_time(pending: Sequence[QueuedRequest], now: float, rule: BatchRule) -> Decision:
+    """A batcher that sends each request alone at once (the check's test that ``decide`` is used)."""
+    return Decision(1, now)
+
+
+@check("lab2.q4", points=4, title="把你的规则接进模拟器，预测同一组扫描")
 def check_predict_sweep(g: Grader, fn: Callable[..., Any]) -> None:
-    """`fn(service, rate, delays, preferred_sets, overhead_ms) -> rows` (n=3000, seed=0 Poisson)."""
+    """`fn(service, rate, delays, preferred_sets, overhead_ms, decide=...) -> rows` (n=3000, seed=0
+    Poisson): with the course's `next_batch` as ``decide`` (the learner's own is judged in question 1),
+    then with `one_at_a_time`, which must change the prediction."""
     problems = {"shape": "", "thr": "", "p95": ""}
     for (base_us, per_us), r, oh, want in _PREDICTION_CASES:
-        got = g.call(fn, Affine(base_us, per_us), r, PREDICTION_DELAYS, PREDICTION_PREFERRED, oh)
+        got = g.call(fn, Affine(base_us, per_us), r, PREDICTION_DELAYS, PREDICTION_PREFERRED, oh, decide=next_batch)
         rows = _check_rows(g, got, None, None, "predict_sweep 的结果")
         mine = {_row_key(x): x for x in rows}
         label = f"服务时间 {base_us / 1000:g} ms + {per_us / 1000:g} ms/行、{r:.0f} req/s"
@@ -182,9 +358,20 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any]) -> None:
     g.expect(not problems["shape"], "每个配置一行，键齐全", problems["shape"])
     g.expect(not problems["thr"], "预测的吞吐与参考模拟一致", problems["thr"])
     g.expect(not problems["p95"], "预测的 p95 与参考模拟一致（含客户端开销）", problems["p95"])
+    (base_us, per_us), r, oh, _ = _PREDICTION_CASES[0]
+    got = g.call(fn, Affine(base_us, per_us), r, PREDICTION_DELAYS[1:], PREDICTION_PREFERRED[:1], oh, decide=one_at_a_time)
+    rows = _check_rows(g, got, None, None, "predict_sweep 的结果")
+    arrivals = unit_arrivals(3000, seed=0) / r
+    want = simulate_dynamic(arrivals, Affine(base_us, per_us), 32, max_queue_delay_us=PREDICTION_DELAYS[1],
+                            decide=one_at_a_time).summary()
+    mb = _num(rows[0].get("mean_batch")) if len(rows) == 1 else None
+    g.expect(mb is not None and math.isclose(mb, want["batch_size_mean"], rel_tol=1e-6),
+             "换一个决定（每来一条就单独发）预测就跟着变：decide 确实接进了模拟器",
+             "把 decide 换成「每条单独发」的决定时，你的预测没有变（平均批应为 1.0）：把参数 decide 传给模拟器，"
+             "simulate_dynamic(..., decide=decide)，不要写死")
 
 
-@check("lab2.q4", points=3, title="p95 SLO 之下吞吐最高的配置")
+@check("lab2.q5", points=3, title="p95 SLO 之下吞吐最高的配置")
 def check_best_under_slo(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(rows, slo_ms) -> row | None`."""
     rows = [

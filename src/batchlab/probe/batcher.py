@@ -27,8 +27,8 @@ from batchlab.load.stats import read_stats, settle
 from batchlab.load.transport import infer_inputs
 from batchlab.probe.batch_time import _settled
 from batchlab.server import TritonServer
-from batchlab.sim.dynamic import simulate_rule
-from batchlab.sim.rule import BatchRule
+from batchlab.sim.dynamic import Decide, simulate_rule
+from batchlab.sim.rule import BatchRule, next_batch
 
 
 class ProbeError(RuntimeError):
@@ -97,10 +97,11 @@ class PatternOutcome:
         return batches_from_sizes(self.sizes)
 
 
-def simulate_pattern(pattern: Pattern, service: Any) -> PatternOutcome:
-    """The pattern through the simulator with the service model ``service``."""
+def simulate_pattern(pattern: Pattern, service: Any, decide: Decide = next_batch) -> PatternOutcome:
+    """The pattern through the simulator with the service model ``service``; ``decide`` takes the
+    batcher's decisions (default the course's `next_batch`; Lab 2 plugs in the learner's)."""
     a = np.asarray(pattern.arrivals_s, dtype=float)
-    res = simulate_rule(a, service, pattern.settings, warmup=0.0)
+    res = simulate_rule(a, service, pattern.settings, warmup=0.0, decide=decide)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
     sizes = [int(b["size"][r["batch_id"][i]]) for i in order]

@@ -19,10 +19,13 @@ import numpy as np
 from batchlab._validate import choice, integer, int_array, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
-from .rule import BatchRule, QueuedRequest, QueuePolicy, next_batch
+from .rule import BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
 from .service import BatchService, check_batch_service, service_times
 
 _FREE, _WAKE = 0, 1
+
+#: A batcher decision: ``decide(pending, now, rule) -> Decision`` (`next_batch` or a stand-in for it).
+Decide = Callable[[Sequence[QueuedRequest], float, BatchRule], Decision]
 
 
 def simulate_dynamic(
@@ -41,6 +44,7 @@ def simulate_dynamic(
     warmup: float = 0.1,
     engine: str = "auto",
     batch_elements: Sequence[int] | np.ndarray | None = None,
+    decide: Decide = next_batch,
 ) -> SimResult:
     """Simulate Triton's dynamic batcher on sorted ``arrivals`` (seconds).
 
@@ -48,7 +52,8 @@ def simulate_dynamic(
     of every priority level; ``priority_queue_policy`` overrides it per level. ``priorities``: each
     request's level (1 = highest). ``warmup``: fraction of requests `SimResult.summary` leaves out.
     ``batch_elements``: each request's batch dimension (default 1); batches are sized and priced in
-    elements (``batches["executed"]``; ``batches["size"]`` counts requests).
+    elements (``batches["executed"]``; ``batches["size"]`` counts requests). ``decide(pending, now,
+    rule) -> Decision``: the decision (default `next_batch`; another one runs on the event engine).
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
@@ -60,15 +65,17 @@ def simulate_dynamic(
     policies = _level_policies(default, max(levels, 1), priority_queue_policy)
     engine = choice("engine", engine, ("auto", "fast", "events"))
     elements = _batch_elements(batch_elements, rule.max_batch_size, a.size)
-    simple = len(policies) == 1 and policies[0].is_default and elements is None
+    if not callable(decide):
+        raise ValueError("decide must be a function decide(pending, now, rule) -> Decision")
+    simple = len(policies) == 1 and policies[0].is_default and elements is None and decide is next_batch
     if engine == "fast" and not simple:
-        raise ValueError("the fast engine handles one priority level, no queue-policy limits and one batch "
-                         "element per request; use engine='events'")
+        raise ValueError("the fast engine handles one priority level, no queue-policy limits, one batch "
+                         "element per request and the course's next_batch; use engine='events'")
     svc = _service_table(service, rule.max_batch_size)
     if engine == "fast" or (engine == "auto" and simple):
         rec, bat = _fast_records(a, svc, *run_fast(a, rule, svc.tolist(), k))
     else:
-        rec, bat = run_events(a, rule, _priced_by_elements(svc, elements), k, prio, policies, elements)
+        rec, bat = run_events(a, rule, _priced_by_elements(svc, elements), k, prio, policies, elements, decide)
     if prio is not None:
         rec["priority"] = prio
     cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
@@ -334,15 +341,17 @@ def run_events(
     priorities: np.ndarray | None,
     policies: list[QueuePolicy],
     batch_elements: np.ndarray | None = None,
+    decide: Decide = next_batch,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The general event-driven dynamic batcher: each request's priority level (None: all 1) and
     batch elements (None: 1), each level's queue policy; ``batch_time(ids)`` prices a batch from its
-    request indices (so `batchlab.sim.static_generation` reuses the loop)."""
+    request indices (so `batchlab.sim.static_generation` reuses the loop); ``decide`` takes the
+    decisions (default `next_batch`)."""
     total = arrivals.size
     level = priorities.tolist() if priorities is not None else [1] * total
     elements = batch_elements.tolist() if batch_elements is not None else [1] * total
     requests = [QueuedRequest(arrival, elements[i], level[i], i) for i, arrival in enumerate(arrivals.tolist())]
-    driver = _EventDriver(rule, batch_time, instances, PriorityQueue(policies), _Log(total))
+    driver = _EventDriver(rule, batch_time, instances, PriorityQueue(policies), _Log(total), decide)
     following = 0  # the next request to arrive
     while True:
         now = min(requests[following].arrival if following < total else INF, driver.events.peek_time())
@@ -363,8 +372,9 @@ class _EventDriver:
     """The state of an event-driven run: the queue, idle instances, pending events and the log."""
 
     def __init__(self, rule: BatchRule, batch_time: Callable[[list[int]], float], instances: int,
-                 queue: PriorityQueue, log: _Log) -> None:
+                 queue: PriorityQueue, log: _Log, decide: Decide = next_batch) -> None:
         self.rule = rule
+        self.decide = decide
         self.batch_time = batch_time
         self.queue = queue
         self.log = log
@@ -385,12 +395,15 @@ class _EventDriver:
             self.log.finish[request.id] = request.arrival
 
     def dispatch(self, now: float) -> None:
-        """While an instance is idle, ask `next_batch` and send the batch, or schedule a wake-up."""
+        """While an instance is idle, ask `next_batch` (``decide``) and send the batch, or schedule a wake-up."""
         while self.idle and self.queue.size:
             self.queue.expire(now)
             if not self.queue.size:
                 return
-            decision = next_batch(self.queue, now, self.rule)
+            if self.decide is next_batch:
+                decision = next_batch(self.queue, now, self.rule)
+            else:  # another decision sees a list of its own and may answer wrongly: say how
+                decision = _checked(self.decide(list(self.queue), now, self.rule), now, self.queue.size)
             if decision.send == 0:
                 # a timeout never makes a batch due, so waking at arrivals and deadlines is enough
                 if decision.wake_at < self.wake_at or self.wake_at <= now:
@@ -402,3 +415,18 @@ class _EventDriver:
             end = now + self.batch_time([request.id for request in members])
             self.log.batch(members, now, end, instance)
             self.events.push(end, _FREE, instance)
+
+
+def _checked(decision: Any, now: float, pending: int) -> Decision:
+    """``decision`` as a `Decision`; ValueError when it cannot be carried out (or would stall the run)."""
+    try:
+        send, wake_at = decision
+        send, wake_at = int(send), float(wake_at)
+    except (TypeError, ValueError):
+        raise ValueError(f"decide must return Decision(send, wake_at), got {decision!r}"[:300]) from None
+    if not 0 <= send <= pending:
+        raise ValueError(f"decide returned send={send} with {pending} request(s) pending")
+    if send == 0 and not wake_at > now:
+        raise ValueError(f"decide returned send=0 and wake_at={wake_at!r} <= now={now!r}: the batcher "
+                         "would ask again at once, forever")
+    return Decision(send, wake_at)
