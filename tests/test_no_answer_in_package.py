@@ -23,7 +23,7 @@ from batchlab.labs import lab1, lab2, lab3, lab4, lab5, lab6
 CHECKS = [
     (lab1.check_config_summary, 1), (lab1.check_batch_summary, 1), (lab1.check_metric_value, 3),
     (lab2.check_dynamic_batching_block, 2), (lab2.check_predict_sweep, 5), (lab2.check_best_under_slo, 2),
-    (lab3.check_oldest_block, 3), (lab4.check_admit, 4), (lab4.check_eta, 2), (lab4.check_with_limits, 3),
+    (lab3.check_oldest_block, 3), (lab3.check_assign, 2), (lab4.check_admit, 4), (lab4.check_eta, 2), (lab4.check_with_limits, 3),
     (lab5.check_burst, 6), (lab5.check_guard_block, 2), (lab5.check_priority_block, 1),
     (lab5.check_counter_rates, 2), (lab6.check_roofline_time, 5), (lab6.check_ridge_batch, 3),
     (lab6.check_knee, 2),
