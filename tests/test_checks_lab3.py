@@ -14,7 +14,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from batchlab.labs import labkit, record_lab3
-from batchlab.labs.lab3 import check_abandoned, check_assign, check_oldest_block, check_run_sequences, check_step
+from batchlab.labs.lab3 import (check_abandoned, check_assign, check_oldest_block, check_release, check_run_sequences,
+                                check_step)
 from batchlab.lm import encode
 from lab_solutions import solution_path
 
@@ -115,14 +116,32 @@ def test_abandoned(grpc, capsys) -> None:
 # ---------------------------------------------------------------- question 5: direct's slot assignment
 # (no server: the check replays the timelines recorded by batchlab.labs.record_lab3)
 
-def _assign(old: str = "", new: str = ""):
+def _answers(old: str = "", new: str = "") -> dict:
     """The solution's `assign`, with `old` replaced by `new` in its source (a planted mistake)."""
     nb = json.loads(solution_path("lab3").read_text(encoding="utf-8"))
-    src = next("".join(c["source"]) for c in nb["cells"] if "def assign(" in "".join(c["source"]))
+    src = "import heapq\nfrom collections import deque\n" + "\n".join(
+        "".join(c["source"]) for c in nb["cells"] if "def assign(" in "".join(c["source"]) or "def release(" in "".join(c["source"]))
     assert old in src
     ns: dict = {}
     exec(src.replace(old, new), ns)
-    return ns["assign"]
+    return ns
+
+
+def _assign(old: str = "", new: str = ""):
+    """The solution's `assign` (and the `release` it calls), with `old` replaced by `new`."""
+    return _answers(old, new)["assign"]
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("", "", None),
+    ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
+    ("heapq.heappush(free, slot)", "free.append(slot)", "heapq.heappush(free, slot)"),
+    ("slot = slot_of.pop(seq)", "slot = slot_of[seq]", "slot_of.pop(seq)"),
+])
+def test_release(old, new, needle, capsys) -> None:
+    r = check_release(_answers(old, new)["release"])
+    out = capsys.readouterr().out
+    assert r.passed if needle is None else (not r.passed and needle in out), out
 
 
 def test_assign_solution_and_recorded_data(capsys) -> None:
@@ -136,13 +155,10 @@ def test_assign_solution_and_recorded_data(capsys) -> None:
 
 @pytest.mark.parametrize("old,new,needle", [
     ("heapq.heappush(free, slot)", "free.append(slot)", "编号最低的空槽位"),
-    ("nxt = backlog.popleft()", "nxt = backlog.pop()", "不要让后来的序列插队"),
-    ('if kind == "end":            # END', 'if kind in ("end", "step"):            # END', "中间一步（step）跑完并不让出槽位"),
-    ("            if seq in slot_of:\n                release(seq)\n            continue",
-     "            out[i] = slot_of.get(seq)\n            if seq in slot_of:\n                release(seq)\n            continue",
-     "空闲超时的事件你给了槽位"),
-    ("            if seq in slot_of:\n                release(seq)\n            continue", "            continue",
-     "槽位确实被收回了"),
+    ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
+    ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "中间一步（step）跑完并不让出槽位"),
+    ('if kind != "idle":', "if True:", "空闲超时的事件你给了槽位"),
+    ('if kind in ("end", "idle"):', 'if kind == "end":', "槽位确实被收回了"),
 ])
 def test_assign_mistakes_are_named(old, new, needle, capsys) -> None:
     r = check_assign(_assign(old, new))

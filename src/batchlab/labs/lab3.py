@@ -1,11 +1,14 @@
 """Checks of Lab 3 (同锅同煮，有状态): one sequence step, the client loop over several sequences,
 the `oldest` strategy block, an abandoned sequence after the idle timeout, and the `direct` slot
-assignment written by the learner (crafted timelines, then timelines recorded from the real server)."""
+assignment written by the learner (its release step, then crafted timelines and timelines recorded
+from the real server)."""
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
+from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -170,7 +173,29 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
     g.expect(g.observe(lambda: _needs_start(client, model, sid)), "序列的槽位已被收回", "这条序列似乎还活着：空闲时间够长吗？")
 
 
-# ---------------------------------------------------------------- question 5: direct's slot assignment
+# ---------------------------------------------------------------- questions 5-6: direct's slot assignment
+
+@check("lab3.q5", points=3, title="让出槽位：release")
+def check_release(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(seq, slot_of, free, backlog, out)` frees ``seq``'s slot in place: the head of ``backlog``
+    (``(seq, event index)`` pairs) takes it, else it goes back on the heap ``free``."""
+    slot_of, free, backlog, out = {0: 0, 1: 1, 2: 2}, [], deque([(3, 7), (4, 9)]), [None] * 10
+    g.call(fn, 1, slot_of, free, backlog, out)
+    g.expect(slot_of.get(3) == 1 and out[7] == 1 and list(backlog) == [(4, 9)],
+             "槽位 1 空出：积压队列里最早的序列 3 接手，它在第 7 个事件发出的 START 跑在槽位 1",
+             f"序列 3、4 先后在积压队列里等，序列 1 让出槽位 1：应由序列 3 接手（slot_of[3] = 1、out[7] = 1，队列剩 [(4, 9)]），"
+             f"你的是 slot_of = {slot_of}、out[7] = {out[7]}、backlog = {list(backlog)}"
+             + ("：不要让后来的序列插队——积压队列先进先出，用 backlog.popleft()" if slot_of.get(4) == 1 else ""))
+    g.expect(1 not in slot_of, "让出槽位的序列不再占着它", "序列 1 让出槽位后还在 slot_of 里：要把它删掉（slot_of.pop(seq)）")
+    slot_of, free, backlog = {0: 0, 1: 1, 2: 2}, [], deque()
+    for seq in (2, 0, 1):
+        g.call(fn, seq, slot_of, free, backlog, [None] * 4)
+    lowest = heapq.heappop(free) if free and all(isinstance(x, int) for x in free) else None
+    g.expect(lowest == 0 and not slot_of, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
+             f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 给出 {lowest}："
+             "空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位（不是最先或最后空出的那个）")
+
+
 
 def _ev(text: str) -> list[tuple[int, str]]:
     """'0s 1s 0e 2i 1p' -> [(0, "start"), (1, "start"), (0, "end"), (2, "idle"), (1, "step")]."""
@@ -209,7 +234,7 @@ def _first_diff(events: list[tuple[int, str]], want: list[Any], got: list[Any]) 
     return f"第 {i + 1} 个事件（序列 {seq} 的 {kind}）应在槽位 {want[i]}，你的是 {got[i]}"
 
 
-@check("lab3.q5", points=8, title="direct：给每个请求分配槽位",
+@check("lab3.q6", points=8, title="direct：给每个请求分配槽位",
        shortcuts=(SequenceSlots.arrive, SequenceSlots.release, SequenceSlots.take, reference_slots))
 def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(events, n_slots) -> [slot or None per event]`: four crafted timelines aimed at the typical
@@ -217,8 +242,9 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
     for n, text, good, hint in _CRAFTED:
         events = _ev(text)
         want, got = reference_slots(events, n), _slots_of(g, fn, events, n)
-        if isinstance(got, str):
-            g.fail(got)
+        if isinstance(got, str):  # it raised or answered no list: the hint still names the likely mistake
+            g.expect(False, good, f"{n} 个槽位、事件 {text}：{got}。这条时间线考的是：{hint}")
+            continue
         idle_slot = [x for (s, k), x in zip(events, got) if k == "idle" and x is not None]
         g.expect(got == want, good, f"{n} 个槽位、事件 {text}：应得到 {want}，你的是 {got}。{_first_diff(events, want, got)}："
                  + ("空闲超时的事件你给了槽位——" if idle_slot else "") + hint if got != want else "")
