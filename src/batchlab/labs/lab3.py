@@ -175,26 +175,35 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
 
 # ---------------------------------------------------------------- questions 5-6: direct's slot assignment
 
+def _released(fn: Callable[..., Any], seqs: Sequence[int], slot_of: dict, backlog: Sequence, n_out: int) -> list:
+    """Run ``fn`` (a `release`) for each of ``seqs`` on fresh structures (no free slot to start with)
+    and return what it left in them: [sorted slot_of items, free, backlog, out] (the recorded value)."""
+    slot_of, free, queue, out = dict(slot_of), [], deque(backlog), [None] * n_out
+    for seq in seqs:
+        fn(seq, slot_of, free, queue, out)
+    return [sorted([int(k), v] for k, v in slot_of.items()), list(free),
+            [list(x) if isinstance(x, (tuple, list)) else x for x in queue], out]
+
+
 @check("lab3.q5", points=3, title="让出槽位：release")
 def check_release(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(seq, slot_of, free, backlog, out)` frees ``seq``'s slot in place: the head of ``backlog``
     (``(seq, event index)`` pairs) takes it, else it goes back on the heap ``free``."""
-    slot_of, free, backlog, out = {0: 0, 1: 1, 2: 2}, [], deque([(3, 7), (4, 9)]), [None] * 10
-    g.call(fn, 1, slot_of, free, backlog, out)
-    g.expect(slot_of.get(3) == 1 and out[7] == 1 and list(backlog) == [(4, 9)],
+    state = g.call(_released, fn, [1], {0: 0, 1: 1, 2: 2}, [(3, 7), (4, 9)], 10)
+    slot_of, free, backlog, out = state
+    held = {k: v for k, v in slot_of}
+    g.expect(held.get(3) == 1 and out[7] == 1 and backlog == [[4, 9]],
              "槽位 1 空出：积压队列里最早的序列 3 接手，它在第 7 个事件发出的 START 跑在槽位 1",
              f"序列 3、4 先后在积压队列里等，序列 1 让出槽位 1：应由序列 3 接手（slot_of[3] = 1、out[7] = 1，队列剩 [(4, 9)]），"
-             f"你的是 slot_of = {slot_of}、out[7] = {out[7]}、backlog = {list(backlog)}"
-             + ("：不要让后来的序列插队——积压队列先进先出，用 backlog.popleft()" if slot_of.get(4) == 1 else ""))
-    g.expect(1 not in slot_of, "让出槽位的序列不再占着它", "序列 1 让出槽位后还在 slot_of 里：要把它删掉（slot_of.pop(seq)）")
-    slot_of, free, backlog = {0: 0, 1: 1, 2: 2}, [], deque()
-    for seq in (2, 0, 1):
-        g.call(fn, seq, slot_of, free, backlog, [None] * 4)
-    lowest = heapq.heappop(free) if free and all(isinstance(x, int) for x in free) else None
+             f"你的是 slot_of = {held}、out[7] = {out[7]}、backlog = {backlog}"
+             + ("：不要让后来的序列插队——积压队列先进先出，用 backlog.popleft()" if held.get(4) == 1 else ""))
+    g.expect(1 not in held, "让出槽位的序列不再占着它", "序列 1 让出槽位后还在 slot_of 里：要把它删掉（slot_of.pop(seq)）")
+    slot_of, free, _, _ = g.call(_released, fn, [2, 0, 1], {0: 0, 1: 1, 2: 2}, [], 4)
+    free = [x for x in free if isinstance(x, int)]
+    lowest = heapq.heappop(free) if free else None
     g.expect(lowest == 0 and not slot_of, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
              f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 给出 {lowest}："
              "空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位（不是最先或最后空出的那个）")
-
 
 
 def _ev(text: str) -> list[tuple[int, str]]:
