@@ -1,6 +1,6 @@
-"""Record the slot timelines Lab 3's first check replays: control-input sequences sent to the real
-server's ``lm_step`` (``direct``, reloaded with 2–4 slots), with the batch slot (output SLOT) each
-request ran in (``python -m batchlab.labs.record_lab3`` re-records them on this machine).
+"""Record the slot timelines Lab 3's slot-assignment check (question 6) replays: control-input
+sequences sent to the real server's ``lm_step`` (``direct``, reloaded with 2–4 slots), with the batch
+slot (output SLOT) each request ran in (``python -m batchlab.labs.record_lab3`` re-records them on this machine).
 
 A timeline is a list of events ``(seq, kind)``: "start" (the first request, with START), "step",
 "end" (with END) and "idle" (the sequence goes silent past ``max_sequence_idle_microseconds``: no
@@ -61,7 +61,8 @@ def reference_slots(events: Sequence[Sequence[Any]], n_slots: int) -> list[int |
 
 def random_timelines(seed: int = 0, count: int = 12) -> list[dict[str, Any]]:
     """``count`` timelines drawn from ``seed``: 2–4 slots, up to 7 sequences that start, step, end or
-    go idle; a backlogged sequence waits at most 3 events; every sequence ends or goes idle."""
+    go idle; no sequence starts once the backlog has waited 3 events, nor while 2 wait; every
+    sequence ends or goes idle (an idle only with an empty backlog: the wait outlasts the timeout)."""
     rng = np.random.default_rng(seed)
     out = []
     for k in range(count):
@@ -120,7 +121,6 @@ def record_once(client: Any, model: str, timeline: dict[str, Any], base: int) ->
     slots: list[Any] = [None] * len(timeline["events"])
     last: dict[int, float] = {}
     holding: set[int] = set()
-    first: dict[int, int] = {}
 
     def collect(until: float) -> None:
         while (left := until - time.monotonic()) > 0:
@@ -151,7 +151,6 @@ def record_once(client: Any, model: str, timeline: dict[str, Any], base: int) ->
                 keep_alive()
                 collect(min(end, time.monotonic() + 0.1))
             continue
-        first.setdefault(seq, i)
         last[seq] = time.monotonic()
         if kind == "end":
             holding.discard(seq)
