@@ -3,6 +3,7 @@ lm_step_idle with a 0.5 s one for the abandoned-sequence question (as the lab se
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,9 +13,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from batchlab.labs import labkit
-from batchlab.labs.lab3 import check_abandoned, check_oldest_block, check_run_sequences, check_step
+from batchlab.labs import labkit, record_lab3
+from batchlab.labs.lab3 import (check_abandoned, check_assign, check_oldest_block, check_release, check_run_sequences,
+                                check_step)
 from batchlab.lm import encode
+from lab_solutions import solution_path
 
 pytestmark = pytest.mark.server
 
@@ -108,3 +111,63 @@ def test_abandoned(grpc, capsys) -> None:
     r = check_abandoned(probe, client=grpc, model="lm_step_idle", idle_s=0.05)  # too short: the step succeeds
     assert r.score == 0 and "空闲" in capsys.readouterr().out
     time.sleep(1.2)
+
+
+# ---------------------------------------------------------------- question 5: direct's slot assignment
+# (no server: the check replays the timelines recorded by batchlab.labs.record_lab3)
+
+def _answers(old: str = "", new: str = "") -> dict:
+    """The solution's `assign`, with `old` replaced by `new` in its source (a planted mistake)."""
+    nb = json.loads(solution_path("lab3").read_text(encoding="utf-8"))
+    src = "import heapq\nfrom collections import deque\n" + "\n".join(
+        "".join(c["source"]) for c in nb["cells"] if "def assign(" in "".join(c["source"]) or "def release(" in "".join(c["source"]))
+    assert old in src
+    ns: dict = {}
+    exec(src.replace(old, new), ns)
+    return ns
+
+
+def _assign(old: str = "", new: str = ""):
+    """The solution's `assign` (and the `release` it calls), with `old` replaced by `new`."""
+    return _answers(old, new)["assign"]
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("", "", None),
+    ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
+    ("heapq.heappush(free, slot)", "free.append(slot)", "heapq.heappush(free, slot)"),
+    ("slot = slot_of.pop(seq)", "slot = slot_of[seq]", "slot_of.pop(seq)"),
+])
+def test_release(old, new, needle, capsys) -> None:
+    r = check_release(_answers(old, new)["release"])
+    out = capsys.readouterr().out
+    assert r.passed if needle is None else (not r.passed and needle in out), out
+
+
+def test_assign_solution_and_recorded_data(capsys) -> None:
+    assert check_assign(_assign()).passed
+    data = record_lab3.load()
+    assert len(data["timelines"]) >= 6 and any(("idle" in (k for _, k in t["events"])) for t in data["timelines"])
+    for t in data["timelines"]:  # the server's slots are chapter 03's SequenceSlots'
+        assert record_lab3.reference_slots(t["events"], t["n_slots"]) == t["slots"], t["name"]
+    assert {t["n_slots"] for t in data["timelines"]} >= {2, 3, 4}
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("heapq.heappush(free, slot)", "free.append(slot)", "编号最低的空槽位"),
+    ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
+    ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "中间一步（step）跑完并不让出槽位"),
+    ('if kind != "idle":', "if True:", "空闲超时的事件你给了槽位"),
+    ('if kind in ("end", "idle"):', 'if kind == "end":', "槽位确实被收回了"),
+])
+def test_assign_mistakes_are_named(old, new, needle, capsys) -> None:
+    r = check_assign(_assign(old, new))
+    out = capsys.readouterr().out
+    assert not r.passed and needle in out and r.score >= 3, out
+
+
+def test_assign_shortcut_and_wrong_type(capsys) -> None:
+    r = check_assign(lambda events, n: record_lab3.reference_slots(events, n))
+    assert r.score == 0 and "现成的" in capsys.readouterr().out
+    r = check_assign(lambda events, n: [{"wrong": 1}])
+    assert r.score == 0 and "列表" in capsys.readouterr().out

@@ -69,9 +69,11 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         1: ("sequence_start=start, sequence_end=end)", "sequence_start=start, sequence_end=False)", "序列没有结束"),
         3: ('lines.append(f"    max_queue_delay_microseconds: {int(delay_us)}")',
             'lines.append(f"    max_queue_delay_microseconds: {int(delay_us) / 1000}")', "不是整数"),
+        5: ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
     }, "wrong2": {
         2: ("sid = first_id + i", "sid = first_id", "序列 ID 混用"),
         4: ("time.sleep(idle_s)", "time.sleep(0.01)", "函数返回了 None"),
+        6: ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "中间一步（step）跑完并不让出槽位"),
     }},
     "lab4": {"wrong": {
         1: ("kv_token_budget:\n            break", "kv_token_budget:\n            continue", "插了队"),

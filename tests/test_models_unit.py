@@ -159,6 +159,8 @@ def test_lm_step_keeps_state_per_sequence_and_frees_it_at_end():
     assert out[0].output("TOKEN").item() == 0 and not out[0].has_error()
     got_a, got_b = [out[1].output("TOKEN").item()], [out[2].output("TOKEN").item()]
     assert out[1].output("BATCH_SIZE").item() == 2 and out[1].output("LIVE_SEQUENCES").item() == 2
+    # SLOT: each request's position in the execution, the padding slot 0 included (direct: its batch slot)
+    assert [r.output("SLOT").item() for r in out] == [0, 1, 2]
     out = model.execute([step_request(2, None), step_request(1, None)])
     got_b.append(out[0].output("TOKEN").item())
     got_a.append(out[1].output("TOKEN").item())

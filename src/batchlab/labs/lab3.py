@@ -1,10 +1,14 @@
-"""Checks of Lab 3 (同锅同煮，有状态): one sequence step, the client loop over several
-sequences, the `oldest` strategy block, and an abandoned sequence after the idle timeout."""
+"""Checks of Lab 3 (同锅同煮，有状态): one sequence step, the client loop over several sequences,
+the `oldest` strategy block, an abandoned sequence after the idle timeout, and the `direct` slot
+assignment written by the learner (its release step, then crafted timelines and timelines recorded
+from the real server)."""
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
+from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -13,7 +17,9 @@ from tritonclient.utils import InferenceServerException
 from batchlab.config_pbtxt import load_config_text
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
+from batchlab.labs.record_lab3 import load as load_recorded, reference_slots
 from batchlab.lm import ToyLM, encode, generate
+from batchlab.sim.slots import SequenceSlots
 
 STEP_KEYS = ("token", "length", "batch_size", "live", "t")
 _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from the lab's)
@@ -169,3 +175,114 @@ def check_abandoned(g: Grader, fn: Callable[..., Any], client: Any = None, model
     g.expect("START" in (msg or ""), "服务器已经放弃了这条序列：它要求重新从 START 开始",
              f"错误信息应说明序列要重新 START（服务器说：{(msg or '')[:120]}）")
     g.expect(g.observe(lambda: _needs_start(client, model, sid)), "序列的槽位已被收回", "这条序列似乎还活着：空闲时间够长吗？")
+
+
+# ---------------------------------------------------------------- questions 5-6: direct's slot assignment
+
+def _released(fn: Callable[..., Any], seqs: Sequence[int], slot_of: dict, backlog: Sequence, n_out: int) -> list:
+    """Run ``fn`` (a `release`) for each of ``seqs`` on fresh structures (no free slot to start with)
+    and return what it left in them: [sorted slot_of items, free, backlog, out] (the recorded value)."""
+    slot_of, free, queue, out = dict(slot_of), [], deque(backlog), [None] * n_out
+    for seq in seqs:
+        fn(seq, slot_of, free, queue, out)
+    return [sorted([int(k), v] for k, v in slot_of.items()), list(free),
+            [list(x) if isinstance(x, (tuple, list)) else x for x in queue], out]
+
+
+@check("lab3.q5", points=3, title="让出槽位：release")
+def check_release(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(seq, slot_of, free, backlog, out)` frees ``seq``'s slot in place: the head of ``backlog``
+    (``(seq, event index)`` pairs) takes it, else it goes back on the heap ``free``."""
+    state = g.call(_released, fn, [1], {0: 0, 1: 1, 2: 2}, [(3, 7), (4, 9)], 10)
+    slot_of, free, backlog, out = state
+    held = {k: v for k, v in slot_of}
+    g.expect(held.get(3) == 1 and out[7] == 1 and backlog == [[4, 9]],
+             "槽位 1 空出：积压队列里最早的序列 3 接手，它在第 7 个事件发出的 START 跑在槽位 1",
+             f"序列 3、4 先后在积压队列里等，序列 1 让出槽位 1：应由序列 3 接手（slot_of[3] = 1、out[7] = 1，队列剩 [(4, 9)]），"
+             f"你的是 slot_of = {held}、out[7] = {out[7]}、backlog = {backlog}"
+             + ("：不要让后来的序列插队——积压队列先进先出，用 backlog.popleft()" if held.get(4) == 1 else ""))
+    g.expect(1 not in held, "让出槽位的序列不再占着它", "序列 1 让出槽位后还在 slot_of 里：要把它删掉（slot_of.pop(seq)）")
+    slot_of, free, _, _ = g.call(_released, fn, [2, 0, 1], {0: 0, 1: 1, 2: 2}, [], 4)
+    free = [x for x in free if isinstance(x, int)]
+    lowest = heapq.heappop(free) if free else None
+    g.expect(lowest == 0 and not slot_of, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
+             f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 给出 {lowest}："
+             "空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位（不是最先或最后空出的那个）")
+
+
+def _ev(text: str) -> list[tuple[int, str]]:
+    """'0s 1s 0e 2i 1p' -> [(0, "start"), (1, "start"), (0, "end"), (2, "idle"), (1, "step")]."""
+    kinds = {"s": "start", "p": "step", "e": "end", "i": "idle"}
+    return [(int(w[:-1]), kinds[w[-1]]) for w in text.split()]
+
+
+#: Crafted timelines, one per typical mistake: (slots, events, what it tests, hint when wrong).
+_CRAFTED = [
+    (3, "0s 1s 2s 2e 0e 1e 3s 4s", "最低空槽位：槽位按 2、0、1 的顺序空出，新序列 3、4 拿到 0、1",
+     "空出的槽位放进一个堆（Triton 的 ready_batcher_seq_slots_），新序列总是拿编号最低的空槽位——不是最先或最后空出的那个，"
+     "也不是一个一直往上数的计数器"),
+    (2, "0s 1s 2s 3s 0e 1e 2e 3e", "积压按先来后到：先等的序列 2 先拿到空出的槽位 0",
+     "没有空槽位时 START 进积压队列（backlog，先进先出）：槽位一空，最早等的那条序列先拿——不要让后来的序列插队"),
+    (2, "0s 1s 2s 1p 0e 1e 2e", "只有 END 让出槽位：序列 1 的中间一步之后，序列 2 仍在等，直到序列 0 END",
+     "中间一步（step）跑完并不让出槽位：direct 下一条序列从 START 到 END 一直占着它的槽位，只有 END（或空闲超时）才放"),
+    (2, "0s 1s 2s 0i 3s 1e 2e 3e", "空闲超时：序列 0 的槽位被收回、给了等着的序列 2；这个事件没有请求，槽位是 None",
+     "空闲超时（idle）不是送到模型的请求：Triton 的 null 请求留在调度器里，模型什么也收不到，这个事件的槽位是 None；"
+     "但槽位确实被收回了，等着的序列接着拿到它"),
+]
+
+
+def _slots_of(g: Grader, fn: Callable[..., Any], events: list[tuple[int, str]], n: int) -> list[Any] | str:
+    out, raised = g.call_raw(fn, [tuple(e) for e in events], n)
+    if raised is not None:
+        return f"调用 assign 时抛出了 {raised.short()}"
+    if not isinstance(out, (list, tuple)) or len(out) != len(events):
+        return (f"assign 应返回 {len(events)} 个槽位的列表（每个事件一个），收到的是 {type(out).__name__}"
+                + (f"，长度 {len(out)}" if isinstance(out, (list, tuple)) else ""))
+    return [None if x is None else int(x) if isinstance(x, (int, np.integer)) else x for x in out]
+
+
+def _first_diff(events: list[tuple[int, str]], want: list[Any], got: list[Any]) -> str:
+    i = next(i for i, (w, x) in enumerate(zip(want, got)) if w != x)
+    seq, kind = events[i]
+    return f"第 {i + 1} 个事件（序列 {seq} 的 {kind}）应在槽位 {want[i]}，你的是 {got[i]}"
+
+
+@check("lab3.q6", points=8, title="direct：给每个请求分配槽位",
+       shortcuts=(SequenceSlots.arrive, SequenceSlots.release, SequenceSlots.take, reference_slots))
+def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(events, n_slots) -> [slot or None per event]`: four crafted timelines aimed at the typical
+    mistakes, then the timelines recorded from the real server (`batchlab.labs.record_lab3`)."""
+    for n, text, good, hint in _CRAFTED:
+        events = _ev(text)
+        want, got = reference_slots(events, n), _slots_of(g, fn, events, n)
+        if isinstance(got, str):  # it raised or answered no list: the hint still names the likely mistake
+            g.expect(False, good, f"{n} 个槽位、事件 {text}：{got}。这条时间线考的是：{hint}")
+            continue
+        idle_slot = [x for (s, k), x in zip(events, got) if k == "idle" and x is not None]
+        g.expect(got == want, good, f"{n} 个槽位、事件 {text}：应得到 {want}，你的是 {got}。{_first_diff(events, want, got)}："
+                 + ("空闲超时的事件你给了槽位——" if idle_slot else "") + hint if got != want else "")
+    data = _recorded()
+    misses = []
+    for t in data["timelines"]:
+        events = [tuple(e) for e in t["events"]]
+        got = _slots_of(g, fn, events, t["n_slots"])
+        if isinstance(got, str) or got != t["slots"]:
+            misses.append(f"时间线 {t['name']}（{t['n_slots']} 个槽位）：" + (got if isinstance(got, str) else
+                          _first_diff(events, t["slots"], got)))
+    n_req = sum(len(t["events"]) for t in data["timelines"])
+    g.expect(not misses, f"服务器上录下的 {len(data['timelines'])} 条时间线（{n_req} 个事件）：每个请求的槽位都对上了",
+             f"录下的 {len(data['timelines'])} 条时间线里有 {len(misses)} 条没对上：" + "；".join(misses[:2]), points=4)
+
+
+_DATA: list[dict[str, Any]] = []
+
+
+def _recorded() -> dict[str, Any]:
+    if not _DATA:
+        _DATA.append(load_recorded())
+    return _DATA[0]
+
+
+def recorded_timelines() -> list[dict[str, Any]]:
+    """The timelines the check replays: ``name``, ``n_slots``, ``events`` and the ``slots`` the server reported."""
+    return [dict(t) for t in _recorded()["timelines"]]

@@ -2,7 +2,8 @@
 sequence batcher. START carries the prompt in TOKENS (and TEMPERATURE, SEED); later requests one
 token or none (the last one is fed back). KV caches are keyed by correlation id: END frees one, a
 reaper those idle past `max_sequence_idle_microseconds` plus a margin (Triton sends no END then).
-Outputs: TOKEN, LENGTH (of this cache), BATCH_SIZE, LIVE_SEQUENCES and KV_TOKENS (after the step).
+Outputs: TOKEN, LENGTH (of this cache), BATCH_SIZE, LIVE_SEQUENCES, KV_TOKENS (after the step) and
+SLOT, the request's position in the execution (with `direct`: its sequence's batch slot).
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ class TritonPythonModel(LMModelBase):
                                    "LENGTH": np.zeros((1, 1), np.int32),
                                    "BATCH_SIZE": np.zeros((1, 1), np.int32),
                                    "LIVE_SEQUENCES": np.zeros((1, 1), np.int32),
-                                   "KV_TOKENS": np.zeros((1, 1), np.int32)})
+                                   "KV_TOKENS": np.zeros((1, 1), np.int32),
+                                   "SLOT": np.array([[i]], np.int32)})
                 continue
             corr = correlation_id(request)
             try:
@@ -178,7 +180,8 @@ class TritonPythonModel(LMModelBase):
                                "LENGTH": np.array([[state.cache.length]], np.int32),
                                "BATCH_SIZE": np.array([[len(work)]], np.int32),
                                "LIVE_SEQUENCES": np.array([[live]], np.int32),
-                               "KV_TOKENS": np.array([[kv]], np.int32)})
+                               "KV_TOKENS": np.array([[kv]], np.int32),
+                               "SLOT": np.array([[i]], np.int32)})
         return responses
 
     def finalize(self) -> None:
