@@ -232,11 +232,12 @@ def _spread(values: list[float]) -> dict[str, Any]:
 
 
 def _measure(server: Any, model: str, prompts: list[np.ndarray], lengths: np.ndarray,
-             concurrency: int) -> tuple[dict[str, Any], dict[int, tuple[int, int]]]:
+             concurrency: int, progress: bool = True) -> tuple[dict[str, Any], dict[int, tuple[int, int]]]:
     """One way on one round's workload: its entry for the JSON, and its tokens for the cross-check."""
     col = Collector()
     rep = run_closed_loop(server, model, source(model, prompts, lengths, col), concurrency=concurrency,
-                          n_requests=len(prompts), protocol=_protocol(model), progress=None, label=model,
+                          n_requests=len(prompts), protocol=_protocol(model),
+                          progress=None if progress else False, label=model,
                           record_token_times=model != "generate")
     eta, eta_src = _eta(model, rep, [st for st, _ in col.generate])
     lat = rep.records.latency
@@ -298,11 +299,14 @@ def round_summary(rounds: list[dict[str, Any]], models: tuple[str, ...]) -> dict
 
 
 def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: float = 8.0, seed: int = 0,
-        warmup_requests: int = 8, with_lm_step: bool = False, lm: str = "decode") -> dict[str, Any]:
+        warmup_requests: int = 8, with_lm_step: bool = False, lm: str = "decode",
+        progress: bool = True) -> dict[str, Any]:
     """Run generate and the continuous ways interleaved over `rounds`; return the benchmark's JSON object.
 
     `lm`: "decode" (the `decode` model's wider LM) or "default" (the course's models); ignored with TRITON_URL.
+    `progress`: progress bars and a line per round on stderr (a chapter turns them off).
     """
+    say = log if progress else (lambda msg: None)
     if lm not in LMS:
         raise ValueError(f"--lm must be one of {', '.join(LMS)}, not {lm!r}")
     rounds = count("rounds", rounds)
@@ -326,7 +330,7 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
         server = stack.enter_context(bench_server(models, repo=repo))
         watch = stack.enter_context(CpuWatch(server))
         lm_entry = lm_description(lm, isinstance(server, ExternalServer))
-        log(f"server ready in {clock():.0f} s ({lm_entry['width']} LM); {rounds} rounds x {len(models)} ways x "
+        say(f"server ready in {clock():.0f} s ({lm_entry['width']} LM); {rounds} rounds x {len(models)} ways x "
             f"{n_requests} requests")
         wp, wl = workload(warmup_requests, dist, seed + 10_000)
         for model in models:
@@ -338,14 +342,14 @@ def run(rounds: int = 7, n_requests: int = 96, concurrency: int = 8, scale: floa
             order = models[r % len(models):] + models[:r % len(models)]
             results, tokens_of = {}, {}
             for model in order:
-                results[model], tokens_of[model] = _measure(server, model, prompts, lengths, concurrency)
+                results[model], tokens_of[model] = _measure(server, model, prompts, lengths, concurrency, progress)
             ref = tokens_of["generate"]
             same = {m: (tokens_of[m] == ref and len(ref) == n_requests) for m in models}
             out_rounds.append({"round": r, "seed": seed + r, "order": list(order), "output_tokens": int(lengths.sum()),
                                "output_length_sample": length_summary(lengths),
                                "results": {m: results[m] for m in models}, "same_tokens_as_generate": same})
             tps = ", ".join(f"{m} {results[m]['tokens_per_s']:.0f}" for m in models)
-            log(f"round {r + 1}/{rounds}: tokens/s {tps}; eta(generate) {results['generate']['eta']} ({clock():.0f} s)")
+            say(f"round {r + 1}/{rounds}: tokens/s {tps}; eta(generate) {results['generate']['eta']} ({clock():.0f} s)")
     summary = round_summary(out_rounds, models)
     errors = summary.pop("errors")
     per_model = summary.pop("per_model")
