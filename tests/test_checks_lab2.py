@@ -17,7 +17,7 @@ from batchlab.labs import lab2
 from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_next_batch, check_predict_sweep,
                                 check_sweep_rows, recorded_patterns)
 from batchlab.labs.record_lab2 import pattern_of, service_table
-from batchlab.labs.record_lab2 import load as load_recorded
+from batchlab.labs.recorded import load
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
 from batchlab.sim.rule import Decision, next_batch
@@ -63,7 +63,7 @@ def _variant(ignore_preferred=False, preferred_after_delay=False, overtake=False
 def test_recorded_data_is_the_course_rule_on_the_real_server() -> None:
     """Every recorded pattern's batches are what the course's rule forms (only such were kept), and
     the data covers chapter 02's patterns A–E and random ones."""
-    data = load_recorded()
+    data = load("lab2_batches")
     service = service_table(data["service_ms"])
     names = [p["name"] for p in data["patterns"]]
     assert [n[0] for n in names if not n.startswith("R")][:5] == list("ABCDE")
@@ -237,6 +237,6 @@ def test_random_patterns_are_seeded_and_the_candidates_start_with_chapter_02() -
     from batchlab.labs.record_lab2 import candidates, random_patterns
 
     assert random_patterns(0, 5) == random_patterns(0, 5) != random_patterns(1, 5)
-    service = service_table(load_recorded()["service_ms"])
+    service = service_table(load("lab2_batches")["service_ms"])
     names = [p.name[0] for p in candidates(service, count=4)]
     assert names[:6] == list("ABCDEF")

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from batchlab.labs import labkit, record_lab3
+from batchlab.labs import labkit, record_lab3, recorded
 from batchlab.labs.lab3 import (check_abandoned, check_assign, check_oldest_block, check_release, check_run_sequences,
                                 check_step)
 from batchlab.lm import encode
@@ -146,7 +146,7 @@ def test_release(old, new, needle, capsys) -> None:
 
 def test_assign_solution_and_recorded_data(capsys) -> None:
     assert check_assign(_assign()).passed
-    data = record_lab3.load()
+    data = recorded.load("lab3_slots")
     assert len(data["timelines"]) >= 6 and any(("idle" in (k for _, k in t["events"])) for t in data["timelines"])
     for t in data["timelines"]:  # the server's slots are chapter 03's SequenceSlots'
         assert record_lab3.reference_slots(t["events"], t["n_slots"]) == t["slots"], t["name"]

@@ -11,7 +11,8 @@ from batchlab.config_pbtxt import load_config_text
 from batchlab.course.tuning import unit_arrivals
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.labs.record_lab2 import load as load_recorded, pattern_of, service_table
+from batchlab.labs import recorded
+from batchlab.labs.record_lab2 import pattern_of, service_table
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
 from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
@@ -81,13 +82,8 @@ def replay_batches(fn: Callable[..., Any], index: int) -> dict[str, Any]:
     return {"batches": sizes, "unsent": pattern.n - sum(sizes)}
 
 
-_DATA: list[dict[str, Any]] = []
-
-
 def _replay_data() -> dict[str, Any]:
-    if not _DATA:
-        _DATA.append(load_recorded())
-    return _DATA[0]
+    return recorded.load("lab2_batches")
 
 
 def recorded_patterns() -> list[dict[str, Any]]:

@@ -17,7 +17,8 @@ from tritonclient.utils import InferenceServerException
 from batchlab.config_pbtxt import load_config_text
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
-from batchlab.labs.record_lab3 import load as load_recorded, reference_slots
+from batchlab.labs import recorded
+from batchlab.labs.record_lab3 import reference_slots
 from batchlab.lm import ToyLM, encode, generate
 from batchlab.sim.slots import SequenceSlots
 
@@ -274,13 +275,8 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
              f"录下的 {len(data['timelines'])} 条时间线里有 {len(misses)} 条没对上：" + "；".join(misses[:2]), points=4)
 
 
-_DATA: list[dict[str, Any]] = []
-
-
 def _recorded() -> dict[str, Any]:
-    if not _DATA:
-        _DATA.append(load_recorded())
-    return _DATA[0]
+    return recorded.load("lab3_slots")
 
 
 def recorded_timelines() -> list[dict[str, Any]]:

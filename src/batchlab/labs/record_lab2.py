@@ -13,21 +13,14 @@ recording. Requests carry one row each: the probe sends no multi-element request
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from batchlab.labs import recorded
 from batchlab.probe import Pattern, burst, calibrate_service, chapter_patterns, reloadable, run_patterns, simulate_pattern
-from batchlab.server import TritonServer
 from batchlab.sim import BatchRule, Table
 
-#: Where the lab's replay data lives (package data).
-DATA = Path(__file__).resolve().parent / "data" / "lab2_batches.json"
-FORMAT = 1
 
 
 def extra_patterns() -> list[Pattern]:
@@ -95,7 +88,8 @@ def candidates(service: Table, seed: int = 0, count: int = 40) -> list[Pattern]:
     return chapter_patterns() + extra_patterns() + [p for p in random_patterns(seed, count) if robust(p, service)]
 
 
-def record(server: Any, repeats: int = 3, seed: int = 0, count: int = 40, model: str = "embed") -> dict[str, Any]:
+def record_batches(server: Any, repeats: int = 3, seed: int = 0, count: int = 40,
+                   model: str = "embed") -> dict[str, Any]:
     """Calibrate ``model``'s service times, send every candidate ``repeats`` times, and return the data
     of the patterns whose real batches equal the course rule's prediction on every recording."""
     row = np.zeros((1, 16), np.int32)
@@ -114,19 +108,11 @@ def record(server: Any, repeats: int = 3, seed: int = 0, count: int = 40, model:
                  "max_queue_delay_us": p.settings.max_queue_delay_us, "batches": sim}
         (kept if all(b == sim for b in real) else dropped).append({**entry, "real": real} if any(b != sim for b in real)
                                                                     else entry)
-    return {"format": FORMAT, "model": model, "recorded": time.strftime("%Y-%m-%d"), "repeats": repeats,
+    return {**recorded.header(model, repeats),
             "kept": "patterns whose server batches equal the course rule's prediction on every recording",
             "seed": seed, "service_ms": {str(b): round(cal.service_ms[b], 4) for b in sorted(cal.service_ms)},
             "patterns": kept, "dropped": [{"name": d["name"], "real": d.get("real"), "rule": d["batches"]}
                                           for d in dropped]}
-
-
-def load(path: Path = DATA) -> dict[str, Any]:
-    """The recorded data: ``service_ms``, ``patterns`` (each with its ``batches``) and ``dropped``."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not Lab 2 replay data of format {FORMAT}")
-    return data
 
 
 def pattern_of(entry: dict[str, Any]) -> Pattern:
@@ -137,19 +123,9 @@ def pattern_of(entry: dict[str, Any]) -> Pattern:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="recordings of each pattern (all must agree with the rule)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random patterns")
-    ap.add_argument("--count", type=int, default=40, help="random patterns drawn (the robust ones are sent)")
-    ap.add_argument("--out", type=Path, default=DATA)
-    args = ap.parse_args(argv)
-    with TritonServer(models=["embed"]) as server:
-        data = record(server, args.repeats, args.seed, args.count)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(data['patterns'])} patterns kept ({sum(len(p['batches']) for p in data['patterns'])} batches), "
-          f"{len(data['dropped'])} dropped: {[d['name'] for d in data['dropped']]} -> {args.out}")
-    return 0
+    return recorded.main(argv, __doc__, "lab2_batches", "embed", 40, record_batches, lambda d: (
+        f"{len(d['patterns'])} patterns kept ({sum(len(p['batches']) for p in d['patterns'])} batches), "
+        f"{len(d['dropped'])} dropped: {[x['name'] for x in d['dropped']]}"))
 
 
 if __name__ == "__main__":

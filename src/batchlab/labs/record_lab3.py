@@ -12,21 +12,17 @@ get unrecorded keep-alive steps so that only "idle" sequences are reaped. Each t
 
 from __future__ import annotations
 
-import argparse
 import json
 import queue
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from batchlab.server import TritonServer
+from batchlab.labs import recorded
 from batchlab.sim.slots import SequenceRequest, SequenceSlots
 
-DATA = Path(__file__).resolve().parent / "data" / "lab3_slots.json"
-FORMAT = 1
 IDLE_S = 2.0       # the recording model's max_sequence_idle_microseconds
 ANSWER_S = 0.2     # how long an answer may take before its request counts as backlogged
 KEEP_ALIVE_S = 0.4
@@ -160,7 +156,8 @@ def record_once(client: Any, model: str, timeline: dict[str, Any], base: int) ->
     return slots
 
 
-def record(server: Any, repeats: int = 3, seed: int = 0, count: int = 12, model: str = "lm_step") -> dict[str, Any]:
+def record_slots(server: Any, repeats: int = 3, seed: int = 0, count: int = 12,
+                 model: str = "lm_step") -> dict[str, Any]:
     """Reload ``model`` per slot count, send every timeline ``repeats`` times, keep those that repeat."""
     client = server.grpc_client()
     base = client.get_model_config(model, as_json=True)["config"]
@@ -179,34 +176,15 @@ def record(server: Any, repeats: int = 3, seed: int = 0, count: int = 12, model:
             (kept if all(r == runs[0] for r in runs) else dropped).append({**entry, "runs": runs})
     for e in kept:
         del e["runs"]
-    return {"format": FORMAT, "model": model, "recorded": time.strftime("%Y-%m-%d"), "repeats": repeats,
+    return {**recorded.header(model, repeats),
             "idle_s": IDLE_S, "seed": seed, "kept": "timelines whose slots repeat on every recording",
             "timelines": kept, "dropped": dropped}
 
 
-def load(path: Path = DATA) -> dict[str, Any]:
-    """The recorded data: ``timelines`` (each ``name``, ``n_slots``, ``events``, ``slots``) and ``dropped``."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not Lab 3 slot data of format {FORMAT}")
-    return data
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="recordings of each timeline (all must agree)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--count", type=int, default=12)
-    ap.add_argument("--out", type=Path, default=DATA)
-    args = ap.parse_args(argv)
-    with TritonServer(models=["lm_step"]) as server:
-        data = record(server, args.repeats, args.seed, args.count)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    agree = sum(t["course_rule"] for t in data["timelines"])
-    print(f"{len(data['timelines'])} timelines kept ({agree} equal SequenceSlots), {len(data['dropped'])} dropped "
-          f"-> {args.out}")
-    return 0
+    return recorded.main(argv, __doc__, "lab3_slots", "lm_step", 12, record_slots, lambda d: (
+        f"{len(d['timelines'])} timelines kept ({sum(t['course_rule'] for t in d['timelines'])} equal "
+        f"SequenceSlots), {len(d['dropped'])} dropped"))
 
 
 if __name__ == "__main__":

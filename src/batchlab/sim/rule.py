@@ -1,9 +1,15 @@
 """Triton's dynamic-batcher decision, `next_batch` (``GetDynamicBatch`` in core ``src/dynamic_batch_scheduler.cc``),
 and its settings, `BatchRule`; the queue policy, `QueuePolicy`.
 
-Decisions are taken when an instance can take work; Triton pre-forms payloads while instances are
-busy, which differs only with several preferred sizes and busy instances (it may close a payload at
-the first preferred size reached; this model sends the largest one pending).
+Decisions are taken when an instance can take work. Triton forms the next batch while every
+instance is busy (server PR #3789) and may still add to it before an instance takes it, so the two
+differ on a busy instance with preferred sizes set:
+- with a delay, a batch closed at a preferred size takes one more request (the first request past
+  the largest preferred size marks a best size of 0, the next one 1); Lab 2's recordings show
+  max 12, preferred [3], 150 ms -> [3, 4, 4, ...] where `next_batch` gives [3, 3, 3, ...];
+- with delay 0 and several preferred sizes, a batch grown one arrival at a time closes at the
+  first preferred size it reaches, where `next_batch` sends the largest one pending.
+With a long queue (overload) a new batch starts from a full queue and the two agree.
 """
 
 from __future__ import annotations
