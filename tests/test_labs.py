@@ -337,10 +337,68 @@ def test_workspace_files_without_a_server(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="no model"):
             ws.add("no_such_model")
         with pytest.raises(ValueError, match="def"):
-            ws.install_admission("embed", lambda w, a, m, b: [])
+            ws.install("embed", "admit", lambda w, a, m, b: [])
+        with pytest.raises(ValueError, match="unknown hook"):
+            ws.install("embed", "evict", len)
     finally:
         ws.close()
     assert not ws.dir.exists()
+
+
+def _newest_first(remaining, n_decoding, max_num_tokens):
+    """A lab's split (self-contained): the room goes to the newest prompt first."""
+    room, out = max_num_tokens - n_decoding, []
+    for left in reversed(remaining):
+        out.append(max(0, min(left, room)))
+        room -= out[-1]
+    return out[::-1]
+
+
+def _admit_two(waiting, active, max_active, kv_token_budget):
+    """A lab's admission (self-contained): at most two running."""
+    return list(range(min(len(waiting), max(0, 2 - len(active)))))
+
+
+def test_installed_hooks_run_in_the_lm_stream_copy(tmp_path: Path) -> None:
+    import importlib.util
+
+    import numpy as np
+
+    import fake_pb  # tests/fake_pb.py
+    from batchlab.config_pbtxt import edit_config
+    from batchlab.labs import labkit
+    from batchlab.lm import ToyLM, encode, generate
+
+    ws = labkit.workspace([], root=tmp_path)
+    try:
+        folder = ws.add("lm_stream", as_name="lm_mine")
+        ws.write_config("lm_mine", edit_config(ws.read_config("lm_mine"), {"parameters": {
+            "max_num_tokens": 'string_value: "8"', "chunked_prefill": 'string_value: "true"'}}))
+        assert ws.install("lm_mine", "prefill_chunks", _newest_first) == folder / "1" / "chunks.py"
+        assert ws.install("lm_mine", "admit", _admit_two) == folder / "1" / "policy.py"
+        assert "prefill_chunks = _newest_first" in (folder / "1" / "chunks.py").read_text(encoding="utf-8")
+        with fake_pb.installed():
+            spec = importlib.util.spec_from_file_location("lab_lm_mine", folder / "1" / "model.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            model = module.TritonPythonModel()
+            model.initialize(fake_pb.init_args(folder))
+            try:
+                scheduler = model.batcher.scheduler
+                assert scheduler.prefill_split([5, 10], 2, 8) == [0, 6]   # the lab's rule, not the library's
+                assert scheduler.policy.admit([None] * 3, []) == [0, 1]
+                jobs = [(encode("hello world"), 3), (encode("the hot pot is ready for everyone"), 4)]
+                reqs = [fake_pb.Request({"PROMPT": np.asarray(p, np.int32), "MAX_TOKENS": np.array([m], np.int32),
+                                         "IGNORE_EOS": np.array([True])}) for p, m in jobs]
+                model.execute(reqs)
+                lm = ToyLM.default()
+                for r, (p, m) in zip(reqs, jobs):
+                    assert r.sender.wait_final(30)
+                    assert [x.output("TOKEN").item() for x in r.sender.responses()] == generate(lm, p, m, ignore_eos=True)
+            finally:
+                model.finalize()
+    finally:
+        ws.close()
 
 
 def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
