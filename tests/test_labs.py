@@ -257,24 +257,24 @@ def test_needs_attempt_and_ready_stop_cleanly_naming_the_question(capsys) -> Non
     from batchlab.labs.lab4 import check_eta
 
     def stub(*a):
-        raise NotImplementedError("TODO（第 2 题）：x — not yet implemented")
+        raise NotImplementedError("TODO（第 3 题）：x — not yet implemented")
 
-    check_eta(stub)                                        # question 2 not written yet
+    check_eta(stub)                                        # question 3 (lab4.q3) not written yet
     capsys.readouterr()
-    assert labkit.attempt(2, lambda: 3) is None and "第 2 题还没完成" in capsys.readouterr().out
+    assert labkit.attempt(3, lambda: 3) is None and "第 3 题还没完成" in capsys.readouterr().out
     check_eta(lambda n, p: sum(p) / (sum(n) + sum(p)))     # written, wrong
     capsys.readouterr()
-    assert labkit.needs(2) is False and "先把第 2 题改对" in capsys.readouterr().out
-    assert labkit.ready(2, 1.0) is False
+    assert labkit.needs(3) is False and "先把第 3 题改对" in capsys.readouterr().out
+    assert labkit.ready(3, 1.0) is False
     capsys.readouterr()
     check_eta(lambda n, p: sum(n) / (sum(n) + sum(p)))     # right
     capsys.readouterr()
-    assert labkit.attempt(2, lambda: 3) == 3 and labkit.ready(2, 1.0) is True
-    assert labkit.attempt(2, lambda: {}["x"]) is None      # right, but raises on this cell's inputs
+    assert labkit.attempt(3, lambda: 3) == 3 and labkit.ready(3, 1.0) is True
+    assert labkit.attempt(3, lambda: {}["x"]) is None      # right, but raises on this cell's inputs
     out = capsys.readouterr().out
     assert "抛出了 KeyError" in out and "Traceback" not in out
     assert labkit.attempt(9, lambda: 3) is None and "先运行第 9 题的检查格" in capsys.readouterr().out
-    assert labkit.attempt(3, lambda: 4, requires=(2,)) == 4   # runs question 3's function before its check
+    assert labkit.attempt(4, lambda: 4, requires=(3,)) == 4   # runs question 4's function before its check
 
 
 def test_solutions_carry_nbgrader_metadata_and_the_release_keeps_it() -> None:
