@@ -467,7 +467,7 @@ MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic batcher's decision": ("batchlab.sim.rule", ("next_batch",)),
     "sequence batcher's slot assignment": ("batchlab.sim.slots", ("SequenceSlots",)),
     "continuous-batching step": ("batchlab.lm.scheduler", (
-        "ContinuousScheduler.schedule", "ContinuousScheduler.prefill_plan", "prefill_chunks",
+        "ContinuousScheduler.schedule", "prefill_chunks",
         "ContinuousScheduler.admit", "ContinuousScheduler.evict_until_fits", "ContinuousScheduler.complete",
         "FCFSAdmission.admit")),
 }

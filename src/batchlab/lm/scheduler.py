@@ -199,18 +199,29 @@ class ContinuousScheduler:
             self.evict_until_fits()
         batch, decode, prefill = [], [], []
         prefill_tokens = context_tokens = useful_tokens = 0
-        chunks = self.prefill_plan()
+        prefilling = [r for r in self.running if r.prefilled < r.prefill_target]
+        remaining = [r.prefill_target - r.prefilled for r in prefilling]
+        if self.chunked_prefill:
+            # Chunked prefill (Sarathi-Serve, vLLM/TensorRT-LLM `max_num_tokens`) caps the tokens per
+            # iteration: the decodes' tokens are taken first, the prompts share the rest in order
+            # (`prefill_split`, by default `prefill_chunks`) and carry what is left to the next ones.
+            chunks = self._split(remaining)
+        else:
+            # Whole prompts (Orca, vLLM's default before chunking): one long prefill stalls every
+            # decode in the batch for its whole length.
+            chunks = remaining
+        chunk_of = dict(zip(prefilling, chunks))
         # Every running request advances in every iteration (Orca's iteration-level scheduling),
         # so nobody waits for the longest member of a batch as request-level batching does.
         for request in self.running:
-            if request not in chunks:  # prompt done: one decode token, attending to its KV and itself
+            if request not in chunk_of:  # prompt done: one decode token, attending to its KV and itself
                 decode.append(request)
                 context_tokens += request.kv_tokens + 1
                 if not self.reserve:  # on demand: the new token's KV slot is taken now
                     request.kv_allocated += 1
                     self.kv_used += 1
             else:
-                chunk = chunks[request]
+                chunk = chunk_of[request]
                 if chunk == 0:
                     continue  # no tokens left this iteration: it waits for the next
                 prefill.append((request, chunk))
@@ -221,24 +232,16 @@ class ContinuousScheduler:
         return StepPlan(admitted, batch, decode, prefill, prefill_tokens, context_tokens,
                         useful_tokens + len(decode), self.kv_used)
 
-    def prefill_plan(self) -> dict[GenerationRequest, int]:
-        """The prompt tokens each prefilling running request computes this iteration; ValueError
-        when a replaced `prefill_split` returns chunks that do not fit its prompts or the budget."""
-        prefilling = [r for r in self.running if r.prefilled < r.prefill_target]
-        remaining = [r.prefill_target - r.prefilled for r in prefilling]
-        if not self.chunked_prefill:
-            # Whole prompts (Orca, vLLM's default before chunking): one long prefill stalls every
-            # decode in the batch for its whole length.
-            return dict(zip(prefilling, remaining))
-        # Chunked prefill (Sarathi-Serve, vLLM/TensorRT-LLM `max_num_tokens`): the budget caps the
-        # tokens per iteration, and each prompt carries the rest over to the next ones.
+    def _split(self, remaining: list[int]) -> list[int]:
+        """`prefill_split`'s chunks for prompts with `remaining` tokens left; ValueError when a replaced
+        split returns chunks that do not fit those prompts or the budget the decodes leave."""
         room = max(0, self.max_num_tokens - self.n_decoding)
         chunks = [int(c) for c in self.prefill_split(list(remaining), self.n_decoding, self.max_num_tokens)]
         if len(chunks) != len(remaining) or sum(chunks) > room or any(
                 not 0 <= c <= left for c, left in zip(chunks, remaining)):
             raise ValueError(f"prefill split {chunks} does not fit prompts with {remaining} tokens left "
                              f"and {room} tokens of room ({self.n_decoding} decodes, budget {self.max_num_tokens})")
-        return dict(zip(prefilling, chunks))
+        return chunks
 
     def admit(self) -> list[GenerationRequest]:
         """Ask the policy whom to admit (it holds the KV budget: each request claims its
