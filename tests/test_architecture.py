@@ -467,8 +467,9 @@ MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic batcher's decision": ("batchlab.sim.rule", ("next_batch",)),
     "sequence batcher's slot assignment": ("batchlab.sim.slots", ("SequenceSlots",)),
     "continuous-batching step": ("batchlab.lm.scheduler", (
-        "ContinuousScheduler.schedule", "ContinuousScheduler.admit", "ContinuousScheduler.evict_until_fits",
-        "ContinuousScheduler.complete", "FCFSAdmission.admit")),
+        "ContinuousScheduler.schedule", "prefill_chunks",
+        "ContinuousScheduler.admit", "ContinuousScheduler.evict_until_fits", "ContinuousScheduler.complete",
+        "FCFSAdmission.admit")),
 }
 MAX_LINES = 60
 #: Where no function may exceed MAX_LINES: the simulators and the continuous scheduler.

@@ -1,11 +1,13 @@
-"""Lab 4 checks (no server needed): admission policy, config limits, η."""
+"""Lab 4 checks (no server needed): admission policy, chunked prefill's split, η, config limits."""
 
 from __future__ import annotations
 
 import re
 
-from batchlab.labs.lab4 import check_admit, check_eta, check_with_limits
-from batchlab.lm.scheduler import FCFSAdmission
+import pytest
+
+from batchlab.labs.lab4 import check_admit, check_chunks, check_eta, check_with_limits
+from batchlab.lm.scheduler import FCFSAdmission, prefill_chunks
 
 from lab_solutions import solution_namespace
 
@@ -74,4 +76,51 @@ def test_the_library_policy_is_no_answer(capsys) -> None:
     def admit(waiting, active, max_active, budget):
         return FCFSAdmission(max_active, budget).admit(waiting, active)
     r = check_admit(admit)
+    assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out
+
+
+def _split(room_first=True, cap=True, floor=True, order=None):
+    """A split with one of the typical mistakes switched on (all defaults: the right one)."""
+    def split(remaining, n_decoding, max_num_tokens):
+        room = max_num_tokens - (n_decoding if room_first else 0)
+        out = [0] * len(remaining)
+        for i in (order(remaining) if order else range(len(remaining))):
+            chunk = min(remaining[i], room) if cap else room
+            out[i] = max(0, chunk) if floor else chunk
+            room -= out[i]
+        return out
+    return split
+
+
+def test_chunks_solution_and_stub(capsys) -> None:
+    assert check_chunks(solution_namespace("lab4")["prefill_chunks"]).passed
+    assert check_chunks(_split()).passed
+    capsys.readouterr()
+
+    def stub(remaining, n_decoding, max_num_tokens):
+        raise NotImplementedError("第 2 题")
+    r = check_chunks(stub)
+    assert r.score == 0 and "尚未完成" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, score, message", [
+    (_split(room_first=False), 2, "解码的 token 没有先占预算"),                       # decodes not first
+    (lambda r, d, m: list(r), 1, "整段提示一次算完了，没有分块"),                       # whole prompts
+    (_split(order=lambda r: sorted(range(len(r)), key=r.__getitem__)), 4, "插了队"),  # shortest prompt first
+    (lambda r, d, m: [min(x, max(0, m - d) // len(r)) for x in r], 4, "插了队"),      # an equal share each
+    (_split(cap=False), 3, "比这条提示剩下的 token 还多"),                            # chunk > what remains
+    (_split(floor=False), 4, "出现了负数"),                                          # negative room
+    (lambda r, d, m: None, 0, "返回了 None"),
+    (lambda r, d, m: [1], 0, "每条提示都要有一个数"),
+])
+def test_chunks_typical_mistakes(capsys, answer, score, message) -> None:
+    r = check_chunks(answer)
+    out = capsys.readouterr().out
+    assert r.score == score and message in out, out
+
+
+def test_the_library_split_is_no_answer(capsys) -> None:
+    def split(remaining, n_decoding, max_num_tokens):
+        return prefill_chunks(remaining, n_decoding, max_num_tokens)
+    r = check_chunks(split)
     assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out

@@ -257,24 +257,24 @@ def test_needs_attempt_and_ready_stop_cleanly_naming_the_question(capsys) -> Non
     from batchlab.labs.lab4 import check_eta
 
     def stub(*a):
-        raise NotImplementedError("TODO（第 2 题）：x — not yet implemented")
+        raise NotImplementedError("TODO（第 3 题）：x — not yet implemented")
 
-    check_eta(stub)                                        # question 2 not written yet
+    check_eta(stub)                                        # question 3 (lab4.q3) not written yet
     capsys.readouterr()
-    assert labkit.attempt(2, lambda: 3) is None and "第 2 题还没完成" in capsys.readouterr().out
+    assert labkit.attempt(3, lambda: 3) is None and "第 3 题还没完成" in capsys.readouterr().out
     check_eta(lambda n, p: sum(p) / (sum(n) + sum(p)))     # written, wrong
     capsys.readouterr()
-    assert labkit.needs(2) is False and "先把第 2 题改对" in capsys.readouterr().out
-    assert labkit.ready(2, 1.0) is False
+    assert labkit.needs(3) is False and "先把第 3 题改对" in capsys.readouterr().out
+    assert labkit.ready(3, 1.0) is False
     capsys.readouterr()
     check_eta(lambda n, p: sum(n) / (sum(n) + sum(p)))     # right
     capsys.readouterr()
-    assert labkit.attempt(2, lambda: 3) == 3 and labkit.ready(2, 1.0) is True
-    assert labkit.attempt(2, lambda: {}["x"]) is None      # right, but raises on this cell's inputs
+    assert labkit.attempt(3, lambda: 3) == 3 and labkit.ready(3, 1.0) is True
+    assert labkit.attempt(3, lambda: {}["x"]) is None      # right, but raises on this cell's inputs
     out = capsys.readouterr().out
     assert "抛出了 KeyError" in out and "Traceback" not in out
     assert labkit.attempt(9, lambda: 3) is None and "先运行第 9 题的检查格" in capsys.readouterr().out
-    assert labkit.attempt(3, lambda: 4, requires=(2,)) == 4   # runs question 3's function before its check
+    assert labkit.attempt(4, lambda: 4, requires=(3,)) == 4   # runs question 4's function before its check
 
 
 def test_solutions_carry_nbgrader_metadata_and_the_release_keeps_it() -> None:
@@ -337,10 +337,68 @@ def test_workspace_files_without_a_server(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="no model"):
             ws.add("no_such_model")
         with pytest.raises(ValueError, match="def"):
-            ws.install_admission("embed", lambda w, a, m, b: [])
+            ws.install("embed", "admit", lambda w, a, m, b: [])
+        with pytest.raises(ValueError, match="unknown hook"):
+            ws.install("embed", "evict", len)
     finally:
         ws.close()
     assert not ws.dir.exists()
+
+
+def _newest_first(remaining, n_decoding, max_num_tokens):
+    """A lab's split (self-contained): the room goes to the newest prompt first."""
+    room, out = max_num_tokens - n_decoding, []
+    for left in reversed(remaining):
+        out.append(max(0, min(left, room)))
+        room -= out[-1]
+    return out[::-1]
+
+
+def _admit_two(waiting, active, max_active, kv_token_budget):
+    """A lab's admission (self-contained): at most two running."""
+    return list(range(min(len(waiting), max(0, 2 - len(active)))))
+
+
+def test_installed_hooks_run_in_the_lm_stream_copy(tmp_path: Path) -> None:
+    import importlib.util
+
+    import numpy as np
+
+    import fake_pb  # tests/fake_pb.py
+    from batchlab.config_pbtxt import edit_config
+    from batchlab.labs import labkit
+    from batchlab.lm import ToyLM, encode, generate
+
+    ws = labkit.workspace([], root=tmp_path)
+    try:
+        folder = ws.add("lm_stream", as_name="lm_mine")
+        ws.write_config("lm_mine", edit_config(ws.read_config("lm_mine"), {"parameters": {
+            "max_num_tokens": 'string_value: "8"', "chunked_prefill": 'string_value: "true"'}}))
+        assert ws.install("lm_mine", "prefill_chunks", _newest_first) == folder / "1" / "chunks.py"
+        assert ws.install("lm_mine", "admit", _admit_two) == folder / "1" / "policy.py"
+        assert "prefill_chunks = _newest_first" in (folder / "1" / "chunks.py").read_text(encoding="utf-8")
+        with fake_pb.installed():
+            spec = importlib.util.spec_from_file_location("lab_lm_mine", folder / "1" / "model.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            model = module.TritonPythonModel()
+            model.initialize(fake_pb.init_args(folder))
+            try:
+                scheduler = model.batcher.scheduler
+                assert scheduler.prefill_split([5, 10], 2, 8) == [0, 6]   # the lab's rule, not the library's
+                assert scheduler.policy.admit([None] * 3, []) == [0, 1]
+                jobs = [(encode("hello world"), 3), (encode("the hot pot is ready for everyone"), 4)]
+                reqs = [fake_pb.Request({"PROMPT": np.asarray(p, np.int32), "MAX_TOKENS": np.array([m], np.int32),
+                                         "IGNORE_EOS": np.array([True])}) for p, m in jobs]
+                model.execute(reqs)
+                lm = ToyLM.default()
+                for r, (p, m) in zip(reqs, jobs):
+                    assert r.sender.wait_final(30)
+                    assert [x.output("TOKEN").item() for x in r.sender.responses()] == generate(lm, p, m, ignore_eos=True)
+            finally:
+                model.finalize()
+    finally:
+        ws.close()
 
 
 def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:

@@ -77,8 +77,9 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
     }},
     "lab4": {"wrong": {
         1: ("kv_token_budget:\n            break", "kv_token_budget:\n            continue", "插了队"),
-        2: ("return useful / total", "return total / useful", "倒过来了"),
-        3: ('(("max_active", max_active), ("kv_token_budget", kv_token_budget))', '(("max_active", max_active),)',
+        2: ("chunk = max(0, min(left, room))", "chunk = left", "整段提示一次算完了"),
+        3: ("return useful / total", "return total / useful", "倒过来了"),
+        4: ('(("max_active", max_active), ("kv_token_budget", kv_token_budget))', '(("max_active", max_active),)',
             "kv_token_budget 应为"),
     }},
     "lab5": {"wrong": {

@@ -7,6 +7,7 @@ import pytest
 
 from batchlab.lm import (ContinuousBatcher, ContinuousScheduler, FCFSAdmission, GenerationRequest,
                          Sequence, ToyLM, encode, generate)
+from batchlab.lm.scheduler import prefill_chunks
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
 
@@ -210,3 +211,71 @@ def test_on_demand_evicts_the_newest_and_recomputes_it():
     assert plan.admitted == [b] and plan.prefill == [(b, 6)] and plan.useful_tokens == 1
     scheduler.complete(plan)
     assert (b.generated, b.kv_tokens, b.recomputing) == (3, 6, False)
+
+
+@pytest.mark.parametrize("remaining, n_decoding, budget, want", [
+    ([100], 0, 32, [32]),               # one long prompt: the whole budget
+    ([100], 4, 32, [28]),               # 4 decodes take their token first
+    ([10, 100, 5], 4, 32, [10, 18, 0]), # in queue order: the first finishes, the second gets the rest
+    ([3, 4], 0, 32, [3, 4]),            # short prompts: never more than what remains
+    ([50, 50], 32, 32, [0, 0]),         # the decodes fill the budget: no prompt token this iteration
+    ([50], 40, 32, [0]),                # more decodes than the budget: no negative chunk
+    ([], 5, 32, []),
+])
+def test_prefill_chunks_hand_worked(remaining, n_decoding, budget, want):
+    assert prefill_chunks(remaining, n_decoding, budget) == want
+
+
+def _chunked(split=prefill_chunks) -> tuple[ContinuousScheduler, list[GenerationRequest]]:
+    scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=None), max_num_tokens=8,
+                                    chunked_prefill=True, prefill_split=split)
+    reqs = [GenerationRequest(name, p, 3, reserved_tokens=p + 3) for name, p in (("A", 2), ("B", 10), ("C", 5))]
+    for r in reqs:
+        scheduler.submit(r)
+    return scheduler, reqs
+
+
+def test_the_default_split_runs_in_schedule():
+    scheduler, (a, b, c) = _chunked()
+    plan = scheduler.schedule()                       # budget 8: A 2, B 6, C waits
+    assert plan.prefill == [(a, 2), (b, 6)] and plan.batch == [a, b] and plan.prefill_tokens == 8
+    scheduler.complete(plan)
+    plan = scheduler.schedule()                       # A decodes (1), B its last 4, C 3
+    assert plan.decode == [a] and plan.prefill == [(b, 4), (c, 3)]
+
+
+def test_the_split_is_replaceable_per_scheduler():
+    calls = []
+
+    def last_first(remaining, n_decoding, max_num_tokens):  # gives the room to the newest prompt first
+        calls.append((list(remaining), n_decoding, max_num_tokens))
+        room, out = max_num_tokens - n_decoding, []
+        for left in reversed(remaining):
+            out.append(max(0, min(left, room)))
+            room -= out[-1]
+        return out[::-1]
+
+    scheduler, (a, b, c) = _chunked(last_first)
+    plan = scheduler.schedule()
+    assert calls == [([2, 10, 5], 0, 8)] and plan.prefill == [(b, 3), (c, 5)]
+    default, _ = _chunked()
+    assert default.prefill_split is prefill_chunks      # the other schedulers keep the library's rule
+
+
+@pytest.mark.parametrize("bad, why", [
+    (lambda r, d, m: [m] * len(r), "does not fit"),          # more than the budget
+    (lambda r, d, m: [1] * (len(r) - 1), "does not fit"),    # a chunk missing
+    (lambda r, d, m: [-1] + [0] * (len(r) - 1), "does not fit"),
+])
+def test_a_split_that_does_not_fit_is_one_clear_error(bad, why):
+    scheduler, _ = _chunked(bad)
+    with pytest.raises(ValueError, match=why):
+        scheduler.schedule()
+
+
+def test_whole_prompts_do_not_call_the_split():
+    def never(*args):
+        raise AssertionError("called")
+    scheduler = ContinuousScheduler(FCFSAdmission(max_active=4, kv_token_budget=None), prefill_split=never)
+    scheduler.submit(GenerationRequest("A", 7, 2, reserved_tokens=9))
+    assert scheduler.schedule().prefill[0][1] == 7

@@ -1,4 +1,4 @@
-"""Checks of Lab 4 (连续批处理): the admission policy, the config limits, and η."""
+"""Checks of Lab 4 (连续批处理): the admission policy, chunked prefill's split, η and the config limits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._blocks import read_config
 from batchlab.labs._core import Grader, check
-from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, GenerationRequest
+from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, GenerationRequest, prefill_chunks
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
@@ -55,11 +55,65 @@ def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
              "你让后面的小请求插了队（返回 [1]）：本题要求先来先服务——队首放不下就停，否则大请求可能永远排不上（饿死）")
 
 
+def _chunk_list(g: Grader, fn: Callable[..., Any], remaining: list[int], n_decoding: int, budget: int) -> list[int]:
+    """The learner's split for one case, as ints, one per prompt (else the check stops, naming why)."""
+    got = g.call(fn, list(remaining), n_decoding, budget)
+    if got is None:
+        g.fail("prefill_chunks 返回了 None：应返回一个列表，每条正在预填充的提示一个数（这一步给它几个 token）")
+    try:
+        out = [int(c) for c in got]
+    except (TypeError, ValueError):
+        g.fail(f"prefill_chunks 应返回整数（int）的列表，收到的是 {got!r}"[:200])
+    if len(out) != len(remaining):
+        g.fail(f"remaining 有 {len(remaining)} 条提示，你返回了 {len(out)} 个数（{out}）："
+               "每条提示都要有一个数，这一步不给它 token 就写 0")
+    return out
+
+
+def _chunk_mistake(remaining: list[int], n_decoding: int, budget: int, got: list[int], want: list[int]) -> str:
+    """What is wrong with `got` on this case, in Chinese: the typical mistake it shows, else the answer."""
+    case = f"remaining = {remaining}、{n_decoding} 条解码、max_num_tokens = {budget} 时你返回了 {got}"
+    if any(c < 0 for c in got):
+        return (f"{case}：出现了负数。解码已经占满（甚至超过）预算时，提示这一步一个 token 也不算，"
+                "每条都返回 0，不是负数")
+    if any(c > left for c, left in zip(got, remaining)):
+        return f"{case}：有的块比这条提示剩下的 token 还多——每块最多是它剩下的那么多（min(剩下的, 还有的预算)）"
+    if got == remaining and sum(got) + n_decoding > budget:
+        return (f"{case}：整段提示一次算完了，没有分块。分块预填充每一步最多算 max_num_tokens 个 token，"
+                "没算完的留到下一步")
+    if sum(got) + n_decoding > budget and sum(got) <= budget:
+        return (f"{case}：解码的 token 没有先占预算。{n_decoding} 条解码每条先占 1 个，提示只能分剩下的 "
+                f"{max(0, budget - n_decoding)} 个；你这一步一共要算 {sum(got) + n_decoding} 个，超了预算")
+    if sum(got) + n_decoding > budget:
+        return f"{case}：这一步一共要算 {sum(got) + n_decoding} 个 token，超了预算 {budget}"
+    if any(got[j] < remaining[j] and any(got[k] > 0 for k in range(j + 1, len(got))) for j in range(len(got))):
+        return (f"{case}：后来的提示插了队——前面的提示还没分够，后面的就分到了 token。按队列顺序给："
+                "先让最早的提示拿满（它剩下的或预算剩下的），再轮到下一条")
+    return f"{case}，应为 {want}"
+
+
+@check("lab4.q2", points=5, title="分块预填充：这一步每条提示算几个 token", shortcuts=(prefill_chunks,))
+def check_chunks(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(remaining, n_decoding, max_num_tokens) -> [chunk per prefilling prompt, in queue order]`."""
+    cases = [  # (remaining, n_decoding, max_num_tokens, want, what the right answer shows)
+        ([100], 0, 32, [32], "没有解码时，长提示每步最多分到整个预算（[100] → [32]），其余留到下一步"),
+        ([100], 4, 32, [28], "4 条解码先各占 1 个 token，提示只分剩下的 28 个"),
+        ([3, 4], 0, 32, [3, 4], "短提示不会分到比它剩下的更多的 token"),
+        ([10, 100, 5], 4, 32, [10, 18, 0], "按队列顺序：最早的提示先拿满，下一条分剩下的，再后面的等下一步"),
+    ]
+    for remaining, n_decoding, budget, want, good in cases:
+        got = _chunk_list(g, fn, remaining, n_decoding, budget)
+        g.expect(got == want, good, _chunk_mistake(remaining, n_decoding, budget, got, want))
+    full = [(_chunk_list(g, fn, r, d, m), r, d, m) for r, d, m in (([50, 50], 32, 32), ([50], 40, 32))]
+    bad = [_chunk_mistake(r, d, m, got, [0] * len(r)) for got, r, d, m in full if got != [0] * len(r)]
+    g.expect(not bad, "解码占满（或超过）预算时，提示这一步都分到 0 个 token（不是负数）", bad[0] if bad else "")
+
+
 def _params(cfg: Any) -> dict[str, str]:
     return {k: v.string_value for k, v in cfg.parameters.items()}
 
 
-@check("lab4.q3", points=3, title="在配置里改调度上限")
+@check("lab4.q4", points=3, title="在配置里改调度上限")
 def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(config_text, max_active, kv_token_budget) -> config_text`."""
     base = load_config_text("lm_stream")
@@ -84,7 +138,7 @@ def check_with_limits(g: Grader, fn: Callable[..., Any]) -> None:
              "别的参数（max_tokens_limit、blas_threads…）或模型名被改动了：只改这两个参数的值")
 
 
-@check("lab4.q2", points=3, title="算出请求级批处理的 η")
+@check("lab4.q3", points=3, title="算出请求级批处理的 η")
 def check_eta(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(num_tokens, padded_steps) -> η`."""
     got = g.number(g.call(fn, [5, 7, 3], [0, 0, 0]), "eta")

@@ -104,6 +104,12 @@ def stop(*things: Any) -> None:
             print(f"本实验启动的 Triton 服务器已停止（{'仍在运行！' if getattr(thing, 'running', False) else '没有留下进程'}）。")
 
 
+#: The functions a lab may put into its copy of `lm_stream` (`Workspace.install`): hook -> the file in
+#: ``1/`` its source goes to. `admit(waiting, active, max_active, kv_token_budget)` replaces the admission
+#: policy; `prefill_chunks(remaining, n_decoding, max_num_tokens)` chunked prefill's split (the model
+#: runs it when its config has chunked_prefill true).
+LM_HOOKS = {"admit": "policy.py", "prefill_chunks": "chunks.py"}
+
 _LIVE: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
 _COUNTERS = ("success", "success_ns", "inference_count", "execution_count")
 
@@ -248,23 +254,26 @@ class Workspace:
             out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
         return out
 
-    def install_admission(self, model: str, admit: Callable[..., Any]) -> Path:
-        """Make workspace model `model` (a copy of `lm_stream`) admit with the lab's self-contained
-        `admit(waiting, active, max_active, kv_token_budget)` (copied to ``1/policy.py``); then reload it."""
-        if not callable(admit) or getattr(admit, "__name__", "") == "<lambda>":
-            raise ValueError("admit must be a function defined with def (its source is copied into the model)")
+    def install(self, model: str, hook: str, fn: Callable[..., Any]) -> Path:
+        """Make workspace model `model` (a copy of `lm_stream`) run the lab's self-contained function
+        `fn` as `hook` (see `LM_HOOKS`; its source is copied to that file in ``1/``); then reload it."""
+        if hook not in LM_HOOKS:
+            raise ValueError(f"unknown hook {hook!r}: one of {', '.join(LM_HOOKS)}")
+        if not callable(fn) or getattr(fn, "__name__", "") == "<lambda>":
+            raise ValueError(f"{hook} must be a function defined with def (its source is copied into the model)")
         try:
-            src = textwrap.dedent(inspect.getsource(admit))
+            src = textwrap.dedent(inspect.getsource(fn))
         except (OSError, TypeError) as exc:
-            raise ValueError(f"cannot read the source of {admit!r}: {exc}") from None
-        if admit.__name__ != "admit":
-            src += f"\n\nadmit = {admit.__name__}\n"
+            raise ValueError(f"cannot read the source of {fn!r}: {exc}") from None
+        if fn.__name__ != hook:
+            src += f"\n\n{hook} = {fn.__name__}\n"
         folder = self._model_dir(model) / "1"
         if not folder.is_dir():
             raise ValueError(f"model {model!r} has no version folder 1/ in this workspace")
-        (folder / "policy.py").write_text('"""The admission policy written in the lab."""\n\n' + src, encoding="utf-8")
-        (folder / "model.py").write_text(_ADMISSION_MODEL, encoding="utf-8")
-        return folder / "policy.py"
+        path = folder / LM_HOOKS[hook]
+        path.write_text(f'"""The lab\'s `{hook}`, copied by labkit.Workspace.install."""\n\n' + src, encoding="utf-8")
+        (folder / "model.py").write_text(_LAB_MODEL, encoding="utf-8")
+        return path
 
     def stop(self) -> None:
         """Stop the workspace's server (the files stay until `close`)."""
@@ -285,30 +294,52 @@ class Workspace:
         self.close()
 
 
-_ADMISSION_MODEL = '''"""`lm_stream` admitting with the lab's `admit` from policy.py (written by labkit.Workspace)."""
+_LAB_MODEL = '''"""`lm_stream` running the lab's functions (written by labkit.Workspace.install), each when
+its file is here: `admit` from policy.py (admission), `prefill_chunks` from chunks.py (chunked prefill)."""
 
 import importlib.util
 import os
 
+from batchlab.lm import scheduler as _scheduler
 from batchlab.lm.scheduler import FCFSAdmission
 from batchlab.models.lm_stream import TritonPythonModel as _LMStream
 
-_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy.py")
-_spec = importlib.util.spec_from_file_location("lab_admission_policy", _path)
-_policy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_policy)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(file, name):
+    path = os.path.join(_HERE, file)
+    if not os.path.isfile(path):
+        return None
+    spec = importlib.util.spec_from_file_location("lab_" + name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+_admit = _load("policy.py", "admit")
+_chunks = _load("chunks.py", "prefill_chunks")
 
 
 class LabAdmission(FCFSAdmission):
     def admit(self, waiting, active):
-        return list(_policy.admit(list(waiting), list(active), self.max_active, self.kv_token_budget))
+        return list(_admit(list(waiting), list(active), self.max_active, self.kv_token_budget))
+
+
+def _lab_split(remaining, n_decoding, max_num_tokens):
+    return list(_chunks(list(remaining), n_decoding, max_num_tokens))
 
 
 class TritonPythonModel(_LMStream):
     def initialize(self, args):
+        if _chunks is not None and not hasattr(_scheduler, "prefill_chunks"):
+            raise RuntimeError("chunks.py needs a batchlab whose ContinuousScheduler has prefill_split")
         super().initialize(args)
-        limits = self.batcher.policy
-        self.batcher.policy = LabAdmission(limits.max_active, limits.kv_token_budget)
+        if _admit is not None:
+            limits = self.batcher.policy
+            self.batcher.policy = LabAdmission(limits.max_active, limits.kv_token_budget)
+        if _chunks is not None:
+            self.batcher.scheduler.prefill_split = _lab_split
 '''
 
 

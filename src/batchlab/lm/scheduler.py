@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence as Seq
+from typing import Callable, Protocol, Sequence as Seq
 
 from batchlab._validate import choice, count, optional_count
 from batchlab.lm.generation import Sequence, step_chunks
@@ -76,6 +76,27 @@ class FCFSAdmission:
         return chosen
 
 
+def prefill_chunks(remaining: list[int], n_decoding: int, max_num_tokens: int) -> list[int]:
+    """Chunked prefill's split of one iteration (Sarathi-Serve; vLLM's `max_num_batched_tokens`,
+    TensorRT-LLM's `max_num_tokens`): the prompt tokens each prefilling request computes now, in
+    queue order, given the prompt tokens it has left (`remaining`) and the decodes running."""
+    # The decodes take their one token each first: a running sequence's next token is never
+    # delayed by someone else's prompt, so no step grows past the budget and ITL stays flat.
+    room = max_num_tokens - n_decoding
+    chunks = []
+    for left in remaining:
+        # The earliest prompt gets what is left first (nobody overtakes it); it never takes more
+        # than its prompt still needs, and with no room left it waits for the next iteration.
+        chunk = max(0, min(left, room))
+        chunks.append(chunk)
+        room -= chunk
+    return chunks
+
+
+#: The split's signature: (remaining, n_decoding, max_num_tokens) -> chunks (a lab writes its own).
+PrefillSplit = Callable[[list[int], int, int], list[int]]
+
+
 @dataclass(eq=False, slots=True)
 class GenerationRequest:
     """One generation as the scheduler tracks it, and what an admission policy reads; `payload` is
@@ -133,11 +154,13 @@ class ContinuousScheduler:
     stored and evicts the newest request (recomputed later) when the decodes outgrow
     `kv_token_budget` (the policy's budget: the policy admits, the scheduler only evicts).
     With a `prefix_cache`, the driver calls `match_prefixes()` before and `cache_prefills(plan)`
-    after each execution: a request prefills only the prompt blocks not cached."""
+    after each execution: a request prefills only the prompt blocks not cached. With
+    `chunked_prefill`, `prefill_split` (default `prefill_chunks`) shares the token budget out."""
 
     def __init__(self, policy: AdmissionPolicy | None = None, kv_token_budget: int | None = None,
                  kv_policy: str = "reserve", max_num_tokens: int | None = None,
-                 chunked_prefill: bool = False, prefix_cache: PrefixCache | None = None) -> None:
+                 chunked_prefill: bool = False, prefix_cache: PrefixCache | None = None,
+                 prefill_split: PrefillSplit = prefill_chunks) -> None:
         self.policy = policy if policy is not None else FCFSAdmission()
         self.kv_token_budget = math.inf if kv_token_budget is None else kv_token_budget
         self.reserve = choice("kv_policy", kv_policy, ("reserve", "on_demand")) == "reserve"
@@ -145,6 +168,7 @@ class ContinuousScheduler:
         if chunked_prefill and max_num_tokens is None:
             raise ValueError("chunked_prefill needs max_num_tokens (the per-iteration token budget)")
         self.chunked_prefill = bool(chunked_prefill)
+        self.prefill_split = prefill_split  # chunked prefill's split (may be replaced between steps)
         self.prefix_cache = prefix_cache
         self.waiting: deque[GenerationRequest] = deque()
         self.running: list[GenerationRequest] = []
@@ -175,34 +199,49 @@ class ContinuousScheduler:
             self.evict_until_fits()
         batch, decode, prefill = [], [], []
         prefill_tokens = context_tokens = useful_tokens = 0
-        token_room = self.max_num_tokens
-        if self.chunked_prefill:  # the decodes' tokens are taken first
-            token_room -= self.n_decoding
+        prefilling = [r for r in self.running if r.prefilled < r.prefill_target]
+        remaining = [r.prefill_target - r.prefilled for r in prefilling]
+        if self.chunked_prefill:
+            # Chunked prefill (Sarathi-Serve, vLLM/TensorRT-LLM `max_num_tokens`) caps the tokens per
+            # iteration: the decodes' tokens are taken first, the prompts share the rest in order
+            # (`prefill_split`, by default `prefill_chunks`) and carry what is left to the next ones.
+            chunks = self._split(remaining)
+        else:
+            # Whole prompts (Orca, vLLM's default before chunking): one long prefill stalls every
+            # decode in the batch for its whole length.
+            chunks = remaining
+        chunk_of = dict(zip(prefilling, chunks))
         # Every running request advances in every iteration (Orca's iteration-level scheduling),
         # so nobody waits for the longest member of a batch as request-level batching does.
         for request in self.running:
-            remaining = request.prefill_target - request.prefilled
-            if remaining == 0:  # prompt done: one decode token, attending to its KV and itself
+            if request not in chunk_of:  # prompt done: one decode token, attending to its KV and itself
                 decode.append(request)
                 context_tokens += request.kv_tokens + 1
                 if not self.reserve:  # on demand: the new token's KV slot is taken now
                     request.kv_allocated += 1
                     self.kv_used += 1
             else:
-                # Whole prompts (Orca, vLLM's default) stall every decode for a long prefill;
-                # chunked prefill (Sarathi-Serve, vLLM/TensorRT-LLM `max_num_tokens`) caps the
-                # tokens per iteration and carries the rest of the prompt over.
-                chunk = min(remaining, token_room) if self.chunked_prefill else remaining
-                if chunk <= 0:
+                chunk = chunk_of[request]
+                if chunk == 0:
                     continue  # no tokens left this iteration: it waits for the next
-                token_room -= chunk
                 prefill.append((request, chunk))
                 prefill_tokens += chunk
-                if chunk == remaining:  # its prompt completes: count what was new work
+                if request.prefilled + chunk == request.prefill_target:  # its prompt completes: count new work
                     useful_tokens += 1 if request.recomputing else request.prompt_tokens
             batch.append(request)
         return StepPlan(admitted, batch, decode, prefill, prefill_tokens, context_tokens,
                         useful_tokens + len(decode), self.kv_used)
+
+    def _split(self, remaining: list[int]) -> list[int]:
+        """`prefill_split`'s chunks for prompts with `remaining` tokens left; ValueError when a replaced
+        split returns chunks that do not fit those prompts or the budget the decodes leave."""
+        room = max(0, self.max_num_tokens - self.n_decoding)
+        chunks = [int(c) for c in self.prefill_split(list(remaining), self.n_decoding, self.max_num_tokens)]
+        if len(chunks) != len(remaining) or sum(chunks) > room or any(
+                not 0 <= c <= left for c, left in zip(chunks, remaining)):
+            raise ValueError(f"prefill split {chunks} does not fit prompts with {remaining} tokens left "
+                             f"and {room} tokens of room ({self.n_decoding} decodes, budget {self.max_num_tokens})")
+        return chunks
 
     def admit(self) -> list[GenerationRequest]:
         """Ask the policy whom to admit (it holds the KV budget: each request claims its
