@@ -157,7 +157,8 @@ def stage(src_root, stage_dir):
     shutil.copy(src_root / "docs" / "classroom.md", stage_dir / "docs" / "classroom.md")
     chapters = sorted((src_root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     labs = sorted((src_root / "labs").glob("lab*.ipynb"))
-    for nb in [src_root / "notebooks" / "index.ipynb", *chapters]:
+    appendices = sorted((src_root / "notebooks").glob("appendix_*.ipynb"))
+    for nb in [src_root / "notebooks" / "index.ipynb", *chapters, *appendices]:
         rel = f"notebooks/{nb.name}"
         stage_notebook(nb, stage_dir / rel, rel)
     for nb in labs:
@@ -168,11 +169,16 @@ def stage(src_root, stage_dir):
         stage_notebook(nb, stage_dir / rel, rel,
                        f"\n>\n> 参考答案：[solutions/{nb.name}](../solutions/{nb.name})。先自己做，再对照。")
         stage_notebook(sol, stage_dir / "solutions" / nb.name, f"solutions/{nb.name}")
+    exercises = src_root / "solutions" / "exercises.ipynb"
+    if exercises.exists():
+        stage_notebook(exercises, stage_dir / "solutions" / exercises.name, f"solutions/{exercises.name}")
     stage_notebook(src_root / "quiz" / "quiz.ipynb", stage_dir / "quiz" / "quiz.ipynb", "quiz/quiz.ipynb")
     banks = sorted((src_root / "quiz").glob("ch*.json")) + [src_root / "quiz" / "interview.json"]
     (stage_dir / "quiz" / "bank.md").write_text(quiz_page(banks), encoding="utf-8")
     toc = ["", "```{toctree}", ":caption: 章节", ":maxdepth: 2", ""]  # the notebooks number their own sections (2.1, 2.2 …)
     toc += [f"{c.stem}" for c in chapters]
+    toc += ["```", "", "```{toctree}", ":caption: 附录", ":maxdepth: 1", ""]
+    toc += [f"{a.stem}" for a in appendices] + (["../solutions/exercises"] if exercises.exists() else [])
     toc += ["```", "", "```{toctree}", ":caption: 实验（学员版）", ":maxdepth: 1", ""]
     toc += [f"../labs/{l.stem}" for l in labs]
     toc += ["```", "", "```{toctree}", ":caption: 测验与讲师", ":maxdepth: 1", ""]

@@ -41,11 +41,11 @@ def _src(cell: dict) -> str:
 
 
 def _solutions() -> list[Path]:
-    return sorted(SOLUTIONS.glob("*.ipynb"))
+    return sorted(SOLUTIONS.glob("lab*.ipynb"))
 
 
 def _labs() -> list[Path]:
-    return sorted(LABS.glob("*.ipynb"))
+    return sorted(LABS.glob("lab*.ipynb"))
 
 
 def _lab_number(path: Path) -> int:

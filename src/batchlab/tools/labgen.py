@@ -22,6 +22,7 @@ END = re.compile(r"^[ \t]*(?:<!--\s*)?### END SOLUTION\b.*$")
 CODE_STUB = "# YOUR CODE HERE"
 MARKDOWN_STUB = "（在此写下你的答案）"
 RAISES_TAG = "raises-exception"
+LAB_GLOB = "lab*.ipynb"  # the labs; solutions/ also holds the chapters' exercise answers
 BANNER_ID = "labgen-banner"
 GENERATED_KEY = "batchlab"
 
@@ -157,7 +158,7 @@ def metadata_problems(solution: dict[str, Any], solution_name: str) -> list[str]
 def annotate_solutions(solutions: Path) -> list[Path]:
     """Write the derived nbgrader metadata into every solution notebook; the paths changed."""
     changed = []
-    for path in sorted(Path(solutions).glob("*.ipynb")):
+    for path in sorted(Path(solutions).glob(LAB_GLOB)):
         nb = read_notebook(path)
         for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(nb, path.name)):
             cell.setdefault("metadata", {})["nbgrader"] = meta
@@ -212,7 +213,7 @@ def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
         raise LabgenError(f"solutions folder {solutions} does not exist")
-    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob("*.ipynb"))}
+    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob(LAB_GLOB))}
 
 
 def _is_generated(path: Path) -> bool:
@@ -230,14 +231,14 @@ def stale(solutions: Path, labs: Path) -> list[str]:
     """'path (reason)' for each lab that differs (beyond trailing whitespace) from what `generate_labs` writes."""
     wanted = generate_labs(solutions, labs)
     problems = [f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)"
-                for path in sorted(Path(solutions).glob("*.ipynb"))
+                for path in sorted(Path(solutions).glob(LAB_GLOB))
                 if (found := metadata_problems(read_notebook(path), path.name))]
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")
         elif _normalise(path.read_text(encoding="utf-8")) != _normalise(text):
             problems.append(f"{path} (differs from its solution)")
-    for path in sorted(Path(labs).glob("*.ipynb")) if Path(labs).is_dir() else []:
+    for path in sorted(Path(labs).glob(LAB_GLOB)) if Path(labs).is_dir() else []:
         if path not in wanted:
             problems.append(f"{path} (no solution of that name)")
     return problems
@@ -252,7 +253,7 @@ def write(solutions: Path, labs: Path) -> list[Path]:
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             written.append(path)
-    for path in sorted(Path(labs).glob("*.ipynb")):
+    for path in sorted(Path(labs).glob(LAB_GLOB)):
         if path not in wanted and _is_generated(path):
             path.unlink()
     return written
