@@ -234,6 +234,18 @@ def test_plot_concurrency_vs_context_log_log():
     assert_lines_inside(ax)
 
 
+def test_plot_concurrency_vs_context_marks_rows_beyond_the_context():
+    ctx = [1024, 4096, 8192, 16384]
+    series = {"Llama-2-7B": [200, 50, 25, 12], "Llama-3-8B": [800, 200, 100, 50]}
+    ax = PP.plot_concurrency_vs_context(ctx, series, context_len={"Llama-2-7B": 4096, "Llama-3-8B": 8192})
+    solid = [ln for ln in ax.lines if ln.get_linestyle() == "-"]
+    dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert [list(ln.get_xdata()) for ln in solid] == [[1024, 4096], [1024, 4096, 8192]]
+    assert [list(ln.get_xdata()) for ln in dashed] == [[4096, 8192, 16384], [8192, 16384]]
+    assert legend_of(ax) == [*series, "超出模型的上下文长度（假设）"]
+    assert_clean(ax)
+
+
 # ----------------------------------------------------------------------------- evaluation (chapter 05)
 
 

@@ -86,13 +86,25 @@ def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax
 
 
 def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str, Sequence[int]],
-                                ax: Any = None) -> Any:
-    """How many sequences fit in a KV budget as the tokens per sequence grow (log-log)."""
+                                ax: Any = None, context_len: Mapping[str, int] | None = None) -> Any:
+    """How many sequences fit in a KV budget as the tokens per sequence grow (log-log). With
+    `context_len` (model -> its trained context), points past a model's context are drawn hollow
+    on a dashed line: hypothetical rows, as the table marks them with *."""
     ax = new_axes(ax)
+    limits = context_len or {}
     for i, (label, counts) in enumerate(sequences.items()):
-        ax.plot(contexts, counts, "o-", color=f"C{i}", label=label, ms=4)
+        x, y = np.asarray(contexts, dtype=float), np.asarray(counts, dtype=float)
+        inside = x <= limits.get(label, np.inf)
+        ax.plot(x[inside], y[inside], "o-", color=f"C{i}", label=label, ms=4)
+        if not inside.all():
+            first = max(int(inside.sum()) - 1, 0)   # the dashed part starts at the last real point
+            ax.plot(x[first:], y[first:], "o--", color=f"C{i}", ms=4, mfc="white", zorder=1)
+    if limits and any(np.asarray(contexts) > min(limits.get(m, np.inf) for m in sequences)):
+        ax.plot([], [], "o--", color="#666666", ms=4, mfc="white",
+                label=zh("超出模型的上下文长度（假设）", "beyond the model's context (hypothetical)"))
     ax.set_xscale("log", base=2)
     ax.set(yscale="log", xlabel=zh("每条序列的 token 数（提示 + 输出）", "tokens per sequence"),
-           ylabel=zh("可并发的序列数", "concurrent sequences"))
+           ylabel=zh("可并发的序列数", "concurrent sequences"),
+           title=zh("序列越长，一张卡能同时放的序列越少", "longer sequences, fewer concurrent ones"))
     legend(ax, fontsize=8)
     return ax
