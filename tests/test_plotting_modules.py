@@ -140,6 +140,18 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert_clean(ax)
 
 
+def test_plot_slo_capacity_marks_the_tie_band_and_titles_the_choice():
+    labels = ["B=8 d=0us", "B=16 d=0us", "B=8 d=1000us", "B=4 d=0us"]
+    rates = [419.0, 421.0, 418.0, 300.0]
+    ax = TP.plot_slo_capacity(labels, rates, tie=0.02, title="p95 ≤ 30 ms")
+    color_at = {round(b.get_y() + b.get_height() / 2): b.get_facecolor() for b in ax.patches}
+    assert sorted(b.get_width() for b in ax.patches) == sorted(rates)
+    assert color_at[1] == color_at[2] != color_at[0] and color_at[3] not in (color_at[0], color_at[1])
+    assert legend_of(ax) == ["所选：相差 2% 以内最简单的配置", "与最高值相差 2% 以内（分不出高下）", "其余配置"]
+    assert ax.get_title() == "p95 ≤ 30 ms"
+    assert_clean(ax)
+
+
 # ----------------------------------------------------------------------------- padding (chapter 03)
 
 
