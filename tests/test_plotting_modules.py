@@ -172,39 +172,6 @@ def test_plot_padded_batch_real_tokens_and_padding():
     assert PP.plot_padded_batch([4, 4], title="T").get_title() == "T"
 
 
-def test_plot_eta_curve_exact_mc_ratio_and_limit():
-    dist = P.uniform_pmf(1, 60)
-    sizes = [1, 2, 4, 8, 16]
-    exact = np.array([P.expected_eta(dist, b) for b in sizes])
-    mcs = [P.monte_carlo_eta(dist, b, n_batches=400, seed=3 + b) for b in sizes]
-    mc, se = np.array([m.mean for m in mcs]), np.array([m.stderr for m in mcs])
-    ratio = np.array([P.ratio_of_expectations(dist, b) for b in sizes])
-    limit = P.eta_limit(dist)
-    ax = PP.plot_eta_curve(sizes, exact, mc, se, ratio, limit)
-    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "有效率 η"
-    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
-    assert ax.get_ylim() == (0, 1.05)
-    by_label = {ln.get_label(): ln for ln in ax.lines}
-    for label, y in (("E[η] 精确值", exact), ("E[L]/E[L_max]（期望之比）", ratio)):
-        np.testing.assert_allclose(by_label[label].get_xdata(), sizes)
-        np.testing.assert_allclose(by_label[label].get_ydata(), y)
-    np.testing.assert_allclose(by_label[f"B→∞ 极限 {limit:.3f}"].get_ydata(), [limit, limit])
-    (eb,) = ax.containers
-    data_line, _, (bars,) = eb
-    np.testing.assert_allclose(data_line.get_ydata(), mc)
-    seg = np.array(bars.get_segments())                               # ±2 standard errors
-    np.testing.assert_allclose(seg[:, 0, 1], mc - 2 * se)
-    np.testing.assert_allclose(seg[:, 1, 1], mc + 2 * se)
-    assert sorted(legend_of(ax)) == sorted(["E[η] 精确值", "E[L]/E[L_max]（期望之比）", "蒙特卡洛（±2 标准误）",
-                                         f"B→∞ 极限 {limit:.3f}"])
-    for y in (exact, ratio, mc):
-        assert_inside(ax, sizes, y)
-    assert_clean(ax)
-
-    ax = PP.plot_eta_curve(sizes, exact)
-    assert len(ax.lines) == 1 and not ax.containers and legend_of(ax) == ["E[η] 精确值"]
-
-
 def test_plot_scheme_bars_groups_skip_nan_and_label_values():
     series = {"推导": [120.0, 480.0], "模拟": [110.0, np.nan], "实测 tokens/s": [101.0, 455.0]}
     ax = PP.plot_scheme_bars(["补齐", "连续批处理"], series, "tokens/s")

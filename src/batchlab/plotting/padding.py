@@ -26,28 +26,6 @@ def plot_padded_batch(lengths: Sequence[int], ax: Any = None, title: str | None 
     return ax
 
 
-def plot_eta_curve(batch_sizes: Sequence[int], exact: Sequence[float], mc_mean: Sequence[float] | None = None,
-                   mc_stderr: Sequence[float] | None = None, ratio: Sequence[float] | None = None,
-                   limit: float | None = None, ax: Any = None) -> Any:
-    """E[η] against batch size: exact curve, Monte Carlo points (±2 s.e.), the ratio of
-    expectations E[L]/E[L_max], and the limit E[L]/max L."""
-    ax = new_axes(ax)
-    b = np.asarray(batch_sizes, dtype=float)
-    ax.plot(b, exact, "-", color="C0", lw=2, label=zh("E[η] 精确值", "E[η] exact"))
-    if ratio is not None:
-        ax.plot(b, ratio, "--", color="C1", label=zh("E[L]/E[L_max]（期望之比）", "E[L]/E[L_max] (ratio)"))
-    if mc_mean is not None:
-        ax.errorbar(b, mc_mean, yerr=None if mc_stderr is None else 2 * np.asarray(mc_stderr), fmt="o", color="C3",
-                    ms=4, capsize=3, label=zh("蒙特卡洛（±2 标准误）", "Monte Carlo (±2 s.e.)"))
-    if limit is not None:
-        ax.axhline(limit, color="gray", ls=":", label=zh(f"B→∞ 极限 {limit:.3f}", f"limit B→∞ {limit:.3f}"))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(b, [str(int(x)) for x in b])
-    ax.set(xlabel=zh("批大小 B", "batch size B"), ylabel=zh("有效率 η", "efficiency η"), ylim=(0, 1.05))
-    legend(ax, fontsize=8)
-    return ax
-
-
 def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str,
                      ax: Any = None, fmt: str = "{:.0f}") -> Any:
     """Grouped bars: one group per scheme, one bar per series, each labelled with its value; NaN
