@@ -47,8 +47,9 @@ def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]]
     return ax
 
 
-def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax: Any = None) -> Any:
-    """KV-cache bytes per token of several models, log scale, labelled in KiB / MiB."""
+def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax: Any = None,
+                      title: str | None = None) -> Any:
+    """KV-cache bytes per token of several models, log scale, labelled in KiB / MiB (`title` on top)."""
     ax = new_axes(ax, (7.0, 0.6 * len(names) + 1.4))
     v = np.asarray(bytes_per_token, dtype=float)
     y = np.arange(len(names))
@@ -60,6 +61,8 @@ def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax
     ax.invert_yaxis()
     ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"))
     ax.grid(axis="y", visible=False)
+    if title:
+        ax.set_title(title)
     return ax
 
 

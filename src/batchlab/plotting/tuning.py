@@ -14,8 +14,9 @@ from batchlab.plotting.layout import legend
 
 def plot_wait_vs_load(x: Sequence[float], curves: Mapping[str, Sequence[float]],
                       points: Mapping[str, Sequence[float]] | None = None, ax: Any = None,
-                      xlabel: str | None = None, ylabel: str | None = None, logy: bool = True) -> Any:
-    """Lines for derived quantities, markers for simulated / measured ones, against load."""
+                      xlabel: str | None = None, ylabel: str | None = None, logy: bool = True,
+                      title: str | None = None) -> Any:
+    """Lines for derived quantities, markers for simulated / measured ones, against load (`title` on top)."""
     ax = new_axes(ax)
     styles = ["-", "--", "-.", ":"]
     for i, (label, y) in enumerate(curves.items()):
@@ -25,6 +26,8 @@ def plot_wait_vs_load(x: Sequence[float], curves: Mapping[str, Sequence[float]],
     ax.set(yscale="log" if logy else "linear", xlabel=xlabel or zh("负载 ρ = λ / 容量", "load ρ = λ / capacity"),
            ylabel=ylabel or zh("平均排队时间（ms）", "mean wait (ms)"))
     legend(ax, fontsize=8)
+    if title:
+        ax.set_title(title)
     return ax
 
 
