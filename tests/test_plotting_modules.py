@@ -140,6 +140,18 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert_clean(ax)
 
 
+def test_plot_slo_capacity_marks_the_tie_band_and_titles_the_choice():
+    labels = ["B=8 d=0us", "B=16 d=0us", "B=8 d=1000us", "B=4 d=0us"]
+    rates = [419.0, 421.0, 418.0, 300.0]
+    ax = TP.plot_slo_capacity(labels, rates, tie=0.02, title="p95 ≤ 30 ms")
+    color_at = {round(b.get_y() + b.get_height() / 2): b.get_facecolor() for b in ax.patches}
+    assert sorted(b.get_width() for b in ax.patches) == sorted(rates)
+    assert color_at[1] == color_at[2] != color_at[0] and color_at[3] not in (color_at[0], color_at[1])
+    assert legend_of(ax) == ["所选：相差 2% 以内最简单的配置", "与最高值相差 2% 以内（分不出高下）", "其余配置"]
+    assert ax.get_title() == "p95 ≤ 30 ms"
+    assert_clean(ax)
+
+
 # ----------------------------------------------------------------------------- padding (chapter 03)
 
 
@@ -158,39 +170,6 @@ def test_plot_padded_batch_real_tokens_and_padding():
     assert ax.get_xlim()[1] >= 12
     assert_clean(ax)
     assert PP.plot_padded_batch([4, 4], title="T").get_title() == "T"
-
-
-def test_plot_eta_curve_exact_mc_ratio_and_limit():
-    dist = P.uniform_pmf(1, 60)
-    sizes = [1, 2, 4, 8, 16]
-    exact = np.array([P.expected_eta(dist, b) for b in sizes])
-    mcs = [P.monte_carlo_eta(dist, b, n_batches=400, seed=3 + b) for b in sizes]
-    mc, se = np.array([m.mean for m in mcs]), np.array([m.stderr for m in mcs])
-    ratio = np.array([P.ratio_of_expectations(dist, b) for b in sizes])
-    limit = P.eta_limit(dist)
-    ax = PP.plot_eta_curve(sizes, exact, mc, se, ratio, limit)
-    assert ax.get_xlabel() == "批大小 B" and ax.get_ylabel() == "有效率 η"
-    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
-    assert ax.get_ylim() == (0, 1.05)
-    by_label = {ln.get_label(): ln for ln in ax.lines}
-    for label, y in (("E[η] 精确值", exact), ("E[L]/E[L_max]（期望之比）", ratio)):
-        np.testing.assert_allclose(by_label[label].get_xdata(), sizes)
-        np.testing.assert_allclose(by_label[label].get_ydata(), y)
-    np.testing.assert_allclose(by_label[f"B→∞ 极限 {limit:.3f}"].get_ydata(), [limit, limit])
-    (eb,) = ax.containers
-    data_line, _, (bars,) = eb
-    np.testing.assert_allclose(data_line.get_ydata(), mc)
-    seg = np.array(bars.get_segments())                               # ±2 standard errors
-    np.testing.assert_allclose(seg[:, 0, 1], mc - 2 * se)
-    np.testing.assert_allclose(seg[:, 1, 1], mc + 2 * se)
-    assert sorted(legend_of(ax)) == sorted(["E[η] 精确值", "E[L]/E[L_max]（期望之比）", "蒙特卡洛（±2 标准误）",
-                                         f"B→∞ 极限 {limit:.3f}"])
-    for y in (exact, ratio, mc):
-        assert_inside(ax, sizes, y)
-    assert_clean(ax)
-
-    ax = PP.plot_eta_curve(sizes, exact)
-    assert len(ax.lines) == 1 and not ax.containers and legend_of(ax) == ["E[η] 精确值"]
 
 
 def test_plot_scheme_bars_groups_skip_nan_and_label_values():
@@ -232,6 +211,18 @@ def test_plot_concurrency_vs_context_log_log():
         np.testing.assert_allclose(ln.get_xdata(), ctx)
         np.testing.assert_allclose(ln.get_ydata(), y)
     assert_lines_inside(ax)
+
+
+def test_plot_concurrency_vs_context_marks_rows_beyond_the_context():
+    ctx = [1024, 4096, 8192, 16384]
+    series = {"Llama-2-7B": [200, 50, 25, 12], "Llama-3-8B": [800, 200, 100, 50]}
+    ax = PP.plot_concurrency_vs_context(ctx, series, context_len={"Llama-2-7B": 4096, "Llama-3-8B": 8192})
+    solid = [ln for ln in ax.lines if ln.get_linestyle() == "-"]
+    dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert [list(ln.get_xdata()) for ln in solid] == [[1024, 4096], [1024, 4096, 8192]]
+    assert [list(ln.get_xdata()) for ln in dashed] == [[4096, 8192, 16384], [8192, 16384]]
+    assert legend_of(ax) == [*series, "超出模型的上下文长度（假设）"]
+    assert_clean(ax)
 
 
 # ----------------------------------------------------------------------------- evaluation (chapter 05)

@@ -26,28 +26,6 @@ def plot_padded_batch(lengths: Sequence[int], ax: Any = None, title: str | None 
     return ax
 
 
-def plot_eta_curve(batch_sizes: Sequence[int], exact: Sequence[float], mc_mean: Sequence[float] | None = None,
-                   mc_stderr: Sequence[float] | None = None, ratio: Sequence[float] | None = None,
-                   limit: float | None = None, ax: Any = None) -> Any:
-    """E[η] against batch size: exact curve, Monte Carlo points (±2 s.e.), the ratio of
-    expectations E[L]/E[L_max], and the limit E[L]/max L."""
-    ax = new_axes(ax)
-    b = np.asarray(batch_sizes, dtype=float)
-    ax.plot(b, exact, "-", color="C0", lw=2, label=zh("E[η] 精确值", "E[η] exact"))
-    if ratio is not None:
-        ax.plot(b, ratio, "--", color="C1", label=zh("E[L]/E[L_max]（期望之比）", "E[L]/E[L_max] (ratio)"))
-    if mc_mean is not None:
-        ax.errorbar(b, mc_mean, yerr=None if mc_stderr is None else 2 * np.asarray(mc_stderr), fmt="o", color="C3",
-                    ms=4, capsize=3, label=zh("蒙特卡洛（±2 标准误）", "Monte Carlo (±2 s.e.)"))
-    if limit is not None:
-        ax.axhline(limit, color="gray", ls=":", label=zh(f"B→∞ 极限 {limit:.3f}", f"limit B→∞ {limit:.3f}"))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(b, [str(int(x)) for x in b])
-    ax.set(xlabel=zh("批大小 B", "batch size B"), ylabel=zh("有效率 η", "efficiency η"), ylim=(0, 1.05))
-    legend(ax, fontsize=8)
-    return ax
-
-
 def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str,
                      ax: Any = None, fmt: str = "{:.0f}") -> Any:
     """Grouped bars: one group per scheme, one bar per series, each labelled with its value; NaN
@@ -69,8 +47,9 @@ def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]]
     return ax
 
 
-def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax: Any = None) -> Any:
-    """KV-cache bytes per token of several models, log scale, labelled in KiB / MiB."""
+def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax: Any = None,
+                      title: str | None = None) -> Any:
+    """KV-cache bytes per token of several models, log scale, labelled in KiB / MiB (`title` on top)."""
     ax = new_axes(ax, (7.0, 0.6 * len(names) + 1.4))
     v = np.asarray(bytes_per_token, dtype=float)
     y = np.arange(len(names))
@@ -82,17 +61,31 @@ def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax
     ax.invert_yaxis()
     ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"))
     ax.grid(axis="y", visible=False)
+    if title:
+        ax.set_title(title)
     return ax
 
 
 def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str, Sequence[int]],
-                                ax: Any = None) -> Any:
-    """How many sequences fit in a KV budget as the tokens per sequence grow (log-log)."""
+                                ax: Any = None, context_len: Mapping[str, int] | None = None) -> Any:
+    """How many sequences fit in a KV budget as the tokens per sequence grow (log-log). With
+    `context_len` (model -> its trained context), points past a model's context are drawn hollow
+    on a dashed line: hypothetical rows, as the table marks them with *."""
     ax = new_axes(ax)
+    limits = context_len or {}
     for i, (label, counts) in enumerate(sequences.items()):
-        ax.plot(contexts, counts, "o-", color=f"C{i}", label=label, ms=4)
+        x, y = np.asarray(contexts, dtype=float), np.asarray(counts, dtype=float)
+        inside = x <= limits.get(label, np.inf)
+        ax.plot(x[inside], y[inside], "o-", color=f"C{i}", label=label, ms=4)
+        if not inside.all():
+            first = max(int(inside.sum()) - 1, 0)   # the dashed part starts at the last real point
+            ax.plot(x[first:], y[first:], "o--", color=f"C{i}", ms=4, mfc="white", zorder=1)
+    if limits and any(np.asarray(contexts) > min(limits.get(m, np.inf) for m in sequences)):
+        ax.plot([], [], "o--", color="#666666", ms=4, mfc="white",
+                label=zh("超出模型的上下文长度（假设）", "beyond the model's context (hypothetical)"))
     ax.set_xscale("log", base=2)
     ax.set(yscale="log", xlabel=zh("每条序列的 token 数（提示 + 输出）", "tokens per sequence"),
-           ylabel=zh("可并发的序列数", "concurrent sequences"))
+           ylabel=zh("可并发的序列数", "concurrent sequences"),
+           title=zh("序列越长，一张卡能同时放的序列越少", "longer sequences, fewer concurrent ones"))
     legend(ax, fontsize=8)
     return ax
