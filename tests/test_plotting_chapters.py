@@ -131,7 +131,7 @@ def test_plot_utilisation_readings_two_readings() -> None:
     assert_clean(fig)
 
 
-def test_plot_fairness_log_bars_labelled() -> None:
+def test_plot_fairness_linear_bars_labelled() -> None:
     fair = C.fairness_experiment(rate_short=2.0, rate_long=0.2)
     fig = PC.plot_fairness(fair, {"static": "动态批处理器（请求级补齐批）", "continuous": "连续批处理"})
     (ax,) = fig.axes
