@@ -102,7 +102,7 @@ def test_plot_starvation_three_policies() -> None:
 
 def test_plot_delay_bound_lines_and_the_delay() -> None:
     fig = PE.plot_delay_bound(E.delay_bound_experiment([0.05, 0.2, 0.5, 0.8, 0.95, 1.1], delay_ms=5.0))
-    assert legend_of(fig.axes[0]) == ["p50", "p99", "max", "max_queue_delay"]
+    assert legend_of(fig.axes[0]) == ["p50", "p99", "最长", "排队延时 max_queue_delay"]
     assert_clean(fig)
 
 
