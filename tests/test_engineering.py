@@ -111,9 +111,9 @@ def test_engineering_plots_draw():
     bound = E.delay_bound_experiment([0.1, 0.5], n=2000)
     fig = P.plot_delay_bound(bound)
     (ax,) = fig.axes
-    assert ax.get_title() == "max_queue_delay 只管拼锅等待，不管排队"
+    assert ax.get_title() == "排队延时只管合批等待，不管排队"
     assert ax.get_ylabel() == "排队时间 (ms)" and ax.get_xlabel() == "负载（到达率 / 满批容量）"
-    assert len(ax.lines) == 4 and texts(ax.get_legend().get_texts()) == ["p50", "p99", "max", "max_queue_delay"]
+    assert len(ax.lines) == 4 and texts(ax.get_legend().get_texts()) == ["p50", "p99", "最长", "排队延时 max_queue_delay"]
     for line, key in zip(ax.lines, ("queue_p50_ms", "queue_p99_ms", "queue_max_ms")):
         np.testing.assert_allclose(line.get_xdata(), [0.1, 0.5])
         np.testing.assert_allclose(line.get_ydata(), [r[key] for r in bound])

@@ -102,7 +102,7 @@ def test_plot_starvation_three_policies() -> None:
 
 def test_plot_delay_bound_lines_and_the_delay() -> None:
     fig = PE.plot_delay_bound(E.delay_bound_experiment([0.05, 0.2, 0.5, 0.8, 0.95, 1.1], delay_ms=5.0))
-    assert legend_of(fig.axes[0]) == ["p50", "p99", "max", "max_queue_delay"]
+    assert legend_of(fig.axes[0]) == ["p50", "p99", "最长", "排队延时 max_queue_delay"]
     assert_clean(fig)
 
 
@@ -131,7 +131,7 @@ def test_plot_utilisation_readings_two_readings() -> None:
     assert_clean(fig)
 
 
-def test_plot_fairness_log_bars_labelled() -> None:
+def test_plot_fairness_linear_bars_labelled() -> None:
     fair = C.fairness_experiment(rate_short=2.0, rate_long=0.2)
     fig = PC.plot_fairness(fair, {"static": "动态批处理器（请求级补齐批）", "continuous": "连续批处理"})
     (ax,) = fig.axes

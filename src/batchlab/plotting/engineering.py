@@ -54,12 +54,12 @@ def plot_delay_bound(rows: Sequence[dict[str, Any]]) -> Figure:
     """Queue time p50/p99/max against load, with the configured max_queue_delay as a line."""
     load = [r["load"] for r in rows]
     fig, ax = figure(figsize=(6.5, 3.6))
-    for key, name, style in (("queue_p50_ms", "p50", "-o"), ("queue_p99_ms", "p99", "-s"), ("queue_max_ms", "max", ":^")):
+    for key, name, style in (("queue_p50_ms", "p50", "-o"), ("queue_p99_ms", "p99", "-s"), ("queue_max_ms", zh("最长", "max"), ":^")):
         ax.plot(load, [r[key] for r in rows], style, label=name)
-    ax.axhline(rows[0]["delay_ms"], color="k", ls="--", label=zh("max_queue_delay", "max_queue_delay"))
+    ax.axhline(rows[0]["delay_ms"], color="k", ls="--", label=zh("排队延时 max_queue_delay", "max_queue_delay"))
     ax.set(yscale="log", xlabel=zh("负载（到达率 / 满批容量）", "load (rate / full-batch capacity)"),
            ylabel=zh("排队时间 (ms)", "queue time (ms)"),
-           title=zh("max_queue_delay 只管拼锅等待，不管排队", "the delay does not bound queueing"))
+           title=zh("排队延时只管合批等待，不管排队", "the delay does not bound queueing"))
     legend(ax)
     return fig
 
