@@ -28,7 +28,7 @@ LAB_RUN_S = {1: 7, 2: 33, 3: 13, 4: 26, 5: 26, 6: 11}
 #: Minutes of the quiz blocks a route may hold: the interview bank (10 questions, 2 minutes each).
 QUIZ_MINUTES = {"quiz": 20}
 
-_STATED = re.compile(r"\*\*用时\*\*\s*[：:（(]?\s*约\s*(\d+)\s*分钟")
+_STATED = re.compile(r"\*\*用时\*\*\s*[：:（(]?\s*约?\s*(\d+)\s*分钟")
 _LAB_STATED = re.compile(r"\*\*本实验目标\*\*\s*（约\s*(\d+)\s*分钟")
 _PREREQ = re.compile(r"\*\*前置\*\*\s*[：:]?\s*(.+?)\s*(?:\*\*|$)", re.M)
 _HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -133,7 +133,8 @@ def prerequisites(key: str, root: Path | None = None) -> str:
     if key in CHAPTERS:
         found = _PREREQ.search(_first_cell(_notebook(ITEMS[key], root) or {}))
         if found:
-            return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", found.group(1)).strip().rstrip("。")
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", found.group(1)).strip().rstrip("。；;")
+            return text[1:-1] if text.startswith("（") and text.endswith("）") else text
     return ITEMS[key].prereq
 
 
