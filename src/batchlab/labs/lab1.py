@@ -98,7 +98,7 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
     embed = config if isinstance(config, Mapping) and config.get("name") == "embed" else _EMBED
     results = []
     for label, cfg, want in (("embed", embed, _EXPECTED["embed"]),
-                             ("另一个模型（不拼批、三个实例）", _OTHER, _EXPECTED["other"])):
+                             ("另一个模型（不合批、三个实例）", _OTHER, _EXPECTED["other"])):
         got = g.call(fn, cfg)
         if not isinstance(got, Mapping):
             g.fail(f"summarize_config 应返回一个 dict，收到的是 {type(got).__name__}")

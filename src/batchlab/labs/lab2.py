@@ -1,4 +1,4 @@
-"""Checks of Lab 2 (拼锅): the dynamic batcher's decision written by the learner (replayed on batches
+"""Checks of Lab 2 (dynamic batching): the dynamic batcher's decision written by the learner (replayed on batches
 recorded from the real server), the dynamic_batching block, the measured sweep, the simulator's
 prediction of it with the learner's rule plugged in, and the best configuration under a p95 SLO."""
 
@@ -236,7 +236,7 @@ def _check_rows(g: Grader, rows: Any, delays: Sequence[int] | None, preferred_se
         want = [(int(d), tuple(int(x) for x in p)) for d in delays for p in preferred_sets]
         got = [_row_key(r) for r in rows]
         g.expect(sorted(got, key=str) == sorted(want, key=str),
-                 f"{len(want)} 个配置各一行（{len(delays)} 个延迟 × {len(preferred_sets)} 组偏好批大小）",
+                 f"{len(want)} 个配置各一行（{len(delays)} 个排队延时 × {len(preferred_sets)} 组偏好批大小）",
                  f"应有 {len(want)} 行，覆盖每个 (delay_us, preferred) 组合各一次；你的 {len(rows)} 行是 {got}")
     return list(rows)
 
@@ -250,7 +250,7 @@ def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[st
     return found
 
 
-@check("lab2.q3", points=4, title="在真实服务器上扫描拼锅参数", after=(2,))
+@check("lab2.q3", points=4, title="在真实服务器上扫描动态批处理参数", after=(2,))
 def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
                      preferred_sets: Sequence[Sequence[int]] | None = None, rate: float | None = None,
                      workspace: Any = None, model: str = "embed") -> None:

@@ -1,4 +1,4 @@
-"""Checks of Lab 3 (同锅同煮，有状态): one sequence step, the client loop over several sequences,
+"""Checks of Lab 3 (序列批处理器，有状态): one sequence step, the client loop over several sequences,
 the `oldest` strategy block, an abandoned sequence after the idle timeout, and the `direct` slot
 assignment written by the learner (its release step, then crafted timelines and timelines recorded
 from the real server)."""
@@ -125,7 +125,7 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     if sizes and max(sizes) > 1:
         g.note(f"最大批大小 {max(sizes)}：几条序列的步被拼进了同一次执行")
     else:
-        g.note("所有步的批大小都是 1：序列是一条一条串行走的。用线程（ThreadPoolExecutor）让它们同时在路上，才能拼锅")
+        g.note("所有步的批大小都是 1：序列是一条一条串行走的。用线程（ThreadPoolExecutor）让它们同时在路上，才能合批")
 
 
 @check("lab3.q3", points=3, title="把 direct 换成 oldest")

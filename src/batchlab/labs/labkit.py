@@ -216,7 +216,7 @@ class Workspace:
             client.load_model(model)
         except Exception as exc:  # tritonclient's InferenceServerException
             text = str(exc).strip().splitlines()
-            raise ModelLoadError(f"Triton refused to (re)load {model!r}: {text[0] if text else exc}") from None
+            raise ModelLoadError(f"Triton 拒绝加载（或重新加载）{model!r}：{text[0] if text else exc}") from None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if client.is_model_ready(model):
