@@ -4,6 +4,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
@@ -109,12 +110,15 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
 
 
 def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labels: dict[str, str] | None = None) -> Figure:
-    """Top: the day's request rate. Middle: instances per policy. Bottom: p99 per hour (log),
-    unstable hours drawn at the top edge."""
+    """Top: the day's request rate. Middle: instances per policy (integer ticks). Bottom: p99 per
+    hour (log) against the SLO, unstable hours drawn as triangles at the top edge; every mark in a
+    legend."""
     h = np.arange(len(rates))
-    fig, axes = figure(3, 1, figsize=(7.6, 6.6), sharex=True)
+    fig, axes = figure(3, 1, figsize=(7.6, 7.4), sharex=True)
     axes[0].bar(h, rates, color="0.6")
     axes[0].set_ylabel(zh("请求/s", "req/s"))
+    axes[0].set_title(zh("固定实例数：按均值定死，高峰违约；按峰值定死，全天多花",
+                         "a fixed fleet either misses the SLO at the peak or pays for the peak all day"), fontsize=9)
     top = max(max((x for x in r.p99_ms if np.isfinite(x)), default=slo_ms) for r in results) * 3
     for i, r in enumerate(results):
         name = (labels or {}).get(r.policy, r.policy)
@@ -123,9 +127,14 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         bad = ~np.isfinite(p)
         axes[2].plot(h, np.where(bad, np.nan, p), "-o", color=f"C{i}", ms=3, label=name)
         if bad.any():
-            axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3)
+            lab = f"{name}：{zh('不稳定的小时（队列无限增长，画在顶边）', 'unstable hour (drawn at the top)')}"
+            axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3, label=lab)
     axes[1].set_ylabel(zh("实例数", "instances"))
-    legend(axes[1], fontsize=8)
-    axes[2].axhline(slo_ms, ls="--", color="k", label="SLO")
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_ylim(0, max(max(r.instances) for r in results) + 1)
+    legend(axes[1], fontsize=8, outside="right")
+    axes[2].axhline(slo_ms, ls="--", color="k", label=f"SLO：p99 ≤ {slo_ms:g} ms")
     axes[2].set(yscale="log", ylabel="p99 (ms)", xlabel=zh("小时", "hour"), ylim=(None, top * 1.5))
+    axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(axes[2], fontsize=8, outside="right")
     return fig
