@@ -24,6 +24,7 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]) -> Figure:
     tw.plot(b, [r["t_full_ms"] for r in sub], "-s", color="C3", label=zh("满批一次执行 t(B)", "full execution t(B)"))
     tw.set_ylabel(zh("满批执行时间 (ms)", "full-batch time (ms)"), color="C3")
     tw.grid(False)
+    ax.set_title(zh("批上限越大，容量越贴近 1/b，满批一次执行越久", "capacity saturates at 1/b while a full batch takes longer"), fontsize=10)
     legend(ax, fontsize=8, axes=[tw], outside="below", ncol=3)
     return fig
 
@@ -64,6 +65,8 @@ def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | No
     axes[0].set_ylabel(zh("同一负载下 p99 (s)", "p99 at the same load (s)"))
     axes[1].bar(x, [r.get("capacity_tokens_per_s") or 0 for r in rows], color=["C0", "C1", "C2"][: len(rows)])
     axes[1].set_ylabel(zh("容量 (token/s)", "capacity (tokens/s)"))
+    axes[0].set_title(zh("提前返回只缩短一部分延迟", "early return only shortens some latency"), fontsize=10)
+    axes[1].set_title(zh("容量来自迭代级调度", "capacity comes from iteration-level scheduling"), fontsize=10)
     for ax in axes:
         ax.set_xticks(x, names, fontsize=9)
     return fig
@@ -76,7 +79,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
     for i, load in enumerate(loads):
         sub = [r for r in rows if r["load"] == load]
         d = [max(r["delay_us"] / 1e3, 0.01) for r in sub]
-        lab = zh(f"负载 {load:g}", f"load {load:g}")
+        lab = zh(f"负载 {100 * load:g}%", f"load {100 * load:g}%")
         axes[0].plot(d, [r["throughput_rps"] for r in sub], "-o", color=f"C{i}", label=lab)
         axes[1].plot(d, [r["gpu_ms_per_req"] for r in sub], "-o", color=f"C{i}", label=lab)
     for ax in axes:
@@ -84,7 +87,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
         ax.set_xlabel(zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
     axes[0].set(ylabel=zh("吞吐 (请求/s)", "throughput (req/s)"), title=zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set(ylabel=zh("每请求占用实例时间 (ms)", "busy ms per request"),
-                title=zh("小延迟的真实代价：更多执行", "the real cost: more executions"))
+                title=zh("小延时的真实代价：更多执行", "the real cost: more executions"))
     legend(axes[1], fontsize=8, outside="right")
     return fig
 
