@@ -39,7 +39,7 @@ def test_link_markdown_anchor():
 # Every experiment is seeded: its sentence is stored here, from one run read and checked by hand.
 # The closed-form ones are also rebuilt from first principles in the next test.
 REFERENCE = {
-    'Q1': '同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 189 请求/s，拼到 32 个 702 请求/s（×3.7）',
+    'Q1': '同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 189 请求/s，合批到 32 个 702 请求/s（×3.7）',
     'Q2': '12 个租户的请求每 8 个补齐成一批：η = 0.27；连续批处理不补齐：η = 1.00',
     'Q3': '半负载下 delay 0 → 20 ms：p99 25.8 → 42.1 ms，吞吐 354 → 354 请求/s（不降）',
     'Q4': '4 条序列各 23 个 token × 8,192 B/token：公式 753,664 B，缓存里实有 753,664 B',
@@ -47,7 +47,7 @@ REFERENCE = {
     'Q6': '满批执行时间 B=32 → 128：46 → 170 ms；64 条 4k 序列的 KV（Llama-3-8B）32 GiB；容量 702 → 751 请求/s（没有下降）',
     'Q7': '原文「序列模式」：53% 的 tick 锅里有空位而门口有人等；平均延迟 只提前返回 5.3 s，空位即补（连续批处理）2.9 s',
     'Q8': '到达 450 请求/s：max_batch_size 4 的容量 435/s，队列失控（p99 0.6 s）；8 的容量 556/s，p99 35 ms',
-    'Q9': '同一配置写两个调度器 → error（oneof scheduling_choice）；迭代级调度（连续批处理）容量 1149 token/s，请求级拼锅（动态批处理器）427 token/s',
+    'Q9': '同一配置写两个调度器 → error（oneof scheduling_choice）；迭代级调度（连续批处理）容量 1149 token/s，请求级合批（动态批处理器）427 token/s',
     'Q10': '短单与长单同锅：请求级补齐批短单 p99 5.7 s，连续批处理 0.42 s',
 }
 
@@ -55,7 +55,7 @@ REFERENCE = {
 def test_closed_form_numbers_follow_from_the_inputs():
     """Q1, Q4, Q6 and Q8's capacities by hand: t(B) = 4 + 1.3·B ms; KV = 2·layers·kv_heads·dim·bytes."""
     t = lambda b: 4 + 1.3 * b  # noqa: E731  (ms)
-    assert f"一单一锅 {1e3 / t(1):.0f} 请求/s，拼到 32 个 {32e3 / t(32):.0f} 请求/s（×3.7）" in REFERENCE["Q1"]
+    assert f"一单一锅 {1e3 / t(1):.0f} 请求/s，合批到 32 个 {32e3 / t(32):.0f} 请求/s（×3.7）" in REFERENCE["Q1"]
     toy = 2 * 4 * 4 * 64 * 4  # toy LM: 4 layers, 4 KV heads of 64, float32
     assert f"各 {16 + 8 - 1} 个 token × {toy:,} B/token：公式 {4 * 23 * toy:,} B，缓存里实有 {4 * 23 * toy:,} B" \
         in REFERENCE["Q4"]

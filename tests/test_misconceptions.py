@@ -139,9 +139,9 @@ def test_misconception_plots_draw():
               for load in (0.1, 0.5) for d in (0, 1000)]
     fig = P.plot_delay_sweep(delays)
     a0, a1 = fig.axes
-    assert a0.get_title() == "吞吐没有塌" and a1.get_title() == "小延迟的真实代价：更多执行"
+    assert a0.get_title() == "吞吐没有塌" and a1.get_title() == "小延时的真实代价：更多执行"
     assert a0.get_ylabel() == "吞吐 (请求/s)" and a1.get_ylabel() == "每请求占用实例时间 (ms)"
-    assert len(a0.lines) == len(a1.lines) == 2 and texts(a1.get_legend().get_texts()) == ["负载 0.1", "负载 0.5"]
+    assert len(a0.lines) == len(a1.lines) == 2 and texts(a1.get_legend().get_texts()) == ["负载 10%", "负载 50%"]
     for i, load in enumerate((0.1, 0.5)):
         assert list(a0.lines[i].get_xdata()) == [0.01, 1.0]  # delay 0 is drawn at 0.01 ms on the log axis
         assert list(a0.lines[i].get_ydata()) == pytest.approx([10.0 * load, 10.0 * load + 1.0])

@@ -172,7 +172,7 @@ def test_plot_llm_batch_throughput_and_kv() -> None:
 @pytest.mark.slow
 def test_plot_delay_sweep_throughput_and_busy_time() -> None:
     fig = PM.plot_delay_sweep(M.delay_sweep([0, 100, 1000, 5000, 20000], [0.1, 0.5, 0.9, 1.2]))
-    assert legend_of(fig.axes[1]) == ["负载 0.1", "负载 0.5", "负载 0.9", "负载 1.2"]
+    assert legend_of(fig.axes[1]) == ["负载 10%", "负载 50%", "负载 90%", "负载 120%"]
     assert_clean(fig)
 
 

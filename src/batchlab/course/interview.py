@@ -40,45 +40,45 @@ def link_markdown(notebook: str, heading: str = "") -> str:
 
 EVIDENCE: dict[str, Evidence] = {
     "Q1": Evidence("Q1", (("02_dynamic_batching.ipynb", ""), ("06_engineering.ipynb", "成本：一锅菜到底多少钱")),
-                   "EMBED_LIKE.throughput(1) vs throughput(32); 06 measures embed_nobatch vs embed",
+                   "`EMBED_LIKE.throughput(1)` 对比 `throughput(32)`；第 6 章在服务器上实测 `embed_nobatch` 对比 `embed`",
                    "把独立请求拼成一批，同一个实例每秒服务的请求数成倍增加"),
     "Q2": Evidence("Q2", (("03_sequence_batching.ipynb", ""), ("07_applications.ipynb", "案例二：12 个业务线的 SaaS 平台")),
-                   "cases.padding_eta on the 12-tenant mix vs continuous batching (η = 1)",
+                   "`cases.padding_eta`：12 个租户的混合请求补齐成批，对比连续批处理（η = 1）",
                    "补齐批要把短序列补到最长者；不补齐（连续批处理）时 η = 1"),
     "Q3": Evidence("Q3", (("04_tuning.ipynb", ""), ("09_misconceptions.ipynb", "误区三：把 max_queue_delay 调得很小，吞吐会暴跌")),
-                   "misconceptions.delay_sweep at half load",
+                   "`misconceptions.delay_sweep`：半负载下扫排队延时",
                    "延时加大：延迟上升，吞吐不降"),
     "Q4": Evidence("Q4", (("09_misconceptions.ipynb", "误区四：KV Cache 只是加速技巧，不占显存"),
                           ("06_engineering.ipynb", "OOM：KV Cache 的容量规划")),
-                   "capacity.toy_kv_accounting on the numpy LM",
+                   "`capacity.toy_kv_accounting`：在课程的 numpy 模型上逐字节清点 KV",
                    "KV Cache 存每个已处理 token 每层的 K、V：字节数与公式逐字节相等"),
     "Q5": Evidence("Q5", (("06_engineering.ipynb", "饥饿：先看见，再治好"),),
-                   "engineering.starvation_experiment",
+                   "`engineering.starvation_experiment`：两档优先级、过载、队列策略的超时",
                    "饥饿来自插队（高优先级越过低优先级，或 timeout_action: DELAY 让同档后来的请求越过超时的请求）或过载；给等待设上限的是队列策略的超时（REJECT），不是 max_queue_delay"),
     "Q6": Evidence("Q6", (("05_evaluation.ipynb", ""), ("09_misconceptions.ipynb", "误区一：把 max_batch_size 调到最大，性能一定最好")),
-                   "misconceptions.batch_size_sweep and llm_batch_sweep",
+                   "`misconceptions.batch_size_sweep` 与 `llm_batch_sweep`：扫批上限",
                    "代价是等待、显存和更长的单次执行；吞吐并不因批处理而下降"),
-    "Q7": Evidence("Q7", (("08_python_demo.ipynb", "1. 「序列模式」运行中从不补人"),
+    "Q7": Evidence("Q7", (("08_python_demo.ipynb", "原文的演示与修正版，并排"),
                           ("09_misconceptions.ipynb", "误区二：动态批处理和序列批处理只能二选一")),
-                   "seed_demo.trace_sim (empty slots) vs simulate_continuous",
+                   "`seed_demo.trace_sim`（空着的批槽位）对比 `simulate_continuous`",
                    "空位被补上才是连续批处理；只提前返回不补位，吞吐不变"),
     "Q8": Evidence("Q8", (("09_misconceptions.ipynb", "误区一：把 max_batch_size 调到最大，性能一定最好"),
                           ("06_engineering.ipynb", "在线与离线：两套设置")),
-                   "misconceptions.batch_size_sweep at 450 req/s",
+                   "`misconceptions.batch_size_sweep`：到达 450 请求/s 时扫批上限",
                    "批上限太小，容量低于到达率，队列失控"),
     "Q9": Evidence("Q9", (("09_misconceptions.ipynb", "误区二：动态批处理和序列批处理只能二选一"),),
-                   "config_pbtxt.check_config (oneof) + misconceptions.combination_comparison",
+                   "`config_pbtxt.check_config`（oneof）加 `misconceptions.combination_comparison`",
                    "同一个模型里二选一（oneof）；B 说的 token 级调度是连续批处理（iterative_sequence 或 LLM 后端），不是序列批处理器，也不是两个调度器的叠加"),
     "Q10": Evidence("Q10", (("07_applications.ipynb", "多租户公平性：短单和长单同锅"),
                             ("05_evaluation.ipynb", "")),
-                    "cases.fairness_experiment",
+                    "`cases.fairness_experiment`：短单与长单共用一张卡",
                     "请求级批里短单陪长单跑到底，p99 被拉长；连续批处理下尾延迟来自排队和 prefill 干扰"),
 }
 
 
 def _q1() -> str:
     return (f"同一个实例（t(B) = 4 + 1.3B ms）：一单一锅 {EMBED_LIKE.throughput(1):.0f} 请求/s，"
-            f"拼到 32 个 {EMBED_LIKE.throughput(32):.0f} 请求/s（×{EMBED_LIKE.throughput(32) / EMBED_LIKE.throughput(1):.1f}）")
+            f"合批到 32 个 {EMBED_LIKE.throughput(32):.0f} 请求/s（×{EMBED_LIKE.throughput(32) / EMBED_LIKE.throughput(1):.1f}）")
 
 
 def _q2() -> str:
@@ -136,7 +136,7 @@ def _q9() -> str:
     rows = {r["scheduler"]: r for r in combination_comparison(2.0, LLM_COST, n=800, overload_rate=30.0)}
     return (f"同一配置写两个调度器 → {err.level}（oneof scheduling_choice）；"
             f"迭代级调度（连续批处理）容量 {rows['combined']['capacity_tokens_per_s']:.0f} token/s，"
-            f"请求级拼锅（动态批处理器）{rows['dynamic_only']['capacity_tokens_per_s']:.0f} token/s")
+            f"请求级合批（动态批处理器）{rows['dynamic_only']['capacity_tokens_per_s']:.0f} token/s")
 
 
 def _q10() -> str:
@@ -183,7 +183,7 @@ def answer_card(qid: str, run_experiment: bool = True, bank: str = "interview") 
     lines = [f"**{qid}. {q.raw['question']}**（答案 {key}）", "", q.explanation]
     if q.erratum:
         lines += ["", f"> **勘误**：{q.erratum}"]
-    lines += ["", "证据：" + "；".join(link_markdown(nb, h) for nb, h in ev.links) + f"。实验 `{ev.experiment}`。"]
+    lines += ["", "证据：" + "；".join(link_markdown(nb, h) for nb, h in ev.links) + f"。实验：{ev.experiment}。"]
     if run_experiment:
         lines += ["", f"本次实验：{run(qid)}"]
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from batchlab.plotting.fonts import figure, zh
 from batchlab.plotting.layout import legend
@@ -23,6 +24,7 @@ def plot_batch_size(rows: Sequence[dict[str, Any]]) -> Figure:
     tw.plot(b, [r["t_full_ms"] for r in sub], "-s", color="C3", label=zh("满批一次执行 t(B)", "full execution t(B)"))
     tw.set_ylabel(zh("满批执行时间 (ms)", "full-batch time (ms)"), color="C3")
     tw.grid(False)
+    ax.set_title(zh("批上限越大，容量越贴近 1/b，满批一次执行越久", "capacity saturates at 1/b while a full batch takes longer"), fontsize=10)
     legend(ax, fontsize=8, axes=[tw], outside="below", ncol=3)
     return fig
 
@@ -63,6 +65,8 @@ def plot_combination(rows: Sequence[dict[str, Any]], labels: dict[str, str] | No
     axes[0].set_ylabel(zh("同一负载下 p99 (s)", "p99 at the same load (s)"))
     axes[1].bar(x, [r.get("capacity_tokens_per_s") or 0 for r in rows], color=["C0", "C1", "C2"][: len(rows)])
     axes[1].set_ylabel(zh("容量 (token/s)", "capacity (tokens/s)"))
+    axes[0].set_title(zh("提前返回只缩短一部分延迟", "early return only shortens some latency"), fontsize=10)
+    axes[1].set_title(zh("容量来自迭代级调度", "capacity comes from iteration-level scheduling"), fontsize=10)
     for ax in axes:
         ax.set_xticks(x, names, fontsize=9)
     return fig
@@ -75,7 +79,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
     for i, load in enumerate(loads):
         sub = [r for r in rows if r["load"] == load]
         d = [max(r["delay_us"] / 1e3, 0.01) for r in sub]
-        lab = zh(f"负载 {load:g}", f"load {load:g}")
+        lab = zh(f"负载 {100 * load:g}%", f"load {100 * load:g}%")
         axes[0].plot(d, [r["throughput_rps"] for r in sub], "-o", color=f"C{i}", label=lab)
         axes[1].plot(d, [r["gpu_ms_per_req"] for r in sub], "-o", color=f"C{i}", label=lab)
     for ax in axes:
@@ -83,7 +87,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
         ax.set_xlabel(zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
     axes[0].set(ylabel=zh("吞吐 (请求/s)", "throughput (req/s)"), title=zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set(ylabel=zh("每请求占用实例时间 (ms)", "busy ms per request"),
-                title=zh("小延迟的真实代价：更多执行", "the real cost: more executions"))
+                title=zh("小延时的真实代价：更多执行", "the real cost: more executions"))
     legend(axes[1], fontsize=8, outside="right")
     return fig
 
@@ -109,12 +113,15 @@ def plot_kv_growth(toy: Sequence[dict[str, Any]], scaled: Sequence[dict[str, Any
 
 
 def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labels: dict[str, str] | None = None) -> Figure:
-    """Top: the day's request rate. Middle: instances per policy. Bottom: p99 per hour (log),
-    unstable hours drawn at the top edge."""
+    """Top: the day's request rate. Middle: instances per policy (integer ticks). Bottom: p99 per
+    hour (log) against the SLO, unstable hours drawn as triangles at the top edge; every mark in a
+    legend."""
     h = np.arange(len(rates))
-    fig, axes = figure(3, 1, figsize=(7.6, 6.6), sharex=True)
+    fig, axes = figure(3, 1, figsize=(7.6, 7.4), sharex=True)
     axes[0].bar(h, rates, color="0.6")
     axes[0].set_ylabel(zh("请求/s", "req/s"))
+    axes[0].set_title(zh("固定实例数：按均值定死，高峰违约；按峰值定死，全天多花",
+                         "a fixed fleet either misses the SLO at the peak or pays for the peak all day"), fontsize=9)
     top = max(max((x for x in r.p99_ms if np.isfinite(x)), default=slo_ms) for r in results) * 3
     for i, r in enumerate(results):
         name = (labels or {}).get(r.policy, r.policy)
@@ -123,9 +130,14 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         bad = ~np.isfinite(p)
         axes[2].plot(h, np.where(bad, np.nan, p), "-o", color=f"C{i}", ms=3, label=name)
         if bad.any():
-            axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3)
+            lab = f"{name}：{zh('不稳定的小时（队列无限增长，画在顶边）', 'unstable hour (drawn at the top)')}"
+            axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3, label=lab)
     axes[1].set_ylabel(zh("实例数", "instances"))
-    legend(axes[1], fontsize=8)
-    axes[2].axhline(slo_ms, ls="--", color="k", label="SLO")
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_ylim(0, max(max(r.instances) for r in results) + 1)
+    legend(axes[1], fontsize=8, outside="right")
+    axes[2].axhline(slo_ms, ls="--", color="k", label=f"SLO：p99 ≤ {slo_ms:g} ms")
     axes[2].set(yscale="log", ylabel="p99 (ms)", xlabel=zh("小时", "hour"), ylim=(None, top * 1.5))
+    axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(axes[2], fontsize=8, outside="right")
     return fig
