@@ -36,7 +36,7 @@ _DROP = [
     re.compile(r"第\s*\d+(?:\.\d+)*(?:\s*[、,，和与及至–\-~]\s*\d+(?:\.\d+)*)*\s*(?:章|节|题|条|步|行|格|档|类)"),
     re.compile(r"\d+(?:\.\d+)+\s*节"),                               # 「2.1 节」
     re.compile(r"§\s*\d+(?:\.\d+)*"),
-    re.compile(r"(?:Lab|lab|实验|Part|Q|误区|规则|rule|Rule|cell|Cell|模式|成因|读法|缺陷)\s*\d+(?:\s*[–\-、,，和与]\s*\d+)*"),
+    re.compile(r"(?:Lab|lab|实验|Part|Q|误区|规则|rule|Rule|cell|Cell|模式|成因|读法|缺陷|练习)\s*\d+(?:\s*[–\-、,，和与]\s*\d+)*"),
     re.compile(r"#\d+"),                                              # issue / PR numbers
     re.compile(r"（约\s*\d+\s*分钟）"),                               # a lab's time estimate
     re.compile(r"'\d\d\b"),                                           # OSDI '22
