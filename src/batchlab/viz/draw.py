@@ -36,10 +36,10 @@ def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: boo
     ``fontscale`` enlarges every label (the still frames are drawn smaller than the animation)."""
     m, q, fs = lane.slots, QUEUE_SHOWN, fontscale
     ax.clear()
-    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.25))   # room for the window label
+    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.35))   # room for the window label
     ax.set_axis_off()
     if title:
-        ax.text(-q - 1.5, 1.12, lane.name, fontsize=10 * min(fs, 1.15), va="center")
+        ax.text(-q - 1.5, 1.24, lane.name, fontsize=10 * min(fs, 1.15), va="center")
     cmap, scale = matplotlib.colormaps["YlOrRd"], lane.delay_s if lane.delay_s > 0 else 1.0
     for k, age in enumerate(frame.queue_age[:q]):   # the queue, oldest next to the pot, redder with age
         ax.add_patch(Rectangle((-1.05 - k, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
