@@ -21,46 +21,57 @@ QUEUE_SHOWN = 10  # waiting requests drawn; the rest are counted
 _LANE_COLORS = ("#c0392b", "#2471a3", "#1e8449")
 
 
-def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: bool = True) -> None:
-    """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right)."""
-    m, q = lane.slots, QUEUE_SHOWN
+_PAD_FACE, _PAD_EDGE = "0.55", "0.2"   # a finished request still holding its slot (padding waste)
+
+
+def _request_color(rid: int) -> tuple:
+    """A request's colour: tab20 without its two greys, so no request looks like a padding slot."""
+    k = int(rid) % 18
+    return matplotlib.colormaps["tab20"](k + 2 if k >= 14 else k)
+
+
+def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: bool = True,
+              fontscale: float = 1.0) -> None:
+    """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right);
+    ``fontscale`` enlarges every label (the still frames are drawn smaller than the animation)."""
+    m, q, fs = lane.slots, QUEUE_SHOWN, fontscale
     ax.clear()
-    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.25))   # room for the window label
+    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.35))   # room for the window label
     ax.set_axis_off()
     if title:
-        ax.text(-q - 1.5, 1.12, lane.name, fontsize=10, va="center")
+        ax.text(-q - 1.5, 1.24, lane.name, fontsize=10 * min(fs, 1.15), va="center")
     cmap, scale = matplotlib.colormaps["YlOrRd"], lane.delay_s if lane.delay_s > 0 else 1.0
     for k, age in enumerate(frame.queue_age[:q]):   # the queue, oldest next to the pot, redder with age
         ax.add_patch(Rectangle((-1.05 - k, 0.3), 0.85, 0.4, facecolor=cmap(0.15 + 0.8 * min(1.0, age / scale)),
                                edgecolor="0.3", linewidth=0.6))
     if frame.queue_len > q:
-        ax.text(-q - 1.45, 0.5, f"+{frame.queue_len - q}", fontsize=8, va="center")
-    ax.text(-q / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"), fontsize=8, ha="center",
+        ax.text(-q - 1.45, 0.5, f"+{frame.queue_len - q}", fontsize=8 * fs, va="center")
+    ax.text(-q / 2 - 0.6, 0.82, zh(f"排队 {frame.queue_len}", f"queue {frame.queue_len}"), fontsize=8 * fs, ha="center",
             color="0.25")
     if lane.delay_s > 0:   # the oldest waiting request's time window
         w = frame.window or 0.0
         ax.add_patch(Rectangle((-q - 0.2, 0.08), q - 0.1, 0.1, facecolor="none", edgecolor="0.5", linewidth=0.6))
         ax.add_patch(Rectangle((-0.3 - w * (q - 0.1), 0.08), w * (q - 0.1), 0.1, facecolor="#e67e22", edgecolor="none"))
         ax.text(-q - 0.2, -0.02, zh(f"时间窗口 {lane.delay_s * 1e3:.0f} ms", f"window {lane.delay_s * 1e3:.0f} ms"),
-                fontsize=7, va="top", color="0.35")
+                fontsize=7 * fs, va="top", color="0.35")
     # the pot: m slots
     ax.add_patch(Rectangle((0, 0.2), m, 0.7, facecolor="#fbf3e4", edgecolor="0.2", linewidth=1.2))
     for s in range(1, m):
         ax.plot([s, s], [0.2, 0.9], color="0.75", linewidth=0.5)
     for s, (rid, p, pad) in enumerate(zip(frame.gpu_ids[:m], frame.gpu_progress[:m], frame.gpu_padding[:m])):
         if pad:
-            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="0.82", edgecolor="0.6",
-                                   hatch="///", linewidth=0.4))
+            ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor=_PAD_FACE, edgecolor=_PAD_EDGE,
+                                   hatch="////", linewidth=0.6))
         else:
-            c = matplotlib.colormaps["tab20"](int(rid) % 20)
+            c = _request_color(rid)
             ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66 * max(p, 0.02), facecolor=c, edgecolor="none"))
             ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=c, linewidth=0.8))
-    ax.text(m / 2, 1.0, zh(f"锅里 {frame.batch_size}/{m}", f"pot {frame.batch_size}/{m}"), fontsize=8,
+    ax.text(m / 2, 1.0, zh(f"锅里 {frame.batch_size}/{m}", f"pot {frame.batch_size}/{m}"), fontsize=8 * fs,
             ha="center", color="0.25")
     if stats:
         txt = zh(f"已完成 {frame.done}\n忙碌率 {frame.busy:.0%}\n满锅率 {frame.fill:.0%}",
                  f"done {frame.done}\nbusy {frame.busy:.0%}\nfill {frame.fill:.0%}")
-        ax.text(m + 0.4, 0.55, txt, fontsize=8, va="center", linespacing=1.5)
+        ax.text(m + 0.4, 0.55, txt, fontsize=8 * fs, va="center", linespacing=1.5)
 
 
 def draw_utilization(ax: Axes, lanes: Sequence[Lane], horizon: float, t: float | None = None,
@@ -118,13 +129,23 @@ def film_strip(lanes: Sequence[Lane], times: Sequence[float]) -> Figure:
     times = list(times)
     if not times:
         raise ValueError("film_strip needs at least one time")
-    fig, axes = plt.subplots(len(lanes), len(times), figsize=(3.6 * len(times), 1.25 * len(lanes) + 0.4),
+    fig, axes = plt.subplots(len(lanes), len(times), figsize=(3.6 * len(times), 1.5 * len(lanes) + 1.0),
                              squeeze=False)
     for j, t in enumerate(times):
         for i, lane in enumerate(lanes):
-            draw_lane(axes[i, j], lane, frame_at(lane, t), title=(j == 0), stats=True)
-        axes[0, j].set_title(f"t = {t:.1f} s", fontsize=10)
-    fig.tight_layout()
+            draw_lane(axes[i, j], lane, frame_at(lane, t), title=(j == 0), stats=True, fontscale=1.3)
+        axes[0, j].set_title(f"t = {t:.1f} s", fontsize=13)
+    cmap = matplotlib.colormaps["YlOrRd"]
+    handles = [Rectangle((0, 0), 1, 1, facecolor=cmap(0.2), edgecolor="0.3"),
+               Rectangle((0, 0), 1, 1, facecolor=cmap(0.9), edgecolor="0.3"),
+               Rectangle((0, 0), 1, 1, facecolor="#e67e22"),
+               Rectangle((0, 0), 1, 1, facecolor=_request_color(0)),
+               Rectangle((0, 0), 1, 1, facecolor=_PAD_FACE, edgecolor=_PAD_EDGE, hatch="////")]
+    labels = [zh("排队：刚到", "queued: just arrived"), zh("排队：等得久", "queued: waited long"),
+              zh("时间窗口已用掉的部分", "window used"), zh("锅里：柱高 = 该请求的进度", "in the pot: progress"),
+              zh("灰色斜线格：已做完、陪跑（padding 浪费）", "done, waiting for the pot (padding)")]
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=11, frameon=False)
     return fig
 
 
