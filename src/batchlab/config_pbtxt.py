@@ -61,8 +61,8 @@ FIELD_NOTES: dict[str, str] = {
     "sequence_batching": "序列批处理器：同一序列（correlation ID）的请求送往同一实例；与 dynamic_batching 互斥",
     "sequence_batching.max_sequence_idle_microseconds": "序列空闲多久被回收（默认 1 s），模型收不到 END",
     "sequence_batching.direct": "direct 策略：每条活跃序列独占一个批槽位",
-    "sequence_batching.oldest": "oldest 策略：在候选序列里挑最老的请求拼批——序列批处理器里内置的动态批处理",
-    "sequence_batching.oldest.max_candidate_sequences": "同时参与拼批的候选序列数",
+    "sequence_batching.oldest": "oldest 策略：在候选序列里挑最老的请求合批——序列批处理器里内置的动态批处理",
+    "sequence_batching.oldest.max_candidate_sequences": "同时参与合批的候选序列数",
     "sequence_batching.oldest.preferred_batch_size": "同 dynamic_batching 的偏好批大小",
     "sequence_batching.oldest.max_queue_delay_microseconds": "同 dynamic_batching 的最大拼锅等待",
     "sequence_batching.iterative_sequence": "迭代式序列：每步一次执行，后端用 RESCHEDULE 把未完成的请求放回（Triton 文档里的 continuous/inflight batching）",
@@ -152,7 +152,7 @@ def _hint(message: str) -> str:
     if m:
         a, b = m.groups()
         return (f"`{a}` 与 `{b}` 同属 oneof scheduling_choice：一个模型只能有一种调度器。"
-                "想在序列上拼批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
+                "想在序列上合批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
     m = _EXPECTED_CLOSE.search(message)
     if m:
         return f"有一节没有用 `{m.group(1)}` 闭合：每个 `{{` 要有配对的 `}}`，每个 `[` 要有配对的 `]`"
@@ -256,7 +256,7 @@ def check_config(config: Any) -> list[Finding]:
                                "迭代式序列通常配合 decoupled 模型逐 token 流式返回", SRC_BATCHER))
     elif mbs > 0:
         out.append(Finding("note", "max_batch_size",
-                           f"max_batch_size: {mbs} 但没有调度器配置：默认调度器不拼批，每次执行只含一个请求"
+                           f"max_batch_size: {mbs} 但没有调度器配置：默认调度器不合批，每次执行只含一个请求"
                            "（客户端自己发来的批除外）", SRC_SCHED))
     return out
 
@@ -267,7 +267,7 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
         out.append(Finding(
             "warning", "max_batch_size",
             "dynamic_batching 已开启但 max_batch_size 为 0（或漏写）：模型照常加载，调度器按 "
-            "max(1, max_batch_size) = 1 拼批——每批只有 1 个请求，等于没有批处理", SRC_SCHED))
+            "max(1, max_batch_size) = 1 合批——每批只有 1 个请求，等于没有批处理", SRC_SCHED))
     for size in db.preferred_batch_size:
         if size <= 0:
             out.append(Finding("error", "dynamic_batching.preferred_batch_size",
@@ -310,7 +310,7 @@ def _check_dynamic(db: Any, mbs: int) -> list[Finding]:
                            "preserve_ordering 为 true 时只允许一个优先级", SRC_VALIDATE))
     if db.max_queue_delay_microseconds and not (db.HasField("default_queue_policy") or db.priority_queue_policy):
         out.append(Finding("note", "dynamic_batching.max_queue_delay_microseconds",
-                           f"{db.max_queue_delay_microseconds} µs 只限制为凑批而扣住请求的时间；实例全忙时的排队不受它限制，"
+                           f"{db.max_queue_delay_microseconds} µs 只限制为合批而扣住请求的时间；实例全忙时的排队不受它限制，"
                            "要给排队时间设上限得用 default_queue_policy 的超时", SRC_BATCHER))
     return out
 
