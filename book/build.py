@@ -70,6 +70,9 @@ def number_sections(cells, chapter):
         cell["source"] = H2.sub(repl, src)
 
 
+ERRATA_ANCHOR = re.compile(r"(appendix_errata\.ipynb#)(E-[A-Za-z0-9-]+)")
+
+
 def stage_notebook(src, dst, rel, extra_top=""):
     """Copy one notebook: drop widget-view outputs (they need a live kernel), add notes."""
     nb = json.loads(src.read_text(encoding="utf-8"))
@@ -92,6 +95,9 @@ def stage_notebook(src, dst, rel, extra_top=""):
                         continue
                 kept.append(out)
             cell["outputs"] = kept
+        elif cell["cell_type"] == "markdown":  # MyST's heading anchors are lower case (JupyterLab keeps the case)
+            text = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            cell["source"] = ERRATA_ANCHOR.sub(lambda m: m[1] + m[2].lower(), text)
         cells.append(cell)
         if had_widget:
             src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
