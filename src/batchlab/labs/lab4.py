@@ -15,14 +15,19 @@ def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
     return GenerationRequest.reserving(i, prompt, max_tokens, generated)
 
 
-def _indices(g: Grader, got: Any) -> list[int]:
+def _ints(g: Grader, got: Any, name: str, wanted: str) -> list[int]:
+    """`got` as a list of ints, else the check stops: `name` returned None (it should return `wanted`),
+    or something that is not a list of ints."""
     if got is None:
-        g.fail("admit 返回了 None：应返回要接纳的序列在 waiting 里的下标列表（可以是空列表 []）")
+        g.fail(f"{name} 返回了 None：应返回{wanted}")
     try:
-        out = [int(i) for i in got]
+        return [int(i) for i in got]
     except (TypeError, ValueError):
-        g.fail(f"admit 应返回下标（int）的列表，收到的是 {got!r}"[:200])
-    return out
+        g.fail(f"{name} 应返回整数（int）的列表，收到的是 {got!r}"[:200])
+
+
+def _indices(g: Grader, got: Any) -> list[int]:
+    return _ints(g, got, "admit", "要接纳的序列在 waiting 里的下标列表（可以是空列表 []）")
 
 
 @check("lab4.q1", points=4, title="写接纳策略（admission policy）", shortcuts=(FCFSAdmission.admit,))
@@ -58,12 +63,7 @@ def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
 def _chunk_list(g: Grader, fn: Callable[..., Any], remaining: list[int], n_decoding: int, budget: int) -> list[int]:
     """The learner's split for one case, as ints, one per prompt (else the check stops, naming why)."""
     got = g.call(fn, list(remaining), n_decoding, budget)
-    if got is None:
-        g.fail("prefill_chunks 返回了 None：应返回一个列表，每条正在预填充的提示一个数（这一步给它几个 token）")
-    try:
-        out = [int(c) for c in got]
-    except (TypeError, ValueError):
-        g.fail(f"prefill_chunks 应返回整数（int）的列表，收到的是 {got!r}"[:200])
+    out = _ints(g, got, "prefill_chunks", "一个列表，每条正在预填充的提示一个数（这一步给它几个 token）")
     if len(out) != len(remaining):
         g.fail(f"remaining 有 {len(remaining)} 条提示，你返回了 {len(out)} 个数（{out}）："
                "每条提示都要有一个数，这一步不给它 token 就写 0")
