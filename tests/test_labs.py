@@ -427,7 +427,7 @@ def test_workspace_reload_and_refused_config() -> None:
         assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 1234
         bad = edit_config(text, "dynamic_batching { preferred_batch_size: [ 64 ] }")
         ws.write_config("embed", bad)  # parses, but Triton refuses 64 > max_batch_size
-        with pytest.raises(ModelLoadError, match="refused"):
+        with pytest.raises(ModelLoadError, match="拒绝加载.*embed"):
             ws.reload("embed")
     assert not server.running
 
