@@ -165,6 +165,18 @@ def test_every_check_reports_unfinished_work_in_chinese_with_a_score_line(capsys
             assert "尚未完成" in out and CJK.search(out)
 
 
+def test_an_async_answer_is_named_not_left_unawaited(capsys, recwarn) -> None:
+    from batchlab.labs.lab4 import check_eta
+
+    async def eta(n, p):
+        return sum(n) / (sum(n) + sum(p))
+
+    result = check_eta(eta)
+    out = capsys.readouterr().out
+    assert result.score == 0 and not result.pending and "async def" in out and "Traceback" not in out
+    assert not [w for w in recwarn if "never awaited" in str(w.message)], "the coroutine was left unawaited"
+
+
 # --------------------------------------------------------------------------- labgen itself
 
 

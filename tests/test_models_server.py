@@ -247,7 +247,8 @@ def stream_generate(triton, model: str, jobs: list[tuple[np.ndarray, int]], firs
             if result.as_numpy("TOKEN") is not None:
                 item.update({k: int(result.as_numpy(k).ravel()[0]) for k in
                              ("TOKEN", "INDEX", "BATCH_SIZE" if model == "lm_iterative"
-                              else "ACTIVE")})
+                              else "ACTIVE", *(("T_NS",) if model == "lm_stream" else ()))})
+                item["got_ns"] = time.monotonic_ns()
             got[resp.id].append(item)
             done += final
         return got
@@ -259,6 +260,7 @@ def stream_generate(triton, model: str, jobs: list[tuple[np.ndarray, int]], firs
 def test_streams_arrive_in_order_end_final_and_match_solo(triton, model):
     lm = ToyLM.default()
     jobs = [(prompt(i + 80), 3 + (i * 7) % 13) for i in range(12)]   # 12 > 8 slots
+    start_ns = time.monotonic_ns()
     got = stream_generate(triton, model, jobs, first_id=9000 if model == "lm_iterative" else 0)
     key = "BATCH_SIZE" if model == "lm_iterative" else "ACTIVE"
     sizes = []
@@ -269,6 +271,10 @@ def test_streams_arrive_in_order_end_final_and_match_solo(triton, model):
         assert [i["INDEX"] for i in data] == list(range(m)), "tokens out of order"
         assert [i["TOKEN"] for i in data] == generate(lm, p, m, ignore_eos=True)
         sizes += [i[key] for i in data]
+        if model == "lm_stream":  # T_NS: the server's clock (the same monotonic clock) when the step ended
+            sent = [i["T_NS"] for i in data]
+            assert all(a < b for a, b in zip(sent, sent[1:])), f"T_NS not one step per token: {sent}"
+            assert all(start_ns < i["T_NS"] <= i["got_ns"] for i in data), "T_NS outside send…receive"
     assert max(sizes) > 1 and max(sizes) <= 8
 
 

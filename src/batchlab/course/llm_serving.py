@@ -70,14 +70,24 @@ def token_prompt(n: int, salt: int = 0) -> np.ndarray:
 def stream_requests(server: Any, model: str, prompts: Sequence[np.ndarray], max_tokens: Sequence[int],
                     arrivals: Sequence[float], check: Callable | None = None) -> Any:
     """Send generations (EOS ignored) over gRPC streams at `arrivals` (s); the records, with each
-    token's arrival time (`token_times`); RuntimeError if any request failed."""
-    specs = [RequestSpec(generate_inputs(p, m, ignore_eos=True, batched=False), check=check)
-             for p, m in zip(prompts, max_tokens)]
+    token's arrival time at the client (`token_times`) and the time the model sent it (`server_times`,
+    its T_NS output in s); RuntimeError if any request failed."""
+    server_times: list[list[float]] = [[] for _ in prompts]
+
+    def stamps(i: int) -> Callable:
+        def grab(responses: list[dict[str, np.ndarray]]) -> Any:
+            server_times[i] = [int(r["T_NS"].reshape(-1)[0]) / 1e9 for r in responses if "T_NS" in r]
+            return check(responses) if check is not None else None
+        return grab
+
+    specs = [RequestSpec(generate_inputs(p, m, ignore_eos=True, batched=False), check=stamps(i))
+             for i, (p, m) in enumerate(zip(prompts, max_tokens))]
     rec = run_open_loop(server, model, specs, arrivals=np.asarray(arrivals, float), protocol="grpc-stream",
                         stats=False, progress=False, warn=False, record_token_times=True).records
     bad = [e for e in rec.error if e is not None]
     if bad:
         raise RuntimeError(f"{model}: {len(bad)} requests failed, first: {bad[0]}")
+    rec.server_times = server_times
     return rec
 
 
@@ -98,15 +108,18 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
                 long_prompt: int = 420, long_at: Sequence[float] = (0.03, 0.15, 0.27, 0.39),
                 seed: int = 0) -> dict[str, Any]:
     """Short-prompt sequences decoding from t = 0 while long prompts arrive at `long_at` (s): the
-    decoders' ITL (pooled gaps) and the long prompts' TTFT."""
+    decoders' ITL (pooled gaps) as the server sent the tokens (`itl_*`) and as the client got them
+    (`client_itl_p99_ms`: plus the client's own stalls), and the long prompts' TTFT (at the client)."""
     prompts = [token_prompt(8, seed * 100 + i) for i in range(n_decode)]
     prompts += [token_prompt(long_prompt, seed * 100 + 50 + j) for j in range(len(long_at))]
     outs = [decode_tokens] * n_decode + [4] * len(long_at)
     rec = stream_requests(server, model, prompts, outs, [0.0] * n_decode + list(long_at))
-    gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
+    gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)])
+    client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
     long_ttft = [rec.token_times[i][0] - rec.sent[i] for i in range(n_decode, len(prompts))]
     return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)) * 1e3,
             "itl_p99_ms": float(np.percentile(gaps, 99)) * 1e3,
+            "client_itl_p99_ms": float(np.percentile(client_gaps, 99)) * 1e3,
             "long_ttft_p50_ms": float(np.median(long_ttft)) * 1e3,
             "decode_e2e_ms": float(np.median(rec.last[:n_decode] - rec.sent[:n_decode])) * 1e3}
 

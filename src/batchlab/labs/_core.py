@@ -7,6 +7,7 @@ classroom grader (``BATCHLAB_GRADING=1``) the cell emits that evidence and the g
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import os
@@ -177,7 +178,12 @@ class Grader:
             rec = {"k": "call"}
             hits: list[str] = []
             try:
-                rec["ok"] = to_evidence(_traced(self._shortcuts, hits, fn, args, kwargs))
+                result = _traced(self._shortcuts, hits, fn, args, kwargs)
+                if inspect.isawaitable(result):  # an `async def`: never run, so say so (and close it)
+                    getattr(result, "close", lambda: None)()
+                    rec["async"] = True
+                else:
+                    rec["ok"] = to_evidence(result)
             except NotImplementedError as exc:
                 rec["todo"] = str(exc)[:500]
             except Exception as exc:  # the learner's code raised: recorded, judged below
@@ -189,6 +195,8 @@ class Grader:
             name = str(rec["shortcut"]).rsplit(".", 1)[-1]
             self.fail(f"你的函数调用了课程库里现成的 {name}（{str(rec['shortcut'])[:80]}）："
                       "这一题要你自己写出来，只用题目给出的公式和数据")
+        if "async" in rec:
+            self.fail("你的函数是 async def，返回的是还没运行的协程：这一题要普通的 def 函数，直接返回结果")
         if "todo" in rec:
             raise Pending(str(rec["todo"]) or "函数里还是 raise NotImplementedError")
         if "err" in rec:

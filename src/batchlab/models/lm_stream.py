@@ -5,7 +5,8 @@
 `prefix_cache_blocks`, `block_size`; its step is `lm.scheduler.ContinuousScheduler`, the same one
 `sim.simulate_continuous` prices) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
 `cancel_check_ms` it asks the running and some waiting clients whether they cancelled. Outputs per
-response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it).
+response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it),
+T_NS (the server's monotonic clock, ns, when the step ended: ITL measured at the server).
 """
 
 from __future__ import annotations
@@ -147,13 +148,15 @@ class TritonPythonModel(LMModelBase):
             active = np.array([report.batch_size], np.int32)
             waiting = np.array([report.n_waiting], np.int32)
             kv = np.array([report.kv_tokens], np.int32)
+            sent_ns = np.array([time.monotonic_ns()], np.int64)  # the step's end: its tokens leave now
             for seq, token in report.emitted:
                 entry = self.senders.get(id(seq))
                 if entry is None:
                     continue
                 response = ok({"TOKEN": np.array([token], np.int32),
                                "INDEX": np.array([len(seq.tokens) - 1], np.int32),
-                               "ACTIVE": active, "WAITING": waiting, "KV_TOKENS": kv})
+                               "ACTIVE": active, "WAITING": waiting, "KV_TOKENS": kv,
+                               "T_NS": sent_ns})
                 try:
                     if seq.done:
                         self.senders.pop(id(seq), None)
