@@ -62,6 +62,8 @@ def test_md1_rejects_overload_and_unknown_formula_is_named() -> None:
         formula("md1_wait")(rate=200, service_ms=8)
     with pytest.raises(ValueError, match="unknown formula 'nope'"):
         formula("nope")
+    with pytest.raises(TypeError):  # a list of GiB is refused at once (free_gib * 2**30 would repeat it)
+        formula("kv_max_seqs")(free_gib=[40, 80], bytes_per_token=524288, tokens=4096)
 
 
 def test_seed_for_is_stable_and_distinct() -> None:

@@ -111,7 +111,7 @@ def kv_gib(bytes_per_token: int, tokens: int, seqs: int) -> float:
 @_register
 def kv_max_seqs(free_gib: float, bytes_per_token: int, tokens: int) -> float:
     """How many sequences of `tokens` tokens fit in `free_gib` GiB of KV cache (rounded down)."""
-    return kv.max_concurrent_sequences(free_gib * 2**30, bytes_per_token, tokens)
+    return kv.max_concurrent_sequences(float(free_gib) * 2**30, bytes_per_token, tokens)  # float(): a list would repeat 2^30 times
 
 
 _register(F.heavy_load_wait, "t_wait", b_size="batch_size")
