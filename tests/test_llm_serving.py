@@ -4,7 +4,9 @@ prefill/decode disaggregation), the staged lm_stream variants, and the chapter's
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from batchlab import config_pbtxt as cfg
@@ -76,3 +78,22 @@ def test_round_ratios_pair_the_models_round_by_round():
     rows = [{"round": 0, "model": "a", "x": 4.0}, {"round": 0, "model": "b", "x": 2.0},
             {"round": 1, "model": "a", "x": 9.0}, {"round": 1, "model": "b", "x": 3.0}, {"round": 2, "model": "a", "x": 1.0}]
     assert L.round_ratios(rows, "x", "a", "b") == [2.0, 3.0]
+
+
+def test_mixed_round_takes_itl_from_the_server_stamps(monkeypatch):
+    """The decoders' ITL comes from T_NS (server_times); a client stall shows only in the client column."""
+    def fake(server, model, prompts, outs, arrivals, check=None, stamps=True):
+        n = len(prompts)
+        server_t = [list(np.arange(m) * 0.010) for m in outs]                # one token every 10 ms
+        client_t = [list(np.arange(m) * 0.010 + 0.001) for m in outs]
+        for t in client_t[:4]:                                               # one 200 ms client stall
+            t[5:] = [x + 0.2 for x in t[5:]]
+        return SimpleNamespace(token_times=client_t, server_times=server_t if stamps else [[] for _ in range(n)],
+                               sent=np.zeros(n), last=np.array([t[-1] for t in client_t]))
+
+    monkeypatch.setattr(L, "stream_requests", fake)
+    r = L.mixed_round(None, "m")
+    assert r["itl_p99_ms"] == pytest.approx(10.0) and r["client_itl_p99_ms"] > 100
+    monkeypatch.setattr(L, "stream_requests", lambda *a, **k: fake(*a, stamps=False))
+    with pytest.raises(RuntimeError, match="sends no T_NS"):
+        L.mixed_round(None, "m")

@@ -114,6 +114,8 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
     prompts += [token_prompt(long_prompt, seed * 100 + 50 + j) for j in range(len(long_at))]
     outs = [decode_tokens] * n_decode + [4] * len(long_at)
     rec = stream_requests(server, model, prompts, outs, [0.0] * n_decode + list(long_at))
+    if any(len(rec.server_times[i]) != len(rec.token_times[i]) for i in range(n_decode)):
+        raise RuntimeError(f"{model} sends no T_NS with its tokens: the server runs a batchlab older than this notebook's")
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)])
     client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
     long_ttft = [rec.token_times[i][0] - rec.sent[i] for i in range(n_decode, len(prompts))]
