@@ -91,19 +91,6 @@ def stream_requests(server: Any, model: str, prompts: Sequence[np.ndarray], max_
     return rec
 
 
-def stream_metrics(rec: Any) -> list[dict[str, float]]:
-    """Per request: TTFT, end-to-end latency, TPOT = (e2e − TTFT)/(n − 1) and the largest ITL (s)."""
-    rows = []
-    for i in range(len(rec)):
-        t = np.asarray(rec.token_times[i])
-        n = t.size
-        ttft, e2e = t[0] - rec.sent[i], t[-1] - rec.sent[i]
-        rows.append({"tokens": n, "ttft_s": ttft, "e2e_s": e2e,
-                     "tpot_s": (e2e - ttft) / (n - 1) if n > 1 else np.nan,
-                     "itl_max_s": float(np.diff(t).max()) if n > 1 else np.nan})
-    return rows
-
-
 def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int = 64,
                 long_prompt: int = 420, long_at: Sequence[float] = (0.03, 0.15, 0.27, 0.39),
                 seed: int = 0) -> dict[str, Any]:
