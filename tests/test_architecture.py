@@ -1,13 +1,15 @@
 """The library's tree shows its layers: no import cycles, dependencies point down, one home per concept.
 
-These tests read the source with `ast` (nothing is imported), so they are fast and say exactly which
-file breaks a rule.
+These tests read the source with `ast` (nothing is imported, except in the one test that imports
+`batchlab.batching` in a fresh interpreter), so they are fast and say exactly which file breaks a rule.
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -20,14 +22,15 @@ PKG = SRC / "batchlab"
 LAYERS: dict[str, int] = {
     "_validate": 0, "paths": 0,
     "theory": 1,
-    "config_pbtxt": 2, "server": 2, "lm": 2, "sim": 2,
-    "models": 3, "load": 3,
-    "probe": 4,
-    "quiz": 5, "plotting": 5,
-    "course": 6,
-    "viz": 7, "bench": 7,
-    "labs": 8,
-    "tools": 9, "start": 9, "classroom": 9,
+    "batching": 2,
+    "config_pbtxt": 3, "server": 3, "lm": 3, "sim": 3,
+    "models": 4, "load": 4,
+    "probe": 5,
+    "quiz": 6, "plotting": 6,
+    "course": 7,
+    "viz": 8, "bench": 8,
+    "labs": 9,
+    "tools": 10, "start": 10, "classroom": 10,
 }
 #: Imports between units of one layer that the design forbids (none today: same-layer units
 #: may import each other as long as no cycle forms).
@@ -465,7 +468,7 @@ def test_the_checker_finds_a_planted_second_home(concept):
 #: mechanism -> (home module, the definitions a chapter shows: "name" or "Class.method").
 MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic batcher's decision": ("batchlab.sim.rule", ("next_batch",)),
-    "sequence batcher's slot assignment": ("batchlab.sim.slots", ("SequenceSlots",)),
+    "sequence batcher's slot assignment": ("batchlab.batching.slots", ("SequenceSlots",)),
     "continuous-batching step": ("batchlab.lm.scheduler", (
         "ContinuousScheduler.schedule", "prefill_chunks",
         "ContinuousScheduler.admit", "ContinuousScheduler.evict_until_fits", "ContinuousScheduler.complete",
@@ -528,3 +531,23 @@ def test_the_drivers_run_the_one_mechanism(name):
 def test_the_length_check_finds_a_planted_long_function():
     planted = "def run(x):\n" + "    x += 1\n" * MAX_LINES + "    return x\n"
     assert _long_functions(ast.parse(planted)) == [f"run (line 1, {MAX_LINES + 2} lines)"]
+
+
+# --------------------------------------------------------------------------- the mechanisms' package
+
+#: What `batchlab.batching` may import from the course library: the base and theory layers only.
+BATCHING_MAY_IMPORT = {"_validate", "paths", "theory", "batching"}
+
+
+def test_the_batching_package_imports_only_the_base_layers():
+    bad = [f"{m} -> {t}" for m, targets in GRAPH.items() if _unit(m) == "batching"
+           for t in targets if _unit(t) not in BATCHING_MAY_IMPORT]
+    assert bad == [], "batchlab.batching must stay free of the engines above it:\n" + "\n".join(bad)
+
+
+def test_importing_the_mechanisms_loads_no_protobuf_or_tritonclient():
+    """`python -c "import batchlab.batching"` in a fresh interpreter loads neither."""
+    code = ("import sys, batchlab.batching; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('google', 'tritonclient', 'grpc')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

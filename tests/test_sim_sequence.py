@@ -8,7 +8,7 @@ import pytest
 from batchlab.sim import workload as wl
 from batchlab.sim.sequence import simulate_sequence
 from batchlab.sim.service import Affine
-from batchlab.sim.slots import SequenceRequest, SequenceSlots, SlotControl
+from batchlab.batching.slots import SequenceRequest, SequenceSlots, SlotControl
 
 SVC = Affine(1000, 100)  # t(b) = 1.0 ms + 0.1 ms per element
 

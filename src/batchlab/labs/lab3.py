@@ -20,7 +20,7 @@ from batchlab.labs._core import Grader, check
 from batchlab.labs import recorded
 from batchlab.labs.record_lab3 import reference_slots
 from batchlab.lm import ToyLM, encode, generate
-from batchlab.sim.slots import SequenceSlots
+from batchlab.batching.slots import SequenceSlots
 
 STEP_KEYS = ("token", "length", "batch_size", "live", "t")
 _IDS = itertools.count(9_100_001)  # correlation ids the checks use (far from the lab's)

@@ -21,7 +21,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from batchlab.labs import recorded
-from batchlab.sim.slots import SequenceRequest, SequenceSlots
+from batchlab.batching.slots import SequenceRequest, SequenceSlots
 
 IDLE_S = 2.0       # the recording model's max_sequence_idle_microseconds
 ANSWER_S = 0.2     # how long an answer may take before its request counts as backlogged

@@ -4,7 +4,7 @@
 * `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
 * `rule` — the dynamic batcher's decision (`next_batch`), its settings (`BatchRule`), the queue policy
   (`QueuePolicy`);
-* `slots` — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
+* `batchlab.batching.slots` (re-exported here) — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
 * `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
   `sequence`, `continuous`;
 * `results` / `summary` — the records and their summary.
@@ -17,7 +17,7 @@ from .dynamic import simulate_dynamic, simulate_rule
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
 from .rule import BatchRule, Decision, QueuePolicy, QueuedRequest, next_batch
 from .sequence import simulate_sequence
-from .slots import SequenceSlots, SlotControl
+from batchlab.batching.slots import SequenceSlots, SlotControl
 from .service import Affine, Table, TokenCost
 from .static_generation import simulate_static_generation
 

@@ -1,7 +1,7 @@
 """Triton's sequence batcher: stateful sequences, one request per step, a client think time between steps.
 
 The slots themselves (which slot a sequence owns, the backlog, the idle reaper, the batch a slot table
-gives) are `slots.SequenceSlots`; this module is the event loop around them. ``strategy="direct"``: a
+gives) are `batchlab.batching.slots.SequenceSlots`; this module is the event loop around them. ``strategy="direct"``: a
 free instance runs slots 0 … highest ready slot in one batch, empty slots as padding; the slot frees
 when the last request joins a batch. ``strategy="oldest"``: a dynamic batcher over the slots' requests;
 the slot frees when the last request completes. A sequence idle ``max_sequence_idle_us`` after its last
@@ -22,7 +22,7 @@ from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule, QueuedRequest, next_batch
 from .service import BatchService, check_batch_service, service_times
-from .slots import SequenceRequest, SequenceSlots
+from batchlab.batching.slots import SequenceRequest, SequenceSlots
 
 _SEND, _DONE, _WAKE, _IDLE = 0, 1, 2, 3  # event kinds: a client sends, an execution ends, a timer, the reaper
 
