@@ -233,7 +233,13 @@ def test_a_killed_process_leaves_no_folder_or_shared_memory(echo_repo: Path) -> 
         while any(p.exists() for p in left) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(p.exists() for p in left), [p for p in left if p.exists()]
-        assert not reaper.is_running() or reaper.status() == psutil.STATUS_ZOMBIE
+        # The reaper removes the files and then exits: wait for the exit (it raced the assertion
+        # when checked at the instant the files were gone), and fail if it outlives its work.
+        try:
+            reaper.wait(timeout=10)
+        except psutil.TimeoutExpired:
+            pass
+        assert not reaper.is_running() or reaper.status() == psutil.STATUS_ZOMBIE, "the reaper outlived its work"
     finally:
         if parent.poll() is None:
             parent.kill()
