@@ -205,6 +205,106 @@ def unsourced_numbers(nb: dict, name: str, shared: set[Decimal]) -> list[ProseNu
             for raw, value, context in prose_numbers("".join(cell["source"])) if not matches(value, sources)]
 
 
+# --------------------------------------------------------------------------- ratios a sentence derives
+#
+# 「吞吐近乎翻倍」 names no number, yet it states one: a ratio of about 2. Where such a word follows a
+# measured quantity in the same clause, a ratio in that range must be printed by a code cell above
+# (「×1.93」, 「1.9 倍」): the writer's arithmetic is then the notebook's, and a re-run that moves the
+# ratio fails the sentence. Negated, bounded or hypothetical forms (「没有翻倍」「不到一半」「一倍以上」「就能翻倍」)
+# are not checked.
+
+#: A measured quantity: the ratio word must follow one of these in the same clause.
+_MEASURED = ("吞吐", "延迟", "p50", "p95", "p99", "TTFT", "ITL", "TPOT", "tokens/s", "token/s", "req/s",
+             "请求/s", "耗时", "执行时间", "利用率", "容量", "并发", "加速比", "goodput", "块数", "显存")
+#: ratio word -> the range of the measured factor r >= 1 it states (a halving is r = 2).
+_RATIO_WORDS: tuple[tuple[str, float, float], ...] = (
+    (r"翻了?(?:一)?倍|加倍|翻番|涨到两倍|变成两倍|减半|降到一半|降了一半|少了一半|砍掉一半", 1.8, 2.25),
+    (r"大了一半|多出一半|高出一半|多了一半|涨了一半", 1.4, 1.6),
+    (r"翻两番|四倍", 3.6, 4.5),
+    (r"三倍", 2.7, 3.4),
+    (r"十倍", 8.0, 12.5),
+)
+_NEGATED = re.compile(r"(不到|没有|没|未|远不到|不足|不是|并非|不可能|不会|远不止|超过|能|会|可以|可能)"
+                      r"\s*(翻|涨到|变成|达到|降到)?\s*$")
+_BOUND_AFTER = re.compile(r"^\s*(以上|多|有余|还多|不止)")
+_CLAUSE_END = "，。；：！？,;:!?\n（）()"
+_PRINTED_RATIO = re.compile(rf"[×x]\s*({_NUM})|({_NUM})\s*(?:倍|[×x](?![A-Za-z0-9]))")
+
+
+@dataclass(frozen=True)
+class RatioWord:
+    """A word in a markdown cell that states a measured ratio, and the range it states."""
+
+    notebook: str
+    cell: int
+    word: str
+    lo: float
+    hi: float
+    context: str
+
+    def __str__(self) -> str:
+        return (f"{self.notebook} cell {self.cell}: {self.word!r} states a ratio in [{self.lo:g}, {self.hi:g}] "
+                f"that no output above prints, in …{self.context}…")
+
+
+def ratio_words(markdown: str) -> list[tuple[str, float, float, str]]:
+    """(word, lo, hi, context) for each ratio word that follows a measured quantity in its clause."""
+    text = markdown
+    for pat in _DROP[:2] + [_DROP[4]]:  # code and html only: 「p95」 and 「tokens/s」 name the quantity
+        text = pat.sub(" ", text)
+    out = []
+    for pattern, lo, hi in _RATIO_WORDS:
+        for m in re.finditer(pattern, text):
+            start = m.start()
+            while start > 0 and text[start - 1] not in _CLAUSE_END:
+                start -= 1
+            clause = text[start:m.start()]
+            if not any(q.lower() in clause.lower() for q in _MEASURED):
+                continue
+            if _NEGATED.search(clause) or _BOUND_AFTER.search(text[m.end():m.end() + 4]):
+                continue
+            out.append((m.group(0), lo, hi, text[max(0, m.start() - 25):m.end() + 10].replace("\n", " ").strip()))
+    return out
+
+
+def printed_ratios(cells: Iterable[dict]) -> list[float]:
+    """Every ratio the code cells print (a number with 倍 or ×), as a factor >= 1."""
+    out = []
+    for cell in (c for c in cells if c["cell_type"] == "code"):
+        for o in cell.get("outputs", []):
+            data = o.get("data", {})
+            text = "".join(o.get("text", "")) + "".join(data.get("text/plain", ""))
+            for m in _PRINTED_RATIO.finditer(text):
+                v = float((m.group(1) or m.group(2)).replace(",", ""))
+                if v > 0:
+                    out.append(v if v >= 1 else 1 / v)
+    return out
+
+
+def section_above(cells: Sequence[dict], index: int) -> list[dict]:
+    """The cells above cell `index` back to the last heading: what the sentence reads. A section with
+    no code cell there (a summary, 小结) reads every cell above it."""
+    start = index
+    while start > 0 and not (cells[start - 1]["cell_type"] == "markdown"
+                             and "".join(cells[start - 1]["source"]).lstrip().startswith("#")):
+        start -= 1
+    section = list(cells[max(start - 1, 0):index])
+    return section if any(c["cell_type"] == "code" for c in section) else list(cells[:index])
+
+
+def underived_ratios(nb: dict, name: str) -> list[RatioWord]:
+    """The ratio words of `nb`'s markdown cells that no output of a code cell above supports."""
+    bad = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        words = ratio_words("".join(cell["source"]))
+        ratios = printed_ratios(section_above(nb["cells"], i)) if words else []
+        bad += [RatioWord(name, i, w, lo, hi, ctx) for w, lo, hi, ctx in words
+                if not any(lo <= r <= hi for r in ratios)]
+    return bad
+
+
 def shared_sources(notebooks_dir: Path) -> set[Decimal]:
     """Numbers of the source article and of the allow-list that sits in `notebooks_dir`."""
     return numbers_in_source(ARTICLE) | load_allow_list(notebooks_dir / ALLOW_LIST_NAME)

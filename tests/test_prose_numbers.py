@@ -172,3 +172,47 @@ def test_the_command_line_lists_what_fails(tmp_path: Path, capsys: pytest.Captur
     bad.write_text(json.dumps(nb), encoding="utf-8")
     assert pn.main([str(bad), "--notebooks-dir", str(NB_DIR)]) == 1
     assert "bad.ipynb cell" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- ratios a sentence derives
+
+
+def _code(text: str) -> dict:
+    return {"cell_type": "code", "metadata": {}, "execution_count": None, "source": "print(r)",
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_derived_ratio_is_printed_above(path: Path) -> None:
+    bad = pn.underived_ratios(_load(path), path.name)
+    assert not bad, ("a sentence states a ratio (翻倍, 减半, 三倍 …) that no output of its section prints: "
+                     "print the ratio in the cell that measured it, or say what the output shows:\n"
+                     + "\n".join(map(str, bad)))
+
+
+def test_a_planted_doubling_where_the_output_shows_1_3_fails() -> None:
+    nb = {"cells": [_markdown("## 预算"), _code("吞吐 ×1.3（预算 256 → 512）\n"),
+                    _markdown("预算翻倍，吞吐也翻倍。")]}
+    [bad] = pn.underived_ratios(nb, "planted.ipynb")
+    assert (bad.cell, bad.word) == (2, "翻倍") and "[1.8, 2.25]" in str(bad)
+    nb["cells"][1] = _code("吞吐 ×1.93（预算 256 → 512）\n")
+    assert pn.underived_ratios(nb, "planted.ipynb") == []
+
+
+def test_a_ratio_printed_in_another_section_does_not_count() -> None:
+    nb = {"cells": [_markdown("## 一"), _code("TTFT 低 2.0 倍\n"), _markdown("## 二"), _code("吞吐 ×1.3\n"),
+                    _markdown("吞吐近乎翻倍。")]}
+    assert [b.cell for b in pn.underived_ratios(nb, "x.ipynb")] == [4]
+
+
+@pytest.mark.parametrize("prose, checked", [
+    ("预算翻倍，并发和吞吐近乎翻倍。", ["翻倍"]),     # the first 翻倍 is a setting: no measured quantity before it
+    ("吞吐没有翻倍。", []),                          # negated
+    ("平均延迟不到不合批时的一半。", []),              # bounded
+    ("p95 就大了一半以上。", []),                    # bounded
+    ("只换分母，利用率就能翻倍。", []),                # hypothetical
+    ("p95 大了一半。", ["大了一半"]),
+    ("到达率翻倍时，队伍越排越长。", []),              # a setting
+])
+def test_which_ratio_words_are_checked(prose: str, checked: list[str]) -> None:
+    assert [w for w, *_ in pn.ratio_words(prose)] == checked
