@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from batchlab.config_pbtxt import parse_config
-from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
+from batchlab.lm import ContinuousBatcher, Sequence as LMSequence, step
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
@@ -51,7 +51,7 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
     budget_tokens = int(budget_bytes // bpt)
     if predicted < 1:
         raise ValueError(f"a budget of {budget_bytes} bytes holds no sequence of {per_seq} tokens")
-    batcher = ContinuousBatcher(lm, FCFSAdmission(max_active=max(waiting, 1), kv_token_budget=budget_tokens))
+    batcher = ContinuousBatcher(lm, max_active=max(waiting, 1), kv_token_budget=budget_tokens)
     for i in range(waiting):
         prompt = [(3 * i + j) % (cfg.vocab_size - 4) + 4 for j in range(prompt_tokens)]
         batcher.submit(LMSequence(lm, prompt, max_tokens=max_tokens, ignore_eos=True, seq_id=i))
