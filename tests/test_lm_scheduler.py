@@ -179,7 +179,7 @@ def test_the_split_is_replaceable_and_a_bad_one_is_one_clear_error():
     s.submit(a)
     s.submit(b)
     plan = s.schedule()
-    assert calls == [([], 0, 8), ([2], 0, 8), ([2, 10], 0, 8)]   # asked as each waiting prompt is tried
+    assert calls == [([2], 0, 8), ([2, 10], 0, 8)]               # asked as each waiting prompt is tried
     assert plan.work == [(a, 2), (b, 6)]                         # capped to the room the earlier chunk left
     assert scheduler(max_num_tokens=8, step_policy="chunked").prefill_split is prefill_chunks
     for bad in (lambda r, d, m: [m + 1] * len(r), lambda r, d, m: [1] * (len(r) - 1),

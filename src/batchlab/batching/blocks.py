@@ -33,7 +33,7 @@ def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
     return hashlib.blake2b(parent + array("q", tokens).tobytes(), digest_size=16).digest()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class BlockTable:
     """One sequence's blocks in order (logical block j is physical block ``blocks[j]``), the keys
     of its full blocks computed so far (they outlive a preemption, as vLLM's request.block_hashes

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .blocks import BlockTable
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class GenerationRequest:
     """One generation as the scheduler tracks it; `payload` is what the executor needs."""
 
@@ -50,7 +50,7 @@ class GenerationRequest:
         return self.computed
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     """One step's work: `work` (request, positions it computes now) in running order; who was
     admitted and preempted; the token counts a cost model prices."""

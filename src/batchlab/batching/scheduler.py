@@ -62,16 +62,17 @@ class Scheduler:
         self.waiting.append(request)
 
     def schedule(self) -> StepPlan:
-        """Plan one step. Prefill-first tries to start waiting prompts alone before any decode."""
+        """Plan one step. Prefill-first (vLLM V0, nano-vllm) first tries a step of waiting prompts
+        only; the others schedule the running requests, then, unless that preempted, the waiting."""
         plan = StepPlan()
         if not self.mixes_decodes:
             self._schedule_waiting(plan)
-            if plan.work:
-                return self._done(plan)
-        self._schedule_running(plan)
-        if not plan.preempted and self.mixes_decodes:
-            self._schedule_waiting(plan)
-        return self._done(plan)
+        if not plan.work:
+            self._schedule_running(plan)
+            if self.mixes_decodes and not plan.preempted:
+                self._schedule_waiting(plan)
+        plan.kv_blocks = self.blocks.num_used
+        return plan
 
     def _schedule_running(self, plan: StepPlan) -> None:
         """Running requests in order; one whose blocks do not fit preempts the last running request
@@ -100,6 +101,8 @@ class Scheduler:
     def _schedule_waiting(self, plan: StepPlan) -> None:
         """Waiting requests in the policy's order while the batch, the budget and the blocks last; the
         first that does not fit stops the rest (nobody overtakes it)."""
+        if not self.waiting or len(self.running) >= self.max_active:
+            return
         n_decoding = len(plan.decode)
         lefts = [n for r, n in plan.prefill]
         started = []
@@ -137,6 +140,8 @@ class Scheduler:
     def _split(self, remaining: list[int], n_decoding: int) -> list[int]:
         """`prefill_split`'s chunks for prompts with `remaining` positions left; ValueError when a
         replaced split returns chunks that do not fit those prompts or the room the decodes leave."""
+        if not remaining:
+            return []
         room = max(0, self.max_num_tokens - n_decoding)
         chunks = [int(c) for c in self.prefill_split(list(remaining), n_decoding, self.max_num_tokens)]
         alone = n_decoding == 0 and len(chunks) > 0 and sum(chunks[1:]) == 0
@@ -171,10 +176,6 @@ class Scheduler:
         request.preemptions += 1
         plan.preempted.append(request)
         self.waiting.appendleft(request)
-
-    def _done(self, plan: StepPlan) -> StepPlan:
-        plan.kv_blocks = self.blocks.num_used
-        return plan
 
     def complete(self, plan: StepPlan, sampled: Sequence[int | None],
                  stopped: Sequence[GenerationRequest] = ()) -> list[GenerationRequest]:

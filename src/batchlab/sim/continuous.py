@@ -136,10 +136,8 @@ def _run(scheduler: Scheduler, requests: list[GenerationRequest], arrivals: np.n
     """The event loop: submit arrivals, let the scheduler plan a step, price it, advance the clock,
     complete it; returns the per-request records, one row per step and each request's token times."""
     n = arrivals.size
-    records = empty_records(n)
-    records["arrival"] = arrivals
-    start, first_token, finish = records["start"], records["first_token"], records["finish"]
-    batch_id = records["batch_id"]
+    nan = float("nan")
+    start, first_token, finish, batch_id = [nan] * n, [nan] * n, [nan] * n, [-1] * n
     arrival_times = arrivals.tolist()
     times: list[list[float]] = [[] for _ in range(n)]
     rows: list[tuple] = []
@@ -159,10 +157,9 @@ def _run(scheduler: Scheduler, requests: list[GenerationRequest], arrivals: np.n
         end = now + cost.iteration_time(plan.prefill_tokens, len(plan.decode), plan.context_tokens)
         for request in plan.admitted:
             if batch_id[request.seq_id] < 0:  # its first admission (not a readmission after preemption)
-                start[request.seq_id] = now
-                batch_id[request.seq_id] = len(rows)
+                start[request.seq_id], batch_id[request.seq_id] = now, len(rows)
         sampling = [r.seq_id for r, k in plan.work if r.computed + k == len(r.token_ids)]
-        for request in scheduler.complete(plan, [~r.seq_id for r in plan.batch]):
+        for request in scheduler.complete(plan, [~r.seq_id for r, _ in plan.work]):
             finish[request.seq_id] = end
         for i in sampling:
             if first_token[i] != first_token[i]:  # NaN until its first prompt pass completes
@@ -172,6 +169,9 @@ def _run(scheduler: Scheduler, requests: list[GenerationRequest], arrivals: np.n
         rows.append((now, end, len(plan.work), plan.prefill_tokens, len(plan.decode), plan.useful_tokens,
                      plan.tokens, plan.kv_blocks * bs))
         now = end
+    records = empty_records(n)
+    records["arrival"] = arrivals
+    records["start"], records["first_token"], records["finish"], records["batch_id"] = start, first_token, finish, batch_id
     records["instance"] = 0
     records["prompt_tokens"] = [r.prompt_tokens for r in requests]
     records["output_tokens"] = [r.max_tokens for r in requests]
