@@ -239,6 +239,12 @@ def test_lm_iterative_streams_each_sequence_like_solo():
         assert tokens_of(r) == generate(lm, encode(t), m, ignore_eos=True)
         idx = [x.output("INDEX").item() for x in r.sender.responses()]
         assert idx == list(range(m))
+    # after the first execution the three contiguous caches hold their prompts, each allocated in
+    # multiples of 16 token positions
+    first = [r.sender.responses()[0] for r in reqs]
+    sizes = [encode(t).size for t, _ in specs]
+    assert {x.output("KV_TOKENS").item() for x in first} == {sum(sizes)}
+    assert {x.output("KV_SLOTS").item() for x in first} == {sum(-(-n // 16) * 16 for n in sizes)}
     assert model.states == {}
     model.finalize()
 

@@ -32,34 +32,42 @@ VARIANTS: dict[str, dict[str, str]] = {
     # prefix caching: full blocks shared by hash (lm_whole is the same model without it)
     "lm_prefix": {"prefix_caching": "true"},
     # KV admission: 8 sequences of 24 + 96 tokens (8 blocks each at their end) in 20 blocks; on demand
-    # all 8 start and outgrow the pool (preempted, recomputed); in 128 blocks they never do
+    # all 8 start and outgrow the pool (preempted, recomputed); in 128 blocks they never do, and with
+    # at most 3 at once they run about as many at a time as the 20 blocks let run, without preemption
     "lm_reserve": {"max_active": "8", "kv_token_budget": "320", "kv_policy": "reserve"},
     "lm_on_demand": {"max_active": "8", "kv_token_budget": "320", "kv_policy": "on_demand"},
     "lm_on_demand_roomy": {"max_active": "8", "kv_token_budget": "2048", "kv_policy": "on_demand"},
+    "lm_on_demand_3": {"max_active": "3", "kv_token_budget": "2048", "kv_policy": "on_demand"},
 }
 
 
-def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Path:
-    """Write one `lm_stream` copy per variant (its parameters changed) into repository `dest`."""
+def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] = VARIANTS,
+                   models: Sequence[str] = ()) -> Path:
+    """Write one `lm_stream` copy per variant (its parameters changed) into repository `dest`, and the
+    course `models` as they are."""
     base = cfg.load_config_text("lm_stream")
     for name, params in variants.items():
         params = {"max_prompt_tokens": "480", **params}  # the chapter's long prompts (default limit 256)
         c = cfg.edit_config(base, {"name": name, "parameters": {k: f'string_value: "{v}"' for k, v in params.items()}})
         cfg.stage_model(dest, name, cfg.to_text(c), "lm_stream")
+    for name in models:
+        cfg.stage_model(dest, name, None, name)
     return Path(dest)
 
 
 @contextlib.contextmanager
-def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Iterator[TritonServer]:
-    """A private embedded server with the variants staged in a temporary repository (stopped on exit)."""
+def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()
+                   ) -> Iterator[TritonServer]:
+    """A private embedded server with the variants (and `models`) staged in a temporary repository
+    (stopped on exit)."""
     with tempfile.TemporaryDirectory(prefix="batchlab-ch11-") as tmp:
-        with TritonServer(stage_variants(tmp, variants)) as server:
+        with TritonServer(stage_variants(tmp, variants, models)) as server:
             yield server
 
 
-def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> TritonServer:
+def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()) -> TritonServer:
     """`serving_server` for a notebook: started now, stopped (and its repository removed) by `stop_server`."""
-    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants)).start()
+    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)).start()
 
 
 def stop_server(server: TritonServer) -> None:
