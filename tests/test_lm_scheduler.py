@@ -343,3 +343,21 @@ def test_both_paths_step_the_one_scheduler(lm, monkeypatch):
     calls.clear()
     steps = _real_steps(lm, [3, 4, 5], [2, 3, 4], max_active=2)
     assert len(calls) == len(steps)
+
+
+def test_a_rollback_gives_back_the_blocks_past_the_kept_tokens():
+    """What speculative decoding needs: drop rejected tokens and their KV, then decode on."""
+    s = scheduler(num_blocks=8, caching=True, max_active=2)
+    a = req("A", 6, 20)
+    s.submit(a)
+    for _ in range(8):
+        run_step(s)                                             # 6 + 8 tokens, 13 positions of KV: 4 blocks
+    assert (len(a.token_ids), a.computed, len(a.table.blocks)) == (14, 13, 4)
+    s.rollback(a, 9)                                            # keep 9 tokens (3 generated), their KV
+    assert (a.generated, a.computed, len(a.table.blocks), s.blocks.num_used) == (3, 9, 3, 3)
+    a.token_ids.append(7)                                       # the target's own token
+    a.generated += 1
+    plan, _ = run_step(s)
+    assert plan.work == [(a, 1)] and a.computed == 10 and len(a.token_ids) == 11
+    with pytest.raises(ValueError, match="cannot roll"):
+        s.rollback(a, 3)                                        # into its prompt

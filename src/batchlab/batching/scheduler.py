@@ -206,3 +206,17 @@ class Scheduler:
             self.blocks.free(request.table)
         elif request in self.waiting:
             self.waiting.remove(request)
+
+    def rollback(self, request: GenerationRequest, n_tokens: int) -> None:
+        """Keep a running request's first `n_tokens` tokens and at most their KV (speculative tokens the
+        target model rejected): its table gives back the blocks past them; the caller then appends the
+        token the target chose."""
+        if request not in self.running or not request.prompt_tokens <= n_tokens <= len(request.token_ids):
+            raise ValueError(f"cannot roll request {request.seq_id!r} back to {n_tokens} tokens "
+                             f"(it runs: {request in self.running}; prompt {request.prompt_tokens}, "
+                             f"{len(request.token_ids)} tokens)")
+        request.computed = min(request.computed, n_tokens)
+        request.high_water = min(request.high_water, n_tokens)
+        self.blocks.truncate(request.table, request.computed)
+        del request.token_ids[n_tokens:]
+        request.generated = n_tokens - request.prompt_tokens

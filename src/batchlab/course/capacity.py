@@ -210,14 +210,15 @@ def kv_share_round(server: Any, model: str, n: int = 12, seed: int = 0, gap_s: f
 
 def pool_round(server: Any, model: str, n: int = 32, seed: int = 0, prompt_tokens: tuple[int, int] = (16, 64),
                max_tokens: int = 448) -> dict[str, Any]:
-    """Short chat turns (`prompt_tokens`, up to `max_tokens` each), `n` requests at once, on an `lm_stream` copy: how many sequences
-    its pool held (the server's ACTIVE: its mean over the steps in which requests were still waiting,
-    so the pool and not the work limited the batch; its mean over all steps and its peak), its peak
-    blocks, preemptions and the positions recomputed, tokens/s."""
+    """Short chat turns (`prompt_tokens`, up to `max_tokens` each), `n` requests at once, on an
+    `lm_stream` copy: how many sequences its pool held (the server's ACTIVE: its mean over the steps
+    in which requests were still waiting, so the pool and not the work limited the batch; its mean
+    over all steps and its peak), its peak blocks, preemptions and the positions recomputed, tokens/s."""
     rec = _chat_round(server, model, n, seed, np.zeros(n), prompt_tokens, max_tokens)
     steps, final = step_figures(rec), final_figures(rec)
     queued = steps["WAITING"] > 0  # steps in which the pool, not the work, limited the batch
-    return {"model": model, "held_while_queued": float(steps["ACTIVE"][queued].mean()) if queued.any() else float("nan"),
+    held = float(steps["ACTIVE"][queued].mean()) if queued.any() else float("nan")
+    return {"model": model, "held_while_queued": held,
             "mean_active": float(steps["ACTIVE"].mean()), "max_active": int(steps["ACTIVE"].max()),
             "peak_kv_blocks": int(steps["KV_BLOCKS"].max()), "preemptions": int(final["PREEMPTIONS"].sum()),
             "recomputed_tokens": int(final["RECOMPUTED_TOKENS"].sum()),

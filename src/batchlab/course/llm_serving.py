@@ -350,7 +350,8 @@ def sim_preemption(kv_policy: str, budget: int = 320, n: int = 8, prompt: int = 
                               kv_budget_tokens=budget, kv_policy=kv_policy, warmup=0.0)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
-    return {"kv_policy": kv_policy, "budget": budget, "tokens_per_s": float(r["output_tokens"].sum() / r["finish"].max()),
+    return {"kv_policy": kv_policy, "budget": budget,
+            "tokens_per_s": float(r["output_tokens"].sum() / r["finish"].max()),
             "max_active": int(b["size"].max()), "preemptions": int(r["preemptions"].sum()),
             "recomputed_tokens": int(res.extra["recomputed_tokens"].sum()),
             "e2e_p50_s": float(np.median(e2e)), "e2e_max_s": float(e2e.max())}
@@ -383,8 +384,8 @@ def disaggregation(rate: float, transfer_ms: float, n: int = 400, prompt: int = 
         runs = [_engine(half, [prompt] * half.size, [output] * half.size, cost, step_chunk)
                 for half in (arr[0::2], arr[1::2])]
         times = [t for res in runs for t in res.extra["token_times"]]
-        row.update(_latency_row(label, np.array([t[0] for t in times]), np.concatenate([r.records["arrival"] for r in runs]),
-                                times, output))
+        arrival = np.concatenate([res.records["arrival"] for res in runs])
+        row.update(_latency_row(label, np.array([t[0] for t in times]), arrival, times, output))
     pre = _engine(arr, [prompt] * n, [1] * n, cost, None).records
     ready = pre["first_token"] + transfer_ms / 1e3
     order = np.argsort(ready, kind="stable")
