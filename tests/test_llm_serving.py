@@ -137,3 +137,21 @@ def test_mixed_round_takes_itl_from_the_server_stamps(monkeypatch):
     monkeypatch.setattr(L, "stream_requests", lambda *a, **k: fake(*a, stamps=False))
     with pytest.raises(RuntimeError, match="sends no T_NS"):
         L.mixed_round(None, "m")
+
+
+def test_the_rounds_read_the_servers_own_figures(monkeypatch):
+    """prefix_round and preemption_round take blocks, hits, preemptions and recomputation from what
+    lm_stream reported, step by step (deduplicated by T_NS) and in each request's final response."""
+    def fake(server, model, prompts, outs, arrivals, **kw):
+        n = len(prompts)
+        figures = [[{"T_NS": 10, "ACTIVE": n, "KV_BLOCKS": 21 + i, "KV_TOKENS": 300},
+                    {"T_NS": 20 + i, "ACTIVE": 1, "KV_BLOCKS": 2, "KV_TOKENS": 20, "CACHED_TOKENS": 320 * (i > 0),
+                     "PREEMPTIONS": i % 2, "RECOMPUTED_TOKENS": 5 * (i % 2)}] for i in range(n)]
+        return SimpleNamespace(figures=figures, token_times=[[0.1, 0.2]] * n, sent=np.zeros(n),
+                               last=np.full(n, 0.2), tokens=np.full(n, 2))
+
+    monkeypatch.setattr(L, "stream_requests", fake)
+    r = L.prefix_round(None, "m", n=4)
+    assert (r["peak_kv_blocks"], r["cached_tokens"]) == (21, 3 * 320)   # the first T_NS=10 report is kept
+    p = L.preemption_round(None, "m", n=4)
+    assert (p["preemptions"], p["recomputed_tokens"], p["max_active"]) == (2, 10, 4)
