@@ -1,6 +1,6 @@
-"""What the continuous-batching scheduler tracks: a `GenerationRequest` (one generation: its tokens, how many
-positions have KV, its block table) and a `StepPlan` (one step's work, as the executor and a cost
-model read it). nano-vllm's ``engine/sequence.py``; vLLM's ``v1/request.py`` and SchedulerOutput."""
+"""What the continuous-batching scheduler tracks: a `GenerationRequest` (one generation: its tokens,
+how many positions have KV, its block table) and a `StepPlan` (one step's work, as the executor and a
+cost model read it). nano-vllm's ``engine/sequence.py``; vLLM's ``v1/request.py`` and SchedulerOutput."""
 
 from __future__ import annotations
 

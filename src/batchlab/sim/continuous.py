@@ -159,7 +159,7 @@ def _run(scheduler: Scheduler, requests: list[GenerationRequest], arrivals: np.n
             if batch_id[request.seq_id] < 0:  # its first admission (not a readmission after preemption)
                 start[request.seq_id], batch_id[request.seq_id] = now, len(rows)
         sampling = [r.seq_id for r, k in plan.work if r.computed + k == len(r.token_ids)]
-        for request in scheduler.complete(plan, [~r.seq_id for r, _ in plan.work]):
+        for request in scheduler.complete(plan, [~r.seq_id for r, _ in plan.work]):  # stand-in token ids
             finish[request.seq_id] = end
         for i in sampling:
             if first_token[i] != first_token[i]:  # NaN until its first prompt pass completes
