@@ -80,3 +80,43 @@ def test_server_admission_follows_the_kv_budget(tmp_path: Path):
     assert seen["tokens"] == 6 * 128
     assert seen["max_active_seen"] == predicted
     assert seen["max_kv_tokens_seen"] <= 1024
+
+
+# --- chapter 03: the share of allocated KV holding tokens, and how many sequences a pool holds ---
+
+def test_chat_workload_is_seeded_and_in_range():
+    prompts, max_tokens, seeds = C.chat_workload(20, seed=3)
+    again = C.chat_workload(20, seed=3)
+    assert all(48 <= p.size <= 224 and p[0] == 1 for p in prompts) and max_tokens == [256] * 20
+    assert all((a == b).all() for a, b in zip(prompts, again[0])) and seeds == again[2] and len(set(seeds)) == 20
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        C.chat_workload(3, prompt_tokens=(10, 5))
+
+
+def _fake_round(figures):
+    """What `stream_requests` returns, reduced to the responses' figures."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    return SimpleNamespace(figures=figures, tokens=np.array([len(f) for f in figures]),
+                           sent=np.zeros(len(figures)), last=np.ones(len(figures)))
+
+
+def test_the_share_comes_from_the_servers_figures_per_step(monkeypatch):
+    # two steps, each reported to both requests: pool blocks of 16 (lm_stream) or slots (lm_iterative)
+    paged = [[{"T_NS": 1, "KV_BLOCKS": 2, "KV_TOKENS": 30}, {"T_NS": 2, "KV_BLOCKS": 3, "KV_TOKENS": 40}]] * 2
+    monkeypatch.setattr(C, "stream_requests", lambda *a, **k: _fake_round(paged))
+    assert C.kv_share_round(None, "lm_paged", n=2)["share"] == pytest.approx(70 / 80)
+    flat = [[{"T_NS": 5, "KV_SLOTS": 64, "KV_TOKENS": 33}]] * 2
+    monkeypatch.setattr(C, "stream_requests", lambda *a, **k: _fake_round(flat))
+    assert C.kv_share_round(None, "lm_iterative", n=2)["share"] == pytest.approx(33 / 64)
+
+
+def test_a_pool_holds_what_it_runs_while_requests_wait(monkeypatch):
+    steps = [{"T_NS": t, "ACTIVE": a, "WAITING": w, "KV_BLOCKS": 4, "KV_TOKENS": 50}
+             for t, a, w in ((1, 6, 3), (2, 4, 1), (3, 2, 0))]
+    final = dict(steps[-1], CACHED_TOKENS=0, PREEMPTIONS=2, RECOMPUTED_TOKENS=30)
+    monkeypatch.setattr(C, "stream_requests", lambda *a, **k: _fake_round([steps, steps[:2] + [final]]))
+    r = C.pool_round(None, "lm_paged_1k", n=2)
+    assert (r["held_while_queued"], r["mean_active"], r["max_active"]) == (5.0, 4.0, 6)
+    assert (r["preemptions"], r["recomputed_tokens"]) == (2, 30)

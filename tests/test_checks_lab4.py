@@ -7,7 +7,7 @@ import re
 import pytest
 
 from batchlab.labs.lab4 import check_admit, check_chunks, check_eta, check_with_limits
-from batchlab.lm.scheduler import FCFSAdmission, prefill_chunks
+from batchlab.batching.policies import ReserveAdmission, prefill_chunks
 
 from lab_solutions import solution_namespace
 
@@ -73,10 +73,11 @@ def test_eta(capsys) -> None:
 
 
 def test_the_library_policy_is_no_answer(capsys) -> None:
+    """The scheduler's admission policies leave the limits to the block manager: no answer to q1."""
     def admit(waiting, active, max_active, budget):
-        return FCFSAdmission(max_active, budget).admit(waiting, active)
+        return list(ReserveAdmission().select(waiting, active))
     r = check_admit(admit)
-    assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out
+    assert not r.passed and r.score <= 2
 
 
 def _split(room_first=True, cap=True, floor=True, order=None):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from batchlab import config_pbtxt as cfg
-from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
+from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.paths import MODEL_REPOSITORY
 

@@ -385,7 +385,7 @@ def test_installed_hooks_run_in_the_lm_stream_copy(tmp_path: Path) -> None:
     try:
         folder = ws.add("lm_stream", as_name="lm_mine")
         ws.write_config("lm_mine", edit_config(ws.read_config("lm_mine"), {"parameters": {
-            "max_num_tokens": 'string_value: "8"', "chunked_prefill": 'string_value: "true"'}}))
+            "max_num_tokens": 'string_value: "8"', "step_policy": 'string_value: "chunked"'}}))
         assert ws.install("lm_mine", "prefill_chunks", _newest_first) == folder / "1" / "chunks.py"
         assert ws.install("lm_mine", "admit", _admit_two) == folder / "1" / "policy.py"
         assert "prefill_chunks = _newest_first" in (folder / "1" / "chunks.py").read_text(encoding="utf-8")
@@ -398,7 +398,8 @@ def test_installed_hooks_run_in_the_lm_stream_copy(tmp_path: Path) -> None:
             try:
                 scheduler = model.batcher.scheduler
                 assert scheduler.prefill_split([5, 10], 2, 8) == [0, 6]   # the lab's rule, not the library's
-                assert scheduler.policy.admit([None] * 3, []) == [0, 1]
+                assert scheduler.admission.select([None] * 3, []) == [0, 1]
+                assert type(scheduler.admission.base).__name__ == "ReserveAdmission"   # the config's policy
                 jobs = [(encode("hello world"), 3), (encode("the hot pot is ready for everyone"), 4)]
                 reqs = [fake_pb.Request({"PROMPT": np.asarray(p, np.int32), "MAX_TOKENS": np.array([m], np.int32),
                                          "IGNORE_EOS": np.array([True])}) for p, m in jobs]

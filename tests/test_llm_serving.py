@@ -1,5 +1,5 @@
-"""Chapter 11's course module: the simulated experiments (token budget, prefix cache, preemption,
-prefill/decode disaggregation), the staged lm_stream variants, and the chapter's formulas."""
+"""Chapter 11's course module: the simulated experiments (step policies and token budget, prefix caching,
+preemption, goodput, prefill/decode disaggregation), the staged lm_stream variants, and the chapter's formulas."""
 
 from __future__ import annotations
 
@@ -33,17 +33,29 @@ def test_token_budget_caps_the_step_and_delays_the_long_prompt():
     assert rows[0]["long_ttft_p50_ms"] < rows[1]["long_ttft_p50_ms"] < rows[2]["long_ttft_p50_ms"]
 
 
-def test_prefix_cache_hits_whole_blocks_of_the_shared_prefix():
-    plain, r = L.sim_prefix(0), L.sim_prefix(250, n=10)
+def test_prefill_first_stalls_the_decodes_like_whole_prompts():
+    first, whole = L.sim_mixed(None, step_policy="prefill_first"), L.sim_mixed(None)
+    assert first["step_policy"] == "prefill_first" and first["itl_p99_ms"] >= whole["itl_p99_ms"] * 0.9
+    assert first["itl_p99_ms"] > 2 * L.sim_mixed(32)["itl_p99_ms"]
+
+
+def test_prefix_caching_shares_the_blocks_of_the_shared_prefix():
+    plain, r = L.sim_prefix(0, n=10, gap_s=1.0), L.sim_prefix(250, n=10, gap_s=1.0)
     assert plain["hit_rate"] == 0 and plain["ttft_plain_ms"] == plain["ttft_cached_ms"]
     assert r["hit_rate"] == pytest.approx(9 * 240 / (10 * 336))   # 15 whole blocks, the first request misses
-    assert r["ttft_cached_ms"] < r["ttft_plain_ms"] and r["cache_kib"] == 240 * 8
+    assert r["ttft_cached_ms"] < r["ttft_plain_ms"]
+    # 8 at once sharing 320 tokens: 20 blocks once, not 8 times; their prompts are not recomputed
+    c = L.sim_prefix(320)
+    assert c["peak_blocks_plain"] == 8 * 22 and c["peak_blocks_cached"] == 20 + 8 * 2
+    assert c["peak_blocks_plain"] >= 4 * c["peak_blocks_cached"] and c["ttft_plain_ms"] >= 2 * c["ttft_cached_ms"]
 
 
-def test_on_demand_admits_more_and_preempts():
-    res, od = L.sim_preemption("reserve"), L.sim_preemption("on_demand")
-    assert (res["max_active"], res["preemptions"]) == (1, 0)
-    assert od["max_active"] == 8 and od["preemptions"] > 0 and od["tokens_per_s"] > res["tokens_per_s"]
+def test_on_demand_admits_more_and_preemption_costs_recomputation():
+    res, od, roomy = L.sim_preemption("reserve"), L.sim_preemption("on_demand"), L.sim_preemption("on_demand", 2048)
+    assert (res["max_active"], res["preemptions"]) == (2, 0)          # 8 blocks each in a pool of 20
+    assert od["max_active"] == roomy["max_active"] == 8                # the same concurrency at the start
+    assert od["preemptions"] > 0 and od["recomputed_tokens"] > 0 and roomy["preemptions"] == 0
+    assert roomy["tokens_per_s"] > od["tokens_per_s"]                  # what preemption alone costs
 
 
 def test_disaggregation_lowers_tpot_until_the_transfer_costs_more():
@@ -53,12 +65,40 @@ def test_disaggregation_lowers_tpot_until_the_transfer_costs_more():
     # the transfer is paid once per stream: it adds transfer / (n − 1) to each TPOT
     assert slow["dis_tpot_p99_ms"] - fast["dis_tpot_p99_ms"] == pytest.approx(640 / 63, rel=0.05)
     assert fast["co_ttft_p99_ms"] == slow["co_ttft_p99_ms"]
+    # chunked prefill, co-located, tames the ITL tail too: the baseline disaggregation must beat
+    assert fast["chunked_itl_p99_ms"] < fast["co_itl_p99_ms"] / 2 and fast["dis_itl_p99_ms"] < fast["chunked_itl_p99_ms"]
+
+
+def test_who_returns_the_first_token_decides_where_the_transfer_shows():
+    dist, proxy = (L.disaggregation(6, 300, n=200, first_token=f) for f in ("prefill", "decode"))
+    base = L.disaggregation(6, 0, n=200, first_token="decode")
+    assert proxy["dis_ttft_p99_ms"] - base["dis_ttft_p99_ms"] == pytest.approx(300, rel=0.05)  # in TTFT
+    assert proxy["dis_tpot_p99_ms"] == pytest.approx(base["dis_tpot_p99_ms"], rel=0.05)
+    assert dist["dis_itl_p99_ms"] >= 300 and dist["dis_ttft_p99_ms"] < proxy["dis_ttft_p99_ms"]  # in the 2nd token
+    with pytest.raises(ValueError, match="first_token"):
+        L.disaggregation(6, 0, n=20, first_token="client")
+
+
+def test_slo_attainment_and_goodput_hand_worked():
+    times = [[0.1, 0.12, 0.14], [0.5, 0.6], [2.0]]                 # ITLs 20 ms; 100 ms; none
+    slo = {"ttft_ms": 1000.0, "itl_p99_ms": 50.0, "target": 0.9}
+    assert L.slo_attainment([0.1, 0.5, 2.0], times, slo) == pytest.approx(1 / 3)
+    rows = [{"policy": "a", "rate": r, "attainment": x} for r, x in ((1, 1.0), (2, 0.95), (3, 0.7), (4, 0.95))]
+    rows += [{"policy": "b", "rate": 1, "attainment": 0.5}]
+    assert L.goodput(rows) == {"a": 2.0, "b": 0.0}                # the rate below the first miss
+
+
+def test_chunked_steps_raise_goodput_in_the_simulator():
+    rows = L.sim_goodput([1, 2, 4, 8, 12, 16], n=150)
+    g = L.goodput(rows)
+    assert set(g) == set(L.STEP_SETTINGS)
+    assert max(g["chunked 32"], g["chunked 128"]) >= 1.2 * max(g["whole"], g["prefill_first"]) > 0
 
 
 def test_stage_variants_writes_each_knob(tmp_path):
-    L.stage_variants(tmp_path, {"lm_a": {"max_num_tokens": "32", "chunked_prefill": "true"}})
+    L.stage_variants(tmp_path, {"lm_a": {"max_num_tokens": "32", "step_policy": "chunked"}})
     params = cfg.parse_config((tmp_path / "lm_a" / "config.pbtxt").read_text()).parameters
-    assert params["max_num_tokens"].string_value == "32" and params["chunked_prefill"].string_value == "true"
+    assert params["max_num_tokens"].string_value == "32" and params["step_policy"].string_value == "chunked"
     assert params["max_prompt_tokens"].string_value == "480"
     assert (tmp_path / "lm_a" / "1" / "model.py").is_file()
 
@@ -97,3 +137,21 @@ def test_mixed_round_takes_itl_from_the_server_stamps(monkeypatch):
     monkeypatch.setattr(L, "stream_requests", lambda *a, **k: fake(*a, stamps=False))
     with pytest.raises(RuntimeError, match="sends no T_NS"):
         L.mixed_round(None, "m")
+
+
+def test_the_rounds_read_the_servers_own_figures(monkeypatch):
+    """prefix_round and preemption_round take blocks, hits, preemptions and recomputation from what
+    lm_stream reported, step by step (deduplicated by T_NS) and in each request's final response."""
+    def fake(server, model, prompts, outs, arrivals, **kw):
+        n = len(prompts)
+        figures = [[{"T_NS": 10, "ACTIVE": n, "KV_BLOCKS": 21 + i, "KV_TOKENS": 300},
+                    {"T_NS": 20 + i, "ACTIVE": 1, "KV_BLOCKS": 2, "KV_TOKENS": 20, "CACHED_TOKENS": 320 * (i > 0),
+                     "PREEMPTIONS": i % 2, "RECOMPUTED_TOKENS": 5 * (i % 2)}] for i in range(n)]
+        return SimpleNamespace(figures=figures, token_times=[[0.1, 0.2]] * n, sent=np.zeros(n),
+                               last=np.full(n, 0.2), tokens=np.full(n, 2))
+
+    monkeypatch.setattr(L, "stream_requests", fake)
+    r = L.prefix_round(None, "m", n=4)
+    assert (r["peak_kv_blocks"], r["cached_tokens"]) == (21, 3 * 320)   # the first T_NS=10 report is kept
+    p = L.preemption_round(None, "m", n=4)
+    assert (p["preemptions"], p["recomputed_tokens"], p["max_active"]) == (2, 10, 4)

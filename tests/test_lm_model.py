@@ -153,6 +153,72 @@ def test_mixed_prefill_and_decode_step_is_batch_invariant(lm):
     assert np.array_equal(out[2], ref_c)
 
 
+# --------------------------------------------------------------------------- the paged KV pool
+
+def _paged(lm, pool, blocks):
+    from batchlab.batching import BlockTable
+    from batchlab.lm import PagedKV
+    return PagedKV(pool, BlockTable(blocks=list(blocks)))
+
+
+def test_attention_through_the_block_table_gives_the_contiguous_logits(lm):
+    """Three sequences whose KV lives in scattered, interleaved blocks of one pool get bit-identical
+    logits to contiguous caches, through a prefill, a chunk and decodes in one batch."""
+    from batchlab.lm import KVPool
+    pool = KVPool(lm.config, num_blocks=24, block_size=16)
+    prompts = article_prompts(3, seed=21, lo=20, hi=38)
+    tables = [[7, 2, 19, 4], [0, 23, 11, 5], [13, 1, 8, 17]]    # not in order, not adjacent
+    paged = [_paged(lm, pool, t) for t in tables]
+    flat = [lm.new_cache() for _ in prompts]
+    chunks = [p[:17] for p in prompts]                            # first chunks cross a block edge
+    assert np.array_equal(lm.forward(paged, chunks), lm.forward(flat, chunks))
+    rest = [p[17:] for p in prompts]
+    out_p, out_f = lm.forward(paged, rest), lm.forward(flat, rest)
+    assert np.array_equal(out_p, out_f)
+    for _ in range(12):
+        tokens = np.argmax(out_f, axis=1)
+        out_p, out_f = lm.decode_step(paged, tokens), lm.decode_step(flat, tokens)
+        assert np.array_equal(out_p, out_f)
+    for cp, cf in zip(paged, flat):
+        assert cp.length == cf.length and np.array_equal(cp.read(2, cp.length)[0], cf.read(2, cf.length)[0])
+    # the pool is the storage: another sequence's blocks were not written
+    untouched = sorted(set(range(24)) - {b for t in tables for b in t})
+    assert not pool.k[:, :, untouched].any()
+
+
+def test_a_block_table_too_short_for_the_step_is_one_error(lm):
+    from batchlab.lm import KVPool
+    cache = _paged(lm, KVPool(lm.config, num_blocks=4, block_size=16), [3])
+    with pytest.raises(ValueError, match="allocate its blocks before the step"):
+        lm.forward([cache], [np.arange(4, 21)])                     # 17 tokens, one block of 16
+    assert cache.length == 0
+
+
+def test_sequences_sharing_prefix_blocks_in_one_step_read_them_written(lm):
+    """B points at A's first block (a prefix hit in the step A computes it): B's logits equal B alone."""
+    from batchlab.lm import KVPool
+    pool = KVPool(lm.config, num_blocks=8, block_size=16)
+    a = np.concatenate([[BOS_ID], np.arange(10, 30)])             # 21 tokens
+    b = np.concatenate([a[:16], np.arange(50, 56)])               # the same first block, then its own
+    ca, cb = _paged(lm, pool, [5, 2]), _paged(lm, pool, [5, 6])
+    cb.length = 16                                                 # its first block is A's: not computed
+    out = lm.forward([cb, ca], [b[16:], a])                        # B comes first in the batch
+    alone = lm.prefill(b)[0]
+    assert np.array_equal(out[0], alone) and np.array_equal(out[1], lm.prefill(a)[0])
+
+
+def test_every_position_logits_are_the_logits_after_each_position(lm):
+    """`every_position` gives the logits after each position of a chunk (what verifying speculative
+    tokens needs): the last row is the usual output; the others agree with feeding the tokens one at
+    a time up to float rounding (a chunk's softmax sums over more, masked, keys)."""
+    p = article_prompts(1, seed=5, lo=10, hi=20)[0]
+    all_rows = lm.forward([lm.new_cache()], [p], every_position=True)
+    assert np.array_equal(all_rows[-1], lm.prefill(p)[0])
+    cache = lm.new_cache()
+    one = np.stack([lm.forward([cache], [p[i:i + 1]])[0] for i in range(p.size)])
+    assert all_rows.shape == (p.size, VOCAB_SIZE) and np.allclose(all_rows, one, atol=0.05)
+
+
 @pytest.mark.parametrize("rows", [1, 2, 7, 32])
 def test_embed_rows_do_not_depend_on_the_batch(lm, rows):
     rng = np.random.default_rng(rows)

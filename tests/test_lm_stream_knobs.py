@@ -1,5 +1,6 @@
-"""lm_stream's serving knobs (`max_num_tokens`, `chunked_prefill`, `kv_policy`, `prefix_cache_blocks`,
-`block_size`): read from config.pbtxt, validated at load, and streaming the tokens of the defaults."""
+"""lm_stream's serving knobs (`step_policy`, `max_num_tokens`, `kv_policy`, `prefix_caching`, `block_size`,
+`kv_token_budget`): read from config.pbtxt, validated at load, and streaming the tokens of the defaults;
+its server-side figures (KV blocks and tokens per step, prefix hits and preemptions per request)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from batchlab.models.lm_stream import TritonPythonModel
 
 import fake_pb  # tests/fake_pb.py
 
-KNOBS = {"max_num_tokens": "32", "chunked_prefill": "true", "kv_policy": "on_demand",
-         "kv_token_budget": "400", "prefix_cache_blocks": "64", "block_size": "16"}
+KNOBS = {"max_num_tokens": "32", "step_policy": "chunked", "kv_policy": "on_demand",
+         "kv_token_budget": "400", "prefix_caching": "true", "block_size": "16"}
 
 
 def staged(tmp_path: Path, name: str, params: dict[str, str]) -> Path:
@@ -43,18 +44,24 @@ def test_defaults_keep_todays_batcher():
     model = TritonPythonModel()
     model.initialize(fake_pb.init_args(cfg.MODEL_REPOSITORY / "lm_stream"))
     s = model.batcher.scheduler
-    assert (s.max_num_tokens, s.chunked_prefill, s.reserve, s.prefix_cache) == (np.inf, False, True, None)
-    assert s.kv_token_budget == np.inf and model.batcher.policy.kv_token_budget == 4096
+    assert (s.max_num_tokens, s.step_policy, type(s.admission).__name__, s.max_active) == (
+        np.inf, "mixed", "ReserveAdmission", 8)
+    blocks = model.batcher.blocks
+    assert (blocks.num_blocks, blocks.block_size, blocks.prefix_caching) == (4096 // 16, 16, False)
+    assert model.batcher.pool.k.shape[2:4] == (256, 16)       # the pool is the KV storage
     model.finalize()
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"chunked_prefill": "yes"}, "chunked_prefill='yes' is not one of false, true"),
-    ({"chunked_prefill": "true"}, "chunked_prefill=true needs max_num_tokens > 0"),
+    ({"step_policy": "whole"}, "step_policy='whole' is not one of prefill_first, mixed, chunked"),
+    ({"step_policy": "chunked"}, "step_policy=chunked needs max_num_tokens > 0"),
     ({"kv_policy": "evict"}, "kv_policy='evict' is not one of reserve, on_demand"),
-    ({"prefix_cache_blocks": "-1"}, r"prefix_cache_blocks=-1 is outside \[0, None\]"),
+    ({"prefix_caching": "yes"}, "prefix_caching='yes' is not one of false, true"),
     ({"block_size": "0"}, r"block_size=0 is outside \[1, 512\]"),
+    ({"kv_token_budget": "8"}, r"kv_token_budget=8 is outside \[16, None\]"),
     ({"max_num_tokens": "many"}, "max_num_tokens='many' is not an integer"),
+    ({"chunked_prefill": "true"}, "chunked_prefill is no longer read: use step_policy"),
+    ({"prefix_cache_blocks": "64"}, "prefix_cache_blocks is no longer read: use prefix_caching"),
 ])
 def test_a_bad_knob_fails_the_load_with_one_line(tmp_path, params, message):
     with pytest.raises(ValueError, match=message):
@@ -79,7 +86,14 @@ def _stream_with_knobs(tmp_path):
         got = [x.output("TOKEN").item() for x in r.sender.responses()]
         assert got == generate(lm, p, m, ignore_eos=True)
         assert [x.output("INDEX").item() for x in r.sender.responses()] == list(range(m))
-    assert len(model.batcher.scheduler.prefix_cache) >= 3
+    last = [r.sender.responses()[-1] for r in first + rest]
+    cached = [x.output("CACHED_TOKENS").item() for x in last]
+    assert cached[0] == 0 and all(c >= 48 for c in cached[1:])   # the 60-token prefix: 3 full blocks
+    assert all(x.output("PREEMPTIONS").item() >= 0 and x.output("RECOMPUTED_TOKENS").item() >= 0 for x in last)
+    steps = [(x.output("KV_BLOCKS").item(), x.output("KV_TOKENS").item()) for r in first + rest
+             for x in r.sender.responses()]
+    assert all(t <= 16 * b and (t == 0) == (b == 0) for b, t in steps) and max(b for b, _ in steps) <= 400 // 16
+    assert all("CACHED_TOKENS" not in x._outputs for r in first + rest for x in r.sender.responses()[:-1])
     model.finalize()
 
 

@@ -239,6 +239,12 @@ def test_lm_iterative_streams_each_sequence_like_solo():
         assert tokens_of(r) == generate(lm, encode(t), m, ignore_eos=True)
         idx = [x.output("INDEX").item() for x in r.sender.responses()]
         assert idx == list(range(m))
+    # after the first execution the three contiguous caches hold their prompts, each allocated in
+    # multiples of 16 token positions
+    first = [r.sender.responses()[0] for r in reqs]
+    sizes = [encode(t).size for t, _ in specs]
+    assert {x.output("KV_TOKENS").item() for x in first} == {sum(sizes)}
+    assert {x.output("KV_SLOTS").item() for x in first} == {sum(-(-n // 16) * 16 for n in sizes)}
     assert model.states == {}
     model.finalize()
 
@@ -285,12 +291,11 @@ def test_lm_stream_batches_inside_the_model_and_matches_solo():
 
 
 def test_lm_stream_cancel_check_asks_the_running_and_a_few_waiting_in_turn():
-    from batchlab.lm import FCFSAdmission
     from batchlab.models.lm_stream import CANCEL_CHECK_WAITING as K
 
     model = make("lm_stream")
     model.cancel_check_s = float("inf")  # the scheduler thread never checks; the test does
-    model.batcher.policy = FCFSAdmission(max_active=1, kv_token_budget=4096)
+    model.batcher.scheduler.max_active = 1
     reqs = [fake_pb.Request(gen_inputs(encode("一口锅"), 250, batched=False, ignore_eos=True)) for _ in range(30)]
     asked: list[int] = []
     for k, r in enumerate(reqs):
@@ -312,17 +317,17 @@ def test_lm_stream_cancel_check_asks_the_running_and_a_few_waiting_in_turn():
 
 
 def test_lm_stream_errors_cancel_and_budget():
-    from batchlab.lm import FCFSAdmission
+    from batchlab.lm import ContinuousBatcher
 
     model = make("lm_stream")
-    model.batcher.policy = FCFSAdmission(max_active=8, kv_token_budget=300)
+    model.batcher = ContinuousBatcher(model.lm, max_active=8, kv_token_budget=300)  # a pool of 18 blocks
     too_long = fake_pb.Request(gen_inputs(np.full(257, 5), 5, batched=False))
     over_budget = fake_pb.Request(gen_inputs(np.full(100, 5), 250, batched=False))
     bad = fake_pb.Request(gen_inputs([1, VOCAB_SIZE], 4, batched=False))
     long = fake_pb.Request(gen_inputs(encode("一口锅"), 250, batched=False, ignore_eos=True))
     model.execute([too_long, over_budget, bad, long])
     assert "limit is 256" in err(too_long.sender.responses()[0])
-    assert "budget is 300" in err(over_budget.sender.responses()[0])
+    assert "the pool holds 18 blocks" in err(over_budget.sender.responses()[0])
     assert "outside the vocabulary" in err(bad.sender.responses()[0])
     deadline = time.monotonic() + 10
     while len(long.sender.sent) < 3 and time.monotonic() < deadline:

@@ -73,7 +73,7 @@ def test_chunked_prefill_respects_token_budget_and_bounds_iteration_time():
     a = wl.poisson(4.0, n, seed=3)
     p = wl.uniform(200, 2000).sample(n, 4)
     o = wl.capped_exponential(150, 600).sample(n, 5)
-    res = simulate_continuous(a, p, o, COST, max_active=32, chunked_prefill=True, max_num_tokens=512)
+    res = simulate_continuous(a, p, o, COST, max_active=32, step_policy="chunked", max_num_tokens=512)
     b = res.batches
     assert b["executed_tokens"].max() <= 512
     assert b["size"].max() <= 32
@@ -117,7 +117,8 @@ def test_overload_flags_unstable_and_light_load_stable():
 
 @pytest.mark.parametrize("kwargs, msg", [
     (dict(kv_budget_tokens=100), "needs .* KV tokens"),
-    (dict(chunked_prefill=True), "needs max_num_tokens"),
+    (dict(step_policy="chunked"), "needs max_num_tokens"),
+    (dict(step_policy="whole"), "step_policy"),
     (dict(max_num_tokens=64), "exceeds max_num_tokens"),
     (dict(kv_policy="lru"), "kv_policy"),
     (dict(max_active=0), "max_active"),

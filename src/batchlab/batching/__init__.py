@@ -3,11 +3,21 @@ learner to read, and run by every driver (the simulators, the course models, the
 
 * `slots` — Triton's sequence batcher: which batch slot a sequence owns (`SequenceSlots`) and the
   control inputs of each slot (`SlotControl`).
+* `scheduler` — continuous batching's step (`Scheduler`, vLLM V1 / nano-vllm style), with its
+  `request`s, its `policies` (admission: reserve / on demand; the step's shape) and the KV
+  `blocks` it allocates (`BlockManager`: a paged pool, reference counts, prefix caching).
 
 Nothing here imports protobuf, tritonclient, the simulators or the LM: the mechanisms only decide;
 `batchlab.sim` and `batchlab.lm` drive them.
 """
 
+from .blocks import BLOCK_SIZE, BlockManager, BlockTable, block_key
+from .policies import (ADMISSION, STEP_POLICIES, OnDemandAdmission, ReserveAdmission, prefill_chunks,
+                       whole_prompts)
+from .request import GenerationRequest, StepPlan
+from .scheduler import Scheduler
 from .slots import SequenceRequest, SequenceSlots, SlotControl
 
-__all__ = ["SequenceRequest", "SequenceSlots", "SlotControl"]
+__all__ = ["SequenceRequest", "SequenceSlots", "SlotControl", "BLOCK_SIZE", "BlockManager", "BlockTable",
+           "block_key", "ADMISSION", "STEP_POLICIES", "OnDemandAdmission", "ReserveAdmission",
+           "prefill_chunks", "whole_prompts", "GenerationRequest", "StepPlan", "Scheduler"]

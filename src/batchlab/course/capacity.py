@@ -1,5 +1,7 @@
-"""KV-cache capacity (`batchlab.theory.kv`) checked on the toy LM, its batcher and `lm_stream`, and
-serving cost by busy time (the article's Cost_per) and by wall time (chapters 03, 06, 09)."""
+"""KV-cache capacity (`batchlab.theory.kv`) checked on the toy LM, its batcher and `lm_stream`; how much
+of the allocated KV holds tokens (reserved, contiguous, paged) and how many sequences a fixed pool
+holds, measured by the server; serving cost by busy time (the article's Cost_per) and by wall time
+(chapters 03, 06, 09)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from batchlab.batching.blocks import BLOCK_SIZE
 from batchlab.config_pbtxt import parse_config
-from batchlab.lm import ContinuousBatcher, FCFSAdmission, Sequence as LMSequence, step
+from batchlab.course.llm_serving import final_figures, step_figures, stream_requests
+from batchlab.lm import ContinuousBatcher, Sequence as LMSequence, step
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
@@ -51,7 +55,7 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
     budget_tokens = int(budget_bytes // bpt)
     if predicted < 1:
         raise ValueError(f"a budget of {budget_bytes} bytes holds no sequence of {per_seq} tokens")
-    batcher = ContinuousBatcher(lm, FCFSAdmission(max_active=max(waiting, 1), kv_token_budget=budget_tokens))
+    batcher = ContinuousBatcher(lm, max_active=max(waiting, 1), kv_token_budget=budget_tokens)
     for i in range(waiting):
         prompt = [(3 * i + j) % (cfg.vocab_size - 4) + 4 for j in range(prompt_tokens)]
         batcher.submit(LMSequence(lm, prompt, max_tokens=max_tokens, ignore_eos=True, seq_id=i))
@@ -151,3 +155,71 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
                         request_timeout_s=timeout_s, stats=False, progress=False, warn=False).records
     return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": peak["ACTIVE"],
             "max_kv_tokens_seen": peak["KV_TOKENS"], "errors": [e for e in rec.error if e is not None]}
+
+
+# ---- chapter 03: how much of the allocated KV holds tokens, and how many sequences a pool holds ----
+
+#: Chapter 03's `lm_stream` copies, the two admission policies over one pool each: a pool roomy enough
+#: that nobody waits for KV (the share of allocated KV holding tokens), and a small fixed pool of 1024
+#: token positions, 64 blocks (how many sequences it holds). `lm_iterative` (contiguous caches) runs
+#: beside the first two.
+POOL_VARIANTS: dict[str, dict[str, str]] = {
+    "lm_reserve": {"kv_policy": "reserve", "max_active": "16", "kv_token_budget": "8192"},
+    "lm_paged": {"kv_policy": "on_demand", "max_active": "16", "kv_token_budget": "8192"},
+    "lm_reserve_1k": {"kv_policy": "reserve", "max_active": "16", "kv_token_budget": "1024", "max_tokens_limit": "448"},
+    "lm_paged_1k": {"kv_policy": "on_demand", "max_active": "16", "kv_token_budget": "1024", "max_tokens_limit": "448"},
+}
+
+
+def chat_workload(n: int, seed: int = 0, prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256
+                  ) -> tuple[list[np.ndarray], list[int], list[int]]:
+    """`n` chat turns: prompts of `prompt_tokens` (lo, hi) tokens, each asking for up to `max_tokens` and
+    stopping at its own <eos> (sampled at temperature 1 with its seed, so replies run from a few tokens
+    to the cap); returns prompts, max_tokens and seeds."""
+    lo, hi = prompt_tokens
+    if n < 1 or not 2 <= lo <= hi:
+        raise ValueError("n must be >= 1 and prompt_tokens a (lo, hi) range with 2 <= lo <= hi")
+    rng = np.random.default_rng(seed)
+    prompts = [np.concatenate([[1], rng.integers(4, 200, int(k) - 1)]).astype(np.int32)
+               for k in rng.integers(lo, hi + 1, n)]
+    return prompts, [max_tokens] * n, [int(s) for s in rng.integers(0, 2**31, n)]
+
+
+def _chat_round(server: Any, model: str, n: int, seed: int, arrivals: Sequence[float],
+                prompt_tokens: tuple[int, int], max_tokens: int = 256) -> Any:
+    """Run `chat_workload(n, seed, prompt_tokens, max_tokens)` on `model` (lm_iterative takes batched inputs)."""
+    prompts, max_tokens, seeds = chat_workload(n, seed, prompt_tokens, max_tokens)
+    return stream_requests(server, model, prompts, max_tokens, arrivals, temperature=1.0, seeds=seeds,
+                           ignore_eos=False, batched=model.startswith("lm_iterative"))
+
+
+def kv_share_round(server: Any, model: str, n: int = 12, seed: int = 0, gap_s: float = 0.05,
+                   prompt_tokens: tuple[int, int] = (48, 224), block_size: int = BLOCK_SIZE) -> dict[str, Any]:
+    """The chat workload (one request every `gap_s` s) on `model`: the share of allocated KV that holds
+    tokens, from the server's own figures after every step (sum of held / sum of allocated): an
+    `lm_stream` reports its pool blocks (KV_BLOCKS · block_size allocated), `lm_iterative` its
+    contiguous arrays (KV_SLOTS); also the tokens generated (the same replies on every model)."""
+    rec = _chat_round(server, model, n, seed, np.arange(n) * gap_s, prompt_tokens)
+    steps = step_figures(rec)
+    allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * block_size
+    held = steps["KV_TOKENS"]
+    return {"model": model, "share": float(held.sum() / allocated.sum()), "steps": int(held.size),
+            "mean_held": float(held.mean()), "mean_allocated": float(allocated.mean()),
+            "tokens": int(rec.tokens.sum())}
+
+
+def pool_round(server: Any, model: str, n: int = 32, seed: int = 0, prompt_tokens: tuple[int, int] = (16, 64),
+               max_tokens: int = 448) -> dict[str, Any]:
+    """Short chat turns (`prompt_tokens`, up to `max_tokens` each), `n` requests at once, on an
+    `lm_stream` copy: how many sequences its pool held (the server's ACTIVE: its mean over the steps
+    in which requests were still waiting, so the pool and not the work limited the batch; its mean
+    over all steps and its peak), its peak blocks, preemptions and the positions recomputed, tokens/s."""
+    rec = _chat_round(server, model, n, seed, np.zeros(n), prompt_tokens, max_tokens)
+    steps, final = step_figures(rec), final_figures(rec)
+    queued = steps["WAITING"] > 0  # steps in which the pool, not the work, limited the batch
+    held = float(steps["ACTIVE"][queued].mean()) if queued.any() else float("nan")
+    return {"model": model, "held_while_queued": held,
+            "mean_active": float(steps["ACTIVE"].mean()), "max_active": int(steps["ACTIVE"].max()),
+            "peak_kv_blocks": int(steps["KV_BLOCKS"].max()), "preemptions": int(final["PREEMPTIONS"].sum()),
+            "recomputed_tokens": int(final["RECOMPUTED_TOKENS"].sum()),
+            "tokens_per_s": float(rec.tokens.sum() / (rec.last.max() - rec.sent.min()))}

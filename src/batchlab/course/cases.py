@@ -291,7 +291,7 @@ def fairness_experiment(rate_short: float = 2.0, rate_long: float = 0.2, n: int 
         "static": lambda: simulate_static_generation(arr, p, o, cost, max_batch_size=max_batch_size),
         "continuous": lambda: simulate_continuous(arr, p, o, cost, max_active=max_active),
         "continuous_chunked": lambda: simulate_continuous(arr, p, o, cost, max_active=max_active,
-                                                          chunked_prefill=True, max_num_tokens=max_num_tokens),
+                                                          step_policy="chunked", max_num_tokens=max_num_tokens),
     }
     rows = []
     for name in schedulers:

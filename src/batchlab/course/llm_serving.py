@@ -1,6 +1,7 @@
-"""Chapter 11's experiments: today's LLM-serving knobs (the per-step token budget, chunked prefill,
-prefix caching, preemption) on the real `lm_stream` model and in `sim.continuous`, and a simulation of
-prefill/decode disaggregation (DistServe, Splitwise). Every function returns rows (dicts)."""
+"""Chapter 11's experiments: today's LLM-serving knobs (the step's shape and token budget, prefix
+caching as shared blocks, preemption) on the real `lm_stream` model and in `sim.continuous`; goodput
+(DistServe) in a simulator sweep and on the server; a simulation of prefill/decode disaggregation
+(DistServe, Splitwise). Every function returns rows (dicts)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from batchlab import config_pbtxt as cfg
 from batchlab._validate import count
-from batchlab.lm.scheduler import MAX_ACTIVE
+from batchlab.batching.scheduler import MAX_ACTIVE
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import generate_inputs
 from batchlab.server import TritonServer
@@ -23,36 +24,50 @@ from batchlab.sim.service import TokenCost
 
 #: lm_stream copies the chapter measures: model name -> the config parameters it changes.
 VARIANTS: dict[str, dict[str, str]] = {
-    "lm_whole": {},                                                   # a prompt's prefill in one step
-    "lm_chunk32": {"max_num_tokens": "32", "chunked_prefill": "true"},
-    "lm_chunk128": {"max_num_tokens": "128", "chunked_prefill": "true"},
-    "lm_prefix": {"prefix_cache_blocks": "64", "block_size": "16"},
-    "lm_reserve": {"max_active": "8", "kv_token_budget": "200", "kv_policy": "reserve"},
-    "lm_on_demand": {"max_active": "8", "kv_token_budget": "200", "kv_policy": "on_demand"},
+    # the step's shape, one pool and one admission policy for all
+    "lm_prefill_first": {"step_policy": "prefill_first"},  # vLLM V0's default before chunking, nano-vllm
+    "lm_whole": {"step_policy": "mixed"},                  # Orca: whole prompts in the decodes' step
+    "lm_chunk32": {"step_policy": "chunked", "max_num_tokens": "32"},    # Sarathi-Serve, vLLM V1
+    "lm_chunk128": {"step_policy": "chunked", "max_num_tokens": "128"},
+    # prefix caching: full blocks shared by hash (lm_whole is the same model without it)
+    "lm_prefix": {"prefix_caching": "true"},
+    # KV admission: 8 sequences of 24 + 96 tokens (8 blocks each at their end) in 20 blocks; on demand
+    # all 8 start and outgrow the pool (preempted, recomputed); in 128 blocks they never do, and with
+    # at most 3 at once they run about as many at a time as the 20 blocks let run, without preemption
+    "lm_reserve": {"max_active": "8", "kv_token_budget": "320", "kv_policy": "reserve"},
+    "lm_on_demand": {"max_active": "8", "kv_token_budget": "320", "kv_policy": "on_demand"},
+    "lm_on_demand_roomy": {"max_active": "8", "kv_token_budget": "2048", "kv_policy": "on_demand"},
+    "lm_on_demand_3": {"max_active": "3", "kv_token_budget": "2048", "kv_policy": "on_demand"},
 }
 
 
-def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Path:
-    """Write one `lm_stream` copy per variant (its parameters changed) into repository `dest`."""
+def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] = VARIANTS,
+                   models: Sequence[str] = ()) -> Path:
+    """Write one `lm_stream` copy per variant (its parameters changed) into repository `dest`, and the
+    course `models` as they are."""
     base = cfg.load_config_text("lm_stream")
     for name, params in variants.items():
         params = {"max_prompt_tokens": "480", **params}  # the chapter's long prompts (default limit 256)
         c = cfg.edit_config(base, {"name": name, "parameters": {k: f'string_value: "{v}"' for k, v in params.items()}})
         cfg.stage_model(dest, name, cfg.to_text(c), "lm_stream")
+    for name in models:
+        cfg.stage_model(dest, name, None, name)
     return Path(dest)
 
 
 @contextlib.contextmanager
-def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Iterator[TritonServer]:
-    """A private embedded server with the variants staged in a temporary repository (stopped on exit)."""
+def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()
+                   ) -> Iterator[TritonServer]:
+    """A private embedded server with the variants (and `models`) staged in a temporary repository
+    (stopped on exit)."""
     with tempfile.TemporaryDirectory(prefix="batchlab-ch11-") as tmp:
-        with TritonServer(stage_variants(tmp, variants)) as server:
+        with TritonServer(stage_variants(tmp, variants, models)) as server:
             yield server
 
 
-def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> TritonServer:
+def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()) -> TritonServer:
     """`serving_server` for a notebook: started now, stopped (and its repository removed) by `stop_server`."""
-    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants)).start()
+    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)).start()
 
 
 def stop_server(server: TritonServer) -> None:
@@ -67,28 +82,59 @@ def token_prompt(n: int, salt: int = 0) -> np.ndarray:
     return np.concatenate([[1], rng.integers(4, 200, count("n", n) - 1)]).astype(np.int32)
 
 
+#: Scalar outputs of lm_stream's responses that `stream_requests` keeps (the server's own figures).
+FIGURES = ("T_NS", "ACTIVE", "WAITING", "KV_BLOCKS", "KV_TOKENS", "CACHED_TOKENS", "PREEMPTIONS",
+           "RECOMPUTED_TOKENS", "KV_SLOTS")
+
+
 def stream_requests(server: Any, model: str, prompts: Sequence[np.ndarray], max_tokens: Sequence[int],
-                    arrivals: Sequence[float], check: Callable | None = None) -> Any:
-    """Send generations (EOS ignored) over gRPC streams at `arrivals` (s); the records, with each
-    token's arrival time at the client (`token_times`) and the time the model sent it (`server_times`,
-    its T_NS output in s); RuntimeError if any request failed."""
-    server_times: list[list[float]] = [[] for _ in prompts]
+                    arrivals: Sequence[float], check: Callable | None = None, temperature: float | None = None,
+                    seeds: Sequence[int] | None = None, ignore_eos: bool = True, batched: bool = False) -> Any:
+    """Send generations over gRPC streams at `arrivals` (s); the records, with each token's arrival at
+    the client (`token_times`), the time the model sent it (`server_times`, its T_NS output in s) and
+    each response's scalar `FIGURES` (`figures[i]`: one dict per response); RuntimeError if any
+    request failed. With `temperature` and per-request `seeds` (and ``ignore_eos=False``) each request
+    stops at its own <eos>, as chat replies do; `batched` for `lm_iterative`'s inputs."""
+    figures: list[list[dict[str, int]]] = [[] for _ in prompts]
 
     def stamps(i: int) -> Callable:
         def grab(responses: list[dict[str, np.ndarray]]) -> Any:
-            server_times[i] = [int(r["T_NS"].reshape(-1)[0]) / 1e9 for r in responses if "T_NS" in r]
+            figures[i] = [{k: int(r[k].reshape(-1)[0]) for k in FIGURES if k in r} for r in responses]
             return check(responses) if check is not None else None
         return grab
 
-    specs = [RequestSpec(generate_inputs(p, m, ignore_eos=True, batched=False), check=stamps(i))
-             for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    seeds = [None] * len(prompts) if seeds is None else list(seeds)
+    specs = [RequestSpec(generate_inputs(p, m, temperature=temperature, seed=s, ignore_eos=ignore_eos,
+                                         batched=batched), check=stamps(i), sequence_start=batched)
+             for i, (p, m, s) in enumerate(zip(prompts, max_tokens, seeds))]
     rec = run_open_loop(server, model, specs, arrivals=np.asarray(arrivals, float), protocol="grpc-stream",
                         stats=False, progress=False, warn=False, record_token_times=True).records
     bad = [e for e in rec.error if e is not None]
     if bad:
         raise RuntimeError(f"{model}: {len(bad)} requests failed, first: {bad[0]}")
-    rec.server_times = server_times
+    rec.figures = figures
+    rec.server_times = [[f["T_NS"] / 1e9 for f in fs if "T_NS" in f] for fs in figures]
     return rec
+
+
+def step_figures(rec: Any) -> dict[str, np.ndarray]:
+    """The server's per-step figures from a run's responses, one row per step (a step streams the same
+    T_NS to every sequence it served): columns T_NS and whichever of ACTIVE, WAITING, KV_BLOCKS,
+    KV_TOKENS, KV_SLOTS the model sent, in time order."""
+    steps: dict[int, dict[str, int]] = {}
+    for fs in rec.figures:
+        for f in fs:
+            if "T_NS" in f:
+                steps.setdefault(f["T_NS"], f)
+    rows = [steps[t] for t in sorted(steps)]
+    keys = [k for k in ("T_NS", "ACTIVE", "WAITING", "KV_BLOCKS", "KV_TOKENS", "KV_SLOTS") if rows and k in rows[0]]
+    return {k: np.array([r.get(k, 0) for r in rows], dtype=np.int64) for k in keys}
+
+
+def final_figures(rec: Any) -> dict[str, np.ndarray]:
+    """Per request, what its final response reported: CACHED_TOKENS, PREEMPTIONS, RECOMPUTED_TOKENS."""
+    keys = ("CACHED_TOKENS", "PREEMPTIONS", "RECOMPUTED_TOKENS")
+    return {k: np.array([fs[-1].get(k, 0) if fs else 0 for fs in rec.figures], dtype=np.int64) for k in keys}
 
 
 def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int = 64,
@@ -113,33 +159,120 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
             "decode_e2e_ms": float(np.median(rec.last[:n_decode] - rec.sent[:n_decode])) * 1e3}
 
 
-def prefix_round(server: Any, model: str, shared: int = 320, own: int = 16, n: int = 8, gap_s: float = 0.15,
-                 seed: int = 0) -> dict[str, Any]:
-    """`n` requests, one every `gap_s` s (each finds the engine idle), whose prompts start with the same
-    `shared`-token system prompt (new each `seed`) and end with `own` tokens of their own: TTFT."""
+def prefix_round(server: Any, model: str, shared: int = 320, own: int = 16, n: int = 8, gap_s: float = 0.0,
+                 max_tokens: int = 4, seed: int = 0) -> dict[str, Any]:
+    """`n` requests, one every `gap_s` s (0: all at once, concurrent), whose prompts start with the same
+    `shared`-token system prompt (new each `seed`) and end with `own` tokens of their own: TTFT (at
+    the client), the pool blocks they held at the peak (the server's KV_BLOCKS) and the prompt tokens
+    they found in the prefix cache (its CACHED_TOKENS)."""
     system = token_prompt(shared, 7000 + seed)
     prompts = [np.concatenate([system, token_prompt(own + 1, 8000 + seed * 50 + i)[1:]]) for i in range(n)]
-    rec = stream_requests(server, model, prompts, [4] * n, np.arange(n) * gap_s)
+    rec = stream_requests(server, model, prompts, [max_tokens] * n, np.arange(n) * gap_s)
     ttft = np.array([t[0] for t in rec.token_times]) - rec.sent
+    steps = step_figures(rec)
     return {"model": model, "ttft_p50_ms": float(np.median(ttft)) * 1e3,
-            "ttft_first_ms": float(ttft[0]) * 1e3, "ttft_rest_p50_ms": float(np.median(ttft[1:])) * 1e3}
+            "ttft_first_ms": float(ttft[0]) * 1e3, "ttft_rest_p50_ms": float(np.median(ttft[1:])) * 1e3,
+            "peak_kv_blocks": int(steps["KV_BLOCKS"].max()),
+            "cached_tokens": int(final_figures(rec)["CACHED_TOKENS"].sum())}
 
 
 def preemption_round(server: Any, model: str, n: int = 8, prompt: int = 24, max_tokens: int = 96,
                      seed: int = 0) -> dict[str, Any]:
-    """`n` generations sent at once: tokens/s over the run, the largest batch (ACTIVE) the model
-    streamed back, end-to-end p50 and the slowest request."""
-    peak = [0]
-
-    def track(responses: list[dict[str, np.ndarray]]) -> None:
-        for outs in responses:
-            peak[0] = max(peak[0], int(outs["ACTIVE"].reshape(-1)[0]))
-
-    rec = stream_requests(server, model, [token_prompt(prompt, seed * 100 + i) for i in range(n)], [max_tokens] * n,
-                  np.zeros(n), check=track)
+    """`n` generations sent at once: tokens/s over the run, the largest and the mean batch (the server's
+    ACTIVE per step), preemptions and positions recomputed (from the final responses), end-to-end p50
+    and the slowest request."""
+    rec = stream_requests(server, model, [token_prompt(prompt, seed * 100 + i) for i in range(n)],
+                          [max_tokens] * n, np.zeros(n))
     e2e = rec.last - rec.sent
+    active, final = step_figures(rec)["ACTIVE"], final_figures(rec)
     return {"model": model, "tokens_per_s": float(rec.tokens.sum() / (rec.last.max() - rec.sent.min())),
-            "max_active": peak[0], "e2e_p50_s": float(np.median(e2e)), "e2e_max_s": float(e2e.max())}
+            "max_active": int(active.max()), "mean_active": float(active.mean()),
+            "preemptions": int(final["PREEMPTIONS"].sum()), "recomputed_tokens": int(final["RECOMPUTED_TOKENS"].sum()),
+            "e2e_p50_s": float(np.median(e2e)), "e2e_max_s": float(e2e.max())}
+
+
+# ---- goodput (DistServe): the highest rate at which most requests meet both latency SLOs ----
+
+#: The chapter's SLOs (ms) and target: TTFT, every request's ITL p99, the share that must meet both.
+SLO = {"ttft_ms": 1000.0, "itl_p99_ms": 50.0, "target": 0.9}
+
+
+def serving_workload(n: int, seed: int = 0, long_share: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """`n` chat turns and documents mixed: prompt lengths (a `long_share` of 256–420 tokens, the rest
+    16–64) and output lengths (32–96 tokens), seeded."""
+    n = count("n", n)
+    rng = np.random.default_rng(seed)
+    long = rng.random(n) < long_share
+    prompts = np.where(long, rng.integers(256, 421, n), rng.integers(16, 65, n))
+    return prompts.astype(np.int64), rng.integers(32, 97, n).astype(np.int64)
+
+
+def slo_attainment(ttft_s: Sequence[float], token_times: Sequence[Sequence[float]],
+                   slo: Mapping[str, float] = SLO) -> float:
+    """The share of requests whose TTFT (s) and whose ITL p99 (gaps of its `token_times`, s) both meet `slo`."""
+    ok = []
+    for ttft, times in zip(ttft_s, token_times):
+        gaps = np.diff(np.asarray(times, float))
+        itl = float(np.percentile(gaps, 99)) if gaps.size else 0.0
+        ok.append(ttft * 1e3 <= slo["ttft_ms"] and itl * 1e3 <= slo["itl_p99_ms"])
+    return float(np.mean(ok)) if ok else float("nan")
+
+
+def goodput(rows: Sequence[Mapping[str, Any]], target: float = SLO["target"]) -> dict[str, float]:
+    """Per policy: the highest `rate` of a sweep below the first whose `attainment` misses `target`
+    (0 if the lowest already misses)."""
+    out: dict[str, float] = {}
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        best = 0.0
+        for r in sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rate"]):
+            if r["attainment"] < target:
+                break
+            best = float(r["rate"])
+        out[policy] = best
+    return out
+
+
+#: The step policies the goodput sweep compares: name -> `simulate_continuous` / lm_stream settings.
+STEP_SETTINGS: dict[str, dict[str, Any]] = {
+    "prefill_first": {"step_policy": "prefill_first"},
+    "whole": {"step_policy": "mixed"},
+    "chunked 32": {"step_policy": "chunked", "max_num_tokens": 32},
+    "chunked 128": {"step_policy": "chunked", "max_num_tokens": 128},
+}
+
+
+def sim_goodput(rates: Sequence[float], n: int = 300, settings: Mapping[str, Mapping[str, Any]] = STEP_SETTINGS,
+                slo: Mapping[str, float] = SLO, cost: TokenCost | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """`serving_workload` at each Poisson `rate` (req/s) under each step policy in the simulator: rows of
+    policy, rate, attainment (both SLOs), TTFT p90 and the median of the requests' ITL p99 (ms)."""
+    prompts, outs = serving_workload(n, seed)
+    rows = []
+    for rate in rates:
+        arr = np.cumsum(np.random.default_rng(seed + 1).exponential(1 / rate, n))
+        for name, kw in settings.items():
+            res = simulate_continuous(arr, prompts, outs, cost or TOY_COST, max_active=MAX_ACTIVE, warmup=0.0,
+                                      record_token_times=True, **kw)
+            r = res.records
+            ttft, times = r["first_token"] - r["arrival"], res.extra["token_times"]
+            itl = [np.percentile(np.diff(t), 99) for t in times if len(t) > 1]
+            rows.append({"policy": name, "rate": float(rate), "attainment": slo_attainment(ttft, times, slo),
+                         "ttft_p90_ms": float(np.percentile(ttft, 90)) * 1e3,
+                         "itl_p99_median_ms": float(np.median(itl)) * 1e3})
+    return rows
+
+
+def slo_round(server: Any, model: str, rate: float, n: int = 40, slo: Mapping[str, float] = SLO,
+              seed: int = 0) -> dict[str, Any]:
+    """`serving_workload` sent to `model` at Poisson `rate`: the share meeting both SLOs (TTFT at the client,
+    ITL from the server's T_NS stamps), TTFT p90 and the median of the requests' ITL p99 (ms)."""
+    lens, outs = serving_workload(n, seed)
+    prompts = [token_prompt(int(k), seed * 1000 + i) for i, k in enumerate(lens)]
+    arr = np.concatenate([[0.0], np.cumsum(np.random.default_rng(seed + 1).exponential(1 / rate, n - 1))])
+    rec = stream_requests(server, model, prompts, [int(o) for o in outs], arr)
+    ttft = np.array([t[0] for t in rec.token_times]) - rec.sent
+    itl = [np.percentile(np.diff(t), 99) for t in rec.server_times if len(t) > 1]
+    return {"model": model, "rate": float(rate), "attainment": slo_attainment(ttft, rec.server_times, slo),
+            "ttft_p90_ms": float(np.percentile(ttft, 90)) * 1e3, "itl_p99_median_ms": float(np.median(itl)) * 1e3}
 
 
 def interleaved(fn: Callable[..., dict[str, Any]], server: Any, models: Sequence[str], rounds: int = 3,
@@ -175,70 +308,101 @@ TOY_COST = TokenCost(prefill_per_token=200, decode_base=4500, decode_per_seq=150
 
 
 def sim_mixed(max_num_tokens: int | None, cost: TokenCost = TOY_COST, n_decode: int = 4, decode_tokens: int = 64,
-              long_prompt: int = 420, long_at: Sequence[float] = (0.03, 0.15, 0.27, 0.39)) -> dict[str, Any]:
-    """`mixed_round`'s load in the simulator; None: whole prompts in one step, else chunked to the budget."""
+              long_prompt: int = 420, long_at: Sequence[float] = (0.03, 0.15, 0.27, 0.39),
+              step_policy: str | None = None) -> dict[str, Any]:
+    """`mixed_round`'s load in the simulator; `max_num_tokens` None: whole prompts in the decodes' step
+    (Orca), else chunked to the budget; `step_policy` names another shape (e.g. "prefill_first")."""
     k = len(long_at)
     arr = np.array([0.0] * n_decode + list(long_at))
+    policy = step_policy or ("mixed" if max_num_tokens is None else "chunked")
     res = simulate_continuous(arr, [8] * n_decode + [long_prompt] * k, [decode_tokens] * n_decode + [4] * k, cost,
-                              max_active=MAX_ACTIVE, chunked_prefill=max_num_tokens is not None,
-                              max_num_tokens=max_num_tokens, warmup=0.0)
+                              max_active=MAX_ACTIVE, step_policy=policy, max_num_tokens=max_num_tokens, warmup=0.0,
+                              record_token_times=True)
     b, r = res.batches, res.records
     step_ms = (b["end"] - b["start"]) * 1e3
-    # a decoder's ITL is the length of the step that produced its token: every step while it runs
-    live = (b["start"] >= 0) & (b["end"] <= r["finish"][:n_decode].max())
-    return {"max_num_tokens": max_num_tokens or 0, "step_max_ms": float(step_ms.max()),
-            "itl_p99_ms": float(np.percentile(step_ms[live], 99)),
+    gaps = np.concatenate([np.diff(t) for t in res.extra["token_times"][:n_decode]]) * 1e3
+    return {"max_num_tokens": max_num_tokens or 0, "step_policy": policy, "step_max_ms": float(step_ms.max()),
+            "itl_p99_ms": float(np.percentile(gaps, 99)),
             "long_ttft_p50_ms": float(np.median(r["first_token"][n_decode:] - r["arrival"][n_decode:])) * 1e3,
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
 
-def sim_prefix(shared: int, prompt: int = 336, n: int = 20, block_size: int = 16, cost: TokenCost = TOY_COST,
-               kv_bytes_per_token: int = 8192) -> dict[str, Any]:
-    """`n` requests, engine idle for each, sharing a `shared`-token prefix: hit rate, TTFT p50 with
-    and without the cache, and the cache's memory (the shared blocks, once)."""
-    arr = np.arange(n) * 1.0
-    kw = dict(max_active=4, warmup=0.0)
+def sim_prefix(shared: int, prompt: int = 336, n: int = 8, gap_s: float = 0.0, block_size: int = 16,
+               cost: TokenCost = TOY_COST) -> dict[str, Any]:
+    """`prefix_round`'s load in the simulator (`n` requests `gap_s` apart sharing a `shared`-token prefix),
+    with and without prefix caching: hit rate, TTFT p50 and the pool's peak blocks of each."""
+    arr = np.arange(n) * gap_s
+    kw = dict(max_active=MAX_ACTIVE, block_size=block_size, warmup=0.0)
     plain = simulate_continuous(arr, [prompt] * n, [4] * n, cost, **kw)
     hit = simulate_continuous(arr, [prompt] * n, [4] * n, cost, shared_prefix_tokens=[shared] * n,
-                              prefix_cache_blocks=256, block_size=block_size, **kw)
+                              prefix_caching=True, **kw)
     ttft = lambda res: float(np.median(res.records["first_token"] - res.records["arrival"])) * 1e3  # noqa: E731
     cached = hit.extra["cached_tokens"]
     return {"shared": shared, "hit_rate": float(cached.sum() / (n * prompt)),
             "ttft_plain_ms": ttft(plain), "ttft_cached_ms": ttft(hit),
-            "cache_kib": shared // block_size * block_size * kv_bytes_per_token / 1024}
+            "peak_blocks_plain": plain.extra["peak_kv_blocks"], "peak_blocks_cached": hit.extra["peak_kv_blocks"]}
 
 
-def sim_preemption(kv_policy: str, budget: int = 200, n: int = 8, prompt: int = 24, max_tokens: int = 96,
+def sim_preemption(kv_policy: str, budget: int = 320, n: int = 8, prompt: int = 24, max_tokens: int = 96,
                    cost: TokenCost = TOY_COST) -> dict[str, Any]:
-    """`preemption_round`'s load in the simulator under `kv_policy`."""
+    """`preemption_round`'s load in the simulator under `kv_policy` and a pool of `budget` tokens."""
     res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
                               kv_budget_tokens=budget, kv_policy=kv_policy, warmup=0.0)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
-    return {"kv_policy": kv_policy, "tokens_per_s": float(r["output_tokens"].sum() / r["finish"].max()),
+    return {"kv_policy": kv_policy, "budget": budget,
+            "tokens_per_s": float(r["output_tokens"].sum() / r["finish"].max()),
             "max_active": int(b["size"].max()), "preemptions": int(r["preemptions"].sum()),
+            "recomputed_tokens": int(res.extra["recomputed_tokens"].sum()),
             "e2e_p50_s": float(np.median(e2e)), "e2e_max_s": float(e2e.max())}
 
 
+def _engine(arrivals: np.ndarray, prompts: Sequence[int], outs: Sequence[int], cost: TokenCost,
+            chunk: int | None) -> Any:
+    """One engine (max_active 16): whole prompts, or chunked to `chunk` tokens a step; its result."""
+    kw = dict(step_policy="chunked", max_num_tokens=chunk) if chunk else {}
+    return simulate_continuous(arrivals, prompts, outs, cost, max_active=16, warmup=0.0, record_token_times=True,
+                               **kw)
+
+
 def disaggregation(rate: float, transfer_ms: float, n: int = 400, prompt: int = 420, output: int = 64,
-                   cost: TokenCost = TOY_COST, seed: int = 0) -> dict[str, Any]:
-    """Two engines, Poisson arrivals at `rate` req/s. Colocated: each engine takes every other request
-    and does its prefill and decode. Disaggregated: one engine only prefills (first token), the KV moves
-    in `transfer_ms`, the other only decodes. TTFT p99 and TPOT p99 (ms) of each (simulation only)."""
+                   first_token: str = "prefill", chunk: int = 128, cost: TokenCost = TOY_COST,
+                   seed: int = 0) -> dict[str, Any]:
+    """Two engines, Poisson arrivals at `rate` req/s; TTFT p99, TPOT p99 and the pooled ITL p99 (ms) of
+    three set-ups (simulation only). Co-located: each engine takes every other request and does its
+    prefill and decode, whole prompts (``co_``) or chunked to `chunk` tokens a step (``chunked_``).
+    Disaggregated (``dis_``): one engine only prefills, the KV moves in `transfer_ms`, the other only
+    decodes. Who returns the first token decides where the transfer shows: ``first_token="prefill"``
+    (DistServe: the prefill engine emits it, the transfer delays the second token: TPOT and ITL) or
+    ``"decode"`` (vLLM's disaggregated-prefill proxy streams every token from the decode engine: the
+    transfer lands in TTFT)."""
+    if first_token not in ("prefill", "decode"):
+        raise ValueError(f"first_token must be 'prefill' or 'decode', got {first_token!r}")
     arr = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, n))
-    tt = []
-    for half in (arr[0::2], arr[1::2]):
-        res = simulate_continuous(half, [prompt] * half.size, [output] * half.size, cost, max_active=16, warmup=0.0)
-        tt.append(res.records)
-    co_ttft = np.concatenate([r["first_token"] - r["arrival"] for r in tt])
-    co_tpot = np.concatenate([(r["finish"] - r["first_token"]) / (output - 1) for r in tt])
-    pre = simulate_continuous(arr, [prompt] * n, [1] * n, cost, max_active=16, warmup=0.0).records
+    row: dict[str, Any] = {"rate": rate, "transfer_ms": transfer_ms, "first_token": first_token}
+    for label, step_chunk in (("co", None), ("chunked", chunk)):
+        runs = [_engine(half, [prompt] * half.size, [output] * half.size, cost, step_chunk)
+                for half in (arr[0::2], arr[1::2])]
+        times = [t for res in runs for t in res.extra["token_times"]]
+        arrival = np.concatenate([res.records["arrival"] for res in runs])
+        row.update(_latency_row(label, np.array([t[0] for t in times]), arrival, times, output))
+    pre = _engine(arr, [prompt] * n, [1] * n, cost, None).records
     ready = pre["first_token"] + transfer_ms / 1e3
     order = np.argsort(ready, kind="stable")
-    dec = simulate_continuous(ready[order], [1] * n, [output - 1] * n, cost, max_active=16, warmup=0.0).records
-    dis_ttft = pre["first_token"] - arr
-    dis_tpot = np.empty(n)
-    dis_tpot[order] = (dec["finish"] - ready[order]) / (output - 1) + transfer_ms / 1e3 / (output - 1)
+    emits_first = first_token == "decode"  # the decode engine emits the first token too
+    dec = _engine(ready[order], [1] * n, [output - (0 if emits_first else 1)] * n, cost, None)
+    times: list[list[float]] = [[] for _ in range(n)]
+    for k, i in enumerate(order):
+        times[i] = ([] if emits_first else [float(pre["first_token"][i])]) + list(dec.extra["token_times"][k])
+    row.update(_latency_row("dis", np.array([t[0] for t in times]), arr, times, output))
+    return row
+
+
+def _latency_row(label: str, first: np.ndarray, arrival: np.ndarray, times: Sequence[Sequence[float]],
+                 output: int) -> dict[str, float]:
+    """TTFT p99, TPOT p99 and pooled ITL p99 (ms) of requests with these token times."""
     p99 = lambda x: float(np.percentile(x, 99)) * 1e3  # noqa: E731
-    return {"rate": rate, "transfer_ms": transfer_ms, "co_ttft_p99_ms": p99(co_ttft), "co_tpot_p99_ms": p99(co_tpot),
-            "dis_ttft_p99_ms": p99(dis_ttft), "dis_tpot_p99_ms": p99(dis_tpot)}
+    last = np.array([t[-1] for t in times])
+    gaps = np.concatenate([np.diff(t) for t in times])
+    return {f"{label}_ttft_p99_ms": p99(first - arrival), f"{label}_tpot_p99_ms": p99((last - first) / (output - 1)),
+            f"{label}_itl_p99_ms": p99(gaps)}

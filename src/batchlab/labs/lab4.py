@@ -8,11 +8,15 @@ from typing import Any, Callable
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._blocks import read_config
 from batchlab.labs._core import Grader, check
-from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, FCFSAdmission, GenerationRequest, prefill_chunks
+from batchlab.batching.policies import prefill_chunks
+from batchlab.batching.request import GenerationRequest
+from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE
 
 
 def _seq(i: int, prompt: int, max_tokens: int, generated: int = 0) -> Any:
-    return GenerationRequest.reserving(i, prompt, max_tokens, generated)
+    """A scheduler `GenerationRequest` of `prompt` tokens that has generated `generated` (its KV: all but the last)."""
+    return GenerationRequest(i, [1] * (prompt + generated), max_tokens, prompt_tokens=prompt, generated=generated,
+                   computed=prompt + generated - 1 if generated else 0)
 
 
 def _ints(g: Grader, got: Any, name: str, wanted: str) -> list[int]:
@@ -30,7 +34,7 @@ def _indices(g: Grader, got: Any) -> list[int]:
     return _ints(g, got, "admit", "要接纳的序列在 waiting 里的下标列表（可以是空列表 []）")
 
 
-@check("lab4.q1", points=4, title="写接纳策略（admission policy）", shortcuts=(FCFSAdmission.admit,))
+@check("lab4.q1", points=4, title="写接纳策略（admission policy）")
 def check_admit(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(waiting, active, max_active, kv_token_budget) -> [indices into waiting]`."""
     small = [_seq(i, 16, 32) for i in range(3)]

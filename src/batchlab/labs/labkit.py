@@ -105,9 +105,10 @@ def stop(*things: Any) -> None:
 
 
 #: The functions a lab may put into its copy of `lm_stream` (`Workspace.install`): hook -> the file in
-#: ``1/`` its source goes to. `admit(waiting, active, max_active, kv_token_budget)` replaces the admission
-#: policy; `prefill_chunks(remaining, n_decoding, max_num_tokens)` chunked prefill's split (the model
-#: runs it when its config has chunked_prefill true).
+#: ``1/`` its source goes to. `admit(waiting, active, max_active, kv_token_budget)` chooses which waiting
+#: requests may start (the scheduler then gives each its blocks, stopping at the first that does not
+#: fit); `prefill_chunks(remaining, n_decoding, max_num_tokens)` chunked prefill's split (the model
+#: runs it when its config has step_policy chunked).
 LM_HOOKS = {"admit": "policy.py", "prefill_chunks": "chunks.py"}
 
 _LIVE: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
@@ -295,13 +296,13 @@ class Workspace:
 
 
 _LAB_MODEL = '''"""`lm_stream` running the lab's functions (written by labkit.Workspace.install), each when
-its file is here: `admit` from policy.py (admission), `prefill_chunks` from chunks.py (chunked prefill)."""
+its file is here: `admit` from policy.py (who may start, in which order), `prefill_chunks` from
+chunks.py (chunked prefill's split)."""
 
 import importlib.util
 import os
 
-from batchlab.lm import scheduler as _scheduler
-from batchlab.lm.scheduler import FCFSAdmission
+from batchlab.batching import policies as _policies
 from batchlab.models.lm_stream import TritonPythonModel as _LMStream
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -321,9 +322,18 @@ _admit = _load("policy.py", "admit")
 _chunks = _load("chunks.py", "prefill_chunks")
 
 
-class LabAdmission(FCFSAdmission):
-    def admit(self, waiting, active):
-        return list(_admit(list(waiting), list(active), self.max_active, self.kv_token_budget))
+class LabAdmission:
+    """The configured admission policy (how many blocks a request holds), the lab's `admit` choosing
+    which waiting requests may start."""
+
+    def __init__(self, base, max_active, kv_token_budget):
+        self.base, self.max_active, self.kv_token_budget = base, max_active, kv_token_budget
+
+    def kv_tokens(self, request, n_new):
+        return self.base.kv_tokens(request, n_new)
+
+    def select(self, waiting, running):
+        return list(_admit(list(waiting), list(running), self.max_active, self.kv_token_budget))
 
 
 def _lab_split(remaining, n_decoding, max_num_tokens):
@@ -332,14 +342,15 @@ def _lab_split(remaining, n_decoding, max_num_tokens):
 
 class TritonPythonModel(_LMStream):
     def initialize(self, args):
-        if _chunks is not None and not hasattr(_scheduler, "prefill_chunks"):
-            raise RuntimeError("chunks.py needs a batchlab whose ContinuousScheduler has prefill_split")
+        if _chunks is not None and not hasattr(_policies, "prefill_chunks"):
+            raise RuntimeError("chunks.py needs a batchlab whose scheduler has prefill_split")
         super().initialize(args)
+        scheduler = self.batcher.scheduler
         if _admit is not None:
-            limits = self.batcher.policy
-            self.batcher.policy = LabAdmission(limits.max_active, limits.kv_token_budget)
+            pool = scheduler.blocks.num_blocks * scheduler.blocks.block_size
+            scheduler.admission = LabAdmission(scheduler.admission, scheduler.max_active, pool)
         if _chunks is not None:
-            self.batcher.scheduler.prefill_split = _lab_split
+            scheduler.prefill_split = _lab_split
 '''
 
 

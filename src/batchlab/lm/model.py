@@ -1,4 +1,4 @@
-"""A small decoder-only transformer in numpy float32 with a per-sequence KV cache.
+"""A small decoder-only transformer in numpy float32 with a KV cache (contiguous or paged, `lm.kvcache`).
 
 Seeded integer-valued weights; the logits add a bigram prior counted from the article. A batched
 step reads the weights once, the cache grows by fixed bytes per token, and the model is batch
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -202,15 +202,55 @@ class ToyLM:
         cfg = self.config
         return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.max_seq_len, capacity)
 
-    def forward(self, caches: Sequence[KVCache], chunks: Sequence[np.ndarray]) -> np.ndarray:
-        """Append `chunks[i]` (a prompt or one token) to sequence i's cache; next-token logits (B, V).
-        On a ValueError no cache is changed."""
+    def forward(self, caches: Sequence[Any], chunks: Sequence[np.ndarray],
+                every_position: bool = False) -> np.ndarray:
+        """Append `chunks[i]` (a prompt, a chunk of one, or one token) to sequence i's cache (a
+        contiguous `KVCache` or a `PagedKV`); next-token logits (B, V), or with `every_position` the
+        logits after every position of every chunk, in order (sum of chunk sizes, V): what verifying
+        speculative tokens needs. On a ValueError no cache is changed."""
         if len(caches) != len(chunks):
             raise ValueError(f"{len(caches)} caches but {len(chunks)} token chunks")
         if not caches:
             return np.zeros((0, self.config.vocab_size), dtype=np.float32)
         if len({id(c) for c in caches}) != len(caches):
             raise ValueError("the same KV cache appears twice in one step")
+        toks, pos, lengths = self._check_chunks(caches, chunks)
+        for cache, n in zip(caches, lengths):
+            cache.reserve(cache.length + n)
+        tokens = np.concatenate(toks)
+        x = self.tok_emb[tokens] + self.pos_emb[np.concatenate(pos)]
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        cfg = self.config
+        hd, hq, hkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+        for li, layer in enumerate(self.layers):
+            h = _layer_norm(x, layer.ln1_g, layer.ln1_b)
+            qkv = layer.qkv(h)
+            q, qf = _quantize_queries(qkv[:, :hq * hd], hq, hd, self._attn_scale)
+            k = _quantize_kv(qkv[:, hq * hd:(hq + hkv) * hd]).reshape(-1, hkv, hd)
+            v = _quantize_kv(qkv[:, (hq + hkv) * hd:]).reshape(-1, hkv, hd)
+            # every sequence's new keys and values go in first, then each attends: a sequence that
+            # shares another's blocks in this very step reads them written (as vLLM's kernels do)
+            for i, cache in enumerate(caches):
+                cache.write(li, cache.length, k[starts[i]:starts[i + 1]], v[starts[i]:starts[i + 1]])
+            att = np.empty((x.shape[0], hq * hd), dtype=np.float32)
+            for i, cache in enumerate(caches):
+                a, b = starts[i], starts[i + 1]
+                kc, vc = cache.read(li, cache.length + b - a)
+                if b - a == 1:  # decode: the hot path, fewest numpy calls
+                    att[a] = self._attend_one(q[a], qf[a], kc, vc)
+                else:
+                    att[a:b] = self._attend(q[a:b], qf[a:b], kc, vc, cache.length)
+            x += layer.proj(att)
+            h = _layer_norm(x, layer.ln2_g, layer.ln2_b)
+            x += layer.down(_gelu(layer.up(h)))
+        for cache, n in zip(caches, lengths):
+            cache.length += n
+        rows = np.arange(tokens.size) if every_position else starts[1:] - 1
+        return self._logits(x[rows], tokens[rows])
+
+    def _check_chunks(self, caches: Sequence[Any], chunks: Sequence[np.ndarray]
+                      ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
+        """Each chunk's token ids (int64), positions and size; ValueError for a bad chunk."""
         cfg = self.config
         toks, pos, lengths = [], [], []
         for cache, chunk in zip(caches, chunks):
@@ -228,39 +268,7 @@ class ToyLM:
             toks.append(chunk.astype(np.int64))
             pos.append(np.arange(cache.length, cache.length + chunk.size))
             lengths.append(chunk.size)
-        for cache, n in zip(caches, lengths):
-            cache.reserve(cache.length + n)
-        tokens = np.concatenate(toks)
-        x = self.tok_emb[tokens] + self.pos_emb[np.concatenate(pos)]
-        starts = np.concatenate([[0], np.cumsum(lengths)])
-        hd, hq, hkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
-        for li, layer in enumerate(self.layers):
-            h = _layer_norm(x, layer.ln1_g, layer.ln1_b)
-            qkv = layer.qkv(h)
-            q, qf = _quantize_queries(qkv[:, :hq * hd], hq, hd, self._attn_scale)
-            k = _quantize_kv(qkv[:, hq * hd:(hq + hkv) * hd])
-            v = _quantize_kv(qkv[:, (hq + hkv) * hd:])
-            att = np.empty((x.shape[0], hq * hd), dtype=np.float32)
-            for i, cache in enumerate(caches):
-                a, b = starts[i], starts[i + 1]
-                p, n = cache.length, b - a
-                if n == 1:  # decode: the hot path, fewest numpy calls
-                    cache.k[li, :, p] = k[a].reshape(hkv, hd)
-                    cache.v[li, :, p] = v[a].reshape(hkv, hd)
-                    att[a] = self._attend_one(q[a], qf[a], cache.k[li, :, :p + 1],
-                                              cache.v[li, :, :p + 1])
-                    continue
-                cache.k[li, :, p:p + n] = k[a:b].reshape(n, hkv, hd).transpose(1, 0, 2)
-                cache.v[li, :, p:p + n] = v[a:b].reshape(n, hkv, hd).transpose(1, 0, 2)
-                att[a:b] = self._attend(q[a:b], qf[a:b], cache.k[li, :, :p + n],
-                                        cache.v[li, :, :p + n], p)
-            x += layer.proj(att)
-            h = _layer_norm(x, layer.ln2_g, layer.ln2_b)
-            x += layer.down(_gelu(layer.up(h)))
-        for cache, n in zip(caches, lengths):
-            cache.length += n
-        last = starts[1:] - 1
-        return self._logits(x[last], tokens[last])
+        return toks, pos, lengths
 
     def _attend_one(self, q: np.ndarray, qf: np.ndarray, k: np.ndarray, v: np.ndarray
                     ) -> np.ndarray:

@@ -3,7 +3,11 @@
 One request (`sequence_start=True`, no end) per sequence; each execution advances every sequence
 by one token, streams it (TOKEN, INDEX, BATCH_SIZE) and hands the request back with
 RELEASE_RESCHEDULE until <eos> or MAX_TOKENS. State is keyed by correlation id; a cancelled request
-never runs again, so state idle past `max_sequence_idle_microseconds` (+ margin) is reaped.
+never runs again, so state idle past `max_sequence_idle_microseconds` (+ margin) is reaped. Each
+sequence keeps its KV in its own contiguous cache that doubles when full (`lm.kvcache.KVCache`, what
+PagedAttention replaced); every response also says, after the execution, how many token positions
+all live sequences' caches hold (KV_TOKENS) and how many they have allocated (KV_SLOTS), and when
+the execution ended on the server's monotonic clock (T_NS, ns).
 """
 
 from __future__ import annotations
@@ -103,10 +107,12 @@ class TritonPythonModel(LMModelBase):
             return None
         now = time.monotonic()
         n = np.array([[len(batch)]], np.int32)
+        held, slots = self.kv_usage([b[3] for b in batch])
+        sent_ns = np.array([[time.monotonic_ns()]], np.int64)  # the execution's end: its tokens leave now
         for (request, sender, corr, seq), token in zip(batch, tokens):
             response = ok({"TOKEN": np.array([[token]], np.int32),
                            "INDEX": np.array([[len(seq.tokens) - 1]], np.int32),
-                           "BATCH_SIZE": n})
+                           "BATCH_SIZE": n, "KV_TOKENS": held, "KV_SLOTS": slots, "T_NS": sent_ns})
             if seq.done:
                 with self.lock:
                     self.states.pop(corr, None)
@@ -118,6 +124,16 @@ class TritonPythonModel(LMModelBase):
                 request.set_release_flags(utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
                 sender.send(response)
         return None
+
+    def kv_usage(self, batch: list[Sequence]) -> tuple[np.ndarray, np.ndarray]:
+        """Token positions held and allocated by the contiguous caches of every live sequence (this
+        execution's, except those it finished, and those waiting for their next), as [[n]] arrays."""
+        with self.lock:
+            live = {id(s): s for s, _ in self.states.values()}
+        live.update({id(s): s for s in batch})
+        caches = [s.cache for s in live.values() if s.cache is not None and not s.done]
+        return (np.array([[sum(c.length for c in caches)]], np.int32),
+                np.array([[sum(c.capacity for c in caches)]], np.int32))
 
     def finalize(self) -> None:
         self.stop.set()

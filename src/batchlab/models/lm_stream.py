@@ -1,12 +1,15 @@
 """`lm_stream`: continuous batching inside the model, the vLLM / TensorRT-LLM way (decoupled).
 
-`execute` only queues; a scheduler thread steps a `ContinuousBatcher` (parameters `max_active`,
-`kv_token_budget`, `max_waiting`, `max_num_tokens`, `chunked_prefill`, `kv_policy`,
-`prefix_cache_blocks`, `block_size`; its step is `lm.scheduler.ContinuousScheduler`, the same one
-`sim.simulate_continuous` prices) and streams each token, FINAL at <eos> or MAX_TOKENS. Every
-`cancel_check_ms` it asks the running and some waiting clients whether they cancelled. Outputs per
-response: TOKEN, INDEX (position), ACTIVE (sequences in the step), WAITING, KV_TOKENS (after it),
-T_NS (the server's monotonic clock, ns, when the step ended: ITL measured at the server).
+`execute` only queues; a scheduler thread steps a `ContinuousBatcher` (one paged KV pool of
+`kv_token_budget` tokens in blocks of `block_size`; parameters `max_active`, `max_waiting`,
+`step_policy`, `max_num_tokens`, `kv_policy`, `prefix_caching`; its step is `batching.Scheduler`,
+the same one `sim.simulate_continuous` prices) and streams each token, FINAL at <eos> or MAX_TOKENS.
+Every `cancel_check_ms` it asks the running and some waiting clients whether they cancelled.
+Outputs per response, measured by the server: TOKEN, INDEX (position), ACTIVE (sequences in the
+step), WAITING, KV_BLOCKS (pool blocks held after the step), KV_TOKENS (their slots holding a
+token), T_NS (the server's monotonic clock, ns, when the step ended: ITL measured at the server);
+in the final response also CACHED_TOKENS (prompt tokens its last admission found in the prefix
+cache), PREEMPTIONS and RECOMPUTED_TOKENS (positions computed again after them).
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ import time
 
 import numpy as np
 
-from batchlab.lm.prefix_cache import BLOCK_SIZE, PrefixCache
-from batchlab.lm.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING, ContinuousBatcher, FCFSAdmission
+from batchlab.batching.blocks import BLOCK_SIZE
+from batchlab.batching.policies import ADMISSION, STEP_POLICIES
+from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
+from batchlab.lm.batcher import ContinuousBatcher
 from batchlab.models.triton_io import (InputError, choice_param, error, float_param, int_param, ok, one_line,
                                    send_final)
 from batchlab.models._gen_inputs import generation_limits, read_sequences
 from batchlab.models.base import LMModelBase
 
 
+#: Parameters of earlier versions, and what replaced them (a config still setting one fails to load).
+RETIRED = {"chunked_prefill": "step_policy (prefill_first, mixed or chunked)",
+           "prefix_cache_blocks": "prefix_caching (true or false: cached blocks are free blocks of the pool)"}
 #: Waiting requests asked about cancellation per check, taking turns: each `is_cancelled` is a
 #: round trip to the Triton process, so asking all of them would slow every step as the queue grows.
 CANCEL_CHECK_WAITING = 8
@@ -36,11 +44,8 @@ class TritonPythonModel(LMModelBase):
     def initialize(self, args: dict) -> None:
         super().initialize(args)
         self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
-        policy = FCFSAdmission(
-            max_active=int_param(self.params, "max_active", MAX_ACTIVE, 1, 1024),
-            kv_token_budget=int_param(self.params, "kv_token_budget", KV_TOKEN_BUDGET, 1))
         self.cancel_check_s = float_param(self.params, "cancel_check_ms", 20.0) / 1000.0
-        self.batcher = self._batcher(policy)
+        self.batcher = self._batcher()
         self.senders: dict[int, tuple[object, object]] = {}  # id(seq) -> (seq, sender)
         self.ids = itertools.count(1)
         self._cancel_turn = 0  # seq_id of the last waiting request asked; the next check goes on after it
@@ -49,20 +54,24 @@ class TritonPythonModel(LMModelBase):
         self.loop = threading.Thread(target=self._run, name="lm-stream-scheduler", daemon=True)
         self.loop.start()
 
-    def _batcher(self, policy: FCFSAdmission) -> ContinuousBatcher:
-        """The batcher the config's parameters describe (0 / false / reserve: the knob is off)."""
+    def _batcher(self) -> ContinuousBatcher:
+        """The batcher the config's parameters describe (0 / false: the knob is off)."""
         p = self.params
+        for old, new in RETIRED.items():
+            if old in p:
+                raise ValueError(f"config parameter {old} is no longer read: use {new}")
+        step_policy = choice_param(p, "step_policy", "mixed", tuple(STEP_POLICIES))
         max_num_tokens = int_param(p, "max_num_tokens", 0, 0) or None
-        blocks = int_param(p, "prefix_cache_blocks", 0, 0)
+        if step_policy == "chunked" and max_num_tokens is None:
+            raise ValueError("config parameter step_policy=chunked needs max_num_tokens > 0")
         block_size = int_param(p, "block_size", BLOCK_SIZE, 1, self.max_seq_len)
-        chunked = choice_param(p, "chunked_prefill", "false", ("false", "true")) == "true"
-        if chunked and max_num_tokens is None:
-            raise ValueError("config parameter chunked_prefill=true needs max_num_tokens > 0")
         return ContinuousBatcher(
-            self.lm, policy, max_waiting=int_param(p, "max_waiting", MAX_WAITING, 1),
-            max_num_tokens=max_num_tokens, chunked_prefill=chunked,
-            kv_policy=choice_param(p, "kv_policy", "reserve", ("reserve", "on_demand")),
-            prefix_cache=PrefixCache(blocks, block_size) if blocks else None)
+            self.lm, max_active=int_param(p, "max_active", MAX_ACTIVE, 1, 1024),
+            kv_token_budget=int_param(p, "kv_token_budget", KV_TOKEN_BUDGET, block_size),
+            kv_policy=choice_param(p, "kv_policy", "reserve", tuple(ADMISSION)),
+            step_policy=step_policy, max_num_tokens=max_num_tokens,
+            prefix_caching=choice_param(p, "prefix_caching", "false", ("false", "true")) == "true",
+            block_size=block_size, max_waiting=int_param(p, "max_waiting", MAX_WAITING, 1))
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -145,24 +154,36 @@ class TritonPythonModel(LMModelBase):
                 with self.cond:
                     self.cond.wait(0.005)
                 continue
-            active = np.array([report.batch_size], np.int32)
-            waiting = np.array([report.n_waiting], np.int32)
-            kv = np.array([report.kv_tokens], np.int32)
-            sent_ns = np.array([time.monotonic_ns()], np.int64)  # the step's end: its tokens leave now
-            for seq, token in report.emitted:
-                entry = self.senders.get(id(seq))
-                if entry is None:
-                    continue
-                response = ok({"TOKEN": np.array([token], np.int32),
-                               "INDEX": np.array([len(seq.tokens) - 1], np.int32),
-                               "ACTIVE": active, "WAITING": waiting, "KV_TOKENS": kv,
-                               "T_NS": sent_ns})
-                try:
-                    if seq.done:
-                        self.senders.pop(id(seq), None)
-                        send_final(entry[1], response)
-                    else:
-                        entry[1].send(response)
-                except Exception:  # client gone mid-stream: drop the sequence
+            self._send(report)
+
+    def _send(self, report) -> None:
+        """Stream the step's tokens, each with the step's figures; a sequence's last also with its own."""
+        step = {"ACTIVE": np.array([report.batch_size], np.int32),
+                "WAITING": np.array([report.n_waiting], np.int32),
+                "KV_BLOCKS": np.array([report.kv_blocks], np.int32),
+                "KV_TOKENS": np.array([report.kv_tokens], np.int32),
+                "T_NS": np.array([time.monotonic_ns()], np.int64)}  # the step's end: its tokens leave now
+        for seq, token in report.emitted:
+            entry = self.senders.get(id(seq))
+            if entry is None:
+                continue
+            outputs = {"TOKEN": np.array([token], np.int32),
+                       "INDEX": np.array([len(seq.tokens) - 1], np.int32), **step}
+            if id(seq) in report.retired:
+                outputs.update(self._final_figures(report.retired[id(seq)]))
+            try:
+                if seq.done:
                     self.senders.pop(id(seq), None)
-                    self.batcher.cancel(seq)
+                    send_final(entry[1], ok(outputs))
+                else:
+                    entry[1].send(ok(outputs))
+            except Exception:  # client gone mid-stream: drop the sequence
+                self.senders.pop(id(seq), None)
+                self.batcher.cancel(seq)
+
+    @staticmethod
+    def _final_figures(request) -> dict[str, np.ndarray]:
+        """CACHED_TOKENS, PREEMPTIONS and RECOMPUTED_TOKENS of a finished sequence's request."""
+        return {"CACHED_TOKENS": np.array([request.cached_tokens], np.int32),
+                "PREEMPTIONS": np.array([request.preemptions], np.int32),
+                "RECOMPUTED_TOKENS": np.array([request.recomputed_tokens], np.int32)}

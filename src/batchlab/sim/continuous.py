@@ -1,14 +1,15 @@
 """Continuous (iteration-level) batching, as in Orca, vLLM and TensorRT-LLM's in-flight batching.
 
-A thin driver around `batchlab.lm.scheduler.ContinuousScheduler` (the same step `lm_stream` runs):
-before each iteration it admits waiting requests FCFS (``max_active``, KV budget); an iteration
-decodes one token per sequence past its prompt and computes prompt tokens for the others (whole, or
-chunked to ``max_num_tokens``); the cost model prices it instead of running a model. KV of p prompt
-+ o output tokens peaks at p + o - 1: ``kv_policy="reserve"`` admits only when that fits;
-``"on_demand"`` admits when the prompt fits and evicts the newest sequence when a step does not
-(recomputed later, counted as waste in η). With ``prefix_cache_blocks``, request i's prompt starts
-with the first ``shared_prefix_tokens[i]`` tokens of one common prompt; full blocks of it already
-cached are not prefilled (`lm.prefix_cache`, the same cache `lm_stream` runs).
+A thin driver around `batchlab.batching.Scheduler` (the same step `lm_stream` runs): it submits the
+arrivals, lets the scheduler plan each step over a `BlockManager` (the KV pool as blocks, no
+storage), prices the step with the cost model instead of running a model, and completes it. A step
+decodes one token per sequence past its prompt and computes prompt tokens for the others, shaped by
+``step_policy`` ("prefill_first", "mixed" whole prompts, or "chunked" to ``max_num_tokens``).
+``kv_policy="reserve"`` holds a request's prompt + output blocks from its start; ``"on_demand"``
+takes blocks as it grows and preempts the newest request when the pool runs out (recomputed later,
+counted as waste in η). With ``prefix_caching``, request i's prompt starts with the first
+``shared_prefix_tokens[i]`` tokens of one common prompt, and its full blocks already cached are
+shared, not prefilled.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, times_array
-from batchlab.lm.prefix_cache import BLOCK_SIZE, PrefixCache
-from batchlab.lm.scheduler import ContinuousScheduler, FCFSAdmission, GenerationRequest
+from batchlab.batching.blocks import BLOCK_SIZE, BlockManager
+from batchlab.batching.policies import ADMISSION, STEP_POLICIES
+from batchlab.batching.request import GenerationRequest
+from batchlab.batching.scheduler import Scheduler
 from .results import SimResult, empty_records, make_batches
 from .service import TokenCost
 
@@ -35,18 +38,21 @@ def simulate_continuous(
     cost: TokenCost,
     max_active: int,
     kv_budget_tokens: int | None = None,
-    chunked_prefill: bool = False,
+    step_policy: str = "mixed",
     max_num_tokens: int | None = None,
     kv_policy: str = "reserve",
     shared_prefix_tokens: np.ndarray | Sequence[int] | None = None,
-    prefix_cache_blocks: int | None = None,
+    prefix_caching: bool = False,
     block_size: int = BLOCK_SIZE,
     warmup: float = 0.1,
+    record_token_times: bool = False,
 ) -> SimResult:
-    """Simulate iteration-level batching of generation requests on one engine, ``cost`` pricing each pass.
+    """Simulate iteration-level batching of generation requests on one engine, ``cost`` pricing each step.
 
-    ``max_num_tokens`` caps the tokens per iteration (required with ``chunked_prefill``); without
-    chunking a prompt is admitted only if it fits whole (a recomputation may exceed it alone).
+    ``kv_budget_tokens`` sizes the KV pool (``kv_budget_tokens // block_size`` blocks; None: unlimited);
+    ``max_num_tokens`` caps the positions per step (required with ``step_policy="chunked"``; with whole
+    prompts a prompt must fit in it). ``record_token_times``: ``extra["token_times"]`` holds, per
+    request, the end of every step that gave it a token (its ITLs).
     """
     a = times_array("arrivals", arrivals)
     p = int_array("prompt_tokens", prompt_tokens, a.size, lo=1)
@@ -54,79 +60,88 @@ def simulate_continuous(
     if not isinstance(cost, TokenCost):
         raise ValueError(f"cost must be a TokenCost, got {type(cost).__name__}")
     max_active = integer("max_active", max_active, lo=1)
-    policy = choice("kv_policy", kv_policy, ("reserve", "on_demand"))
-    budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=1)
+    policy = choice("kv_policy", kv_policy, tuple(ADMISSION))
+    steps = choice("step_policy", step_policy, tuple(STEP_POLICIES))
+    block_size = integer("block_size", block_size, lo=1)
+    budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=block_size)
     token_cap = None if max_num_tokens is None else integer("max_num_tokens", max_num_tokens, lo=1)
-    _check_fits(p, o, budget, token_cap, chunked_prefill)
-    if shared_prefix_tokens is not None and prefix_cache_blocks is None:
-        raise ValueError("shared_prefix_tokens needs prefix_cache_blocks (the prefix cache's capacity)")
-    cache = None if prefix_cache_blocks is None else PrefixCache(prefix_cache_blocks, block_size)
+    _check_fits(p, o, budget, block_size, token_cap, steps)
+    if shared_prefix_tokens is not None and not prefix_caching:
+        raise ValueError("shared_prefix_tokens needs prefix_caching=True")
     shared = np.zeros_like(p) if shared_prefix_tokens is None else \
         int_array("shared_prefix_tokens", shared_prefix_tokens, a.size, lo=0)
-    # FCFS within max_active and the KV budget; on demand the scheduler evicts under the same budget
-    scheduler = ContinuousScheduler(FCFSAdmission(max_active, kv_token_budget=budget), budget, policy,
-                                    token_cap, chunked_prefill, cache)
-    records, rows, cached = _run(scheduler, a, p, o, cost, shared)
+    blocks = BlockManager(None if budget is None else budget // block_size, block_size, prefix_caching)
+    scheduler = Scheduler(blocks, ADMISSION[policy](), max_active, token_cap, steps)
+    requests = _requests(p, o, shared, prefix_caching)
+    records, rows, times = _run(scheduler, requests, a, cost, record_token_times)
+    config = dict(max_active=max_active, kv_budget_tokens=kv_budget_tokens, step_policy=steps,
+                  max_num_tokens=max_num_tokens, kv_policy=policy, block_size=block_size,
+                  prefix_caching=bool(prefix_caching), cost=repr(cost))
+    return _result(records, rows, times if record_token_times else None, requests, blocks, config, warmup)
+
+
+def _result(records: np.ndarray, rows: list[tuple], times: list[list[float]] | None,
+            requests: list[GenerationRequest], blocks: BlockManager, config: dict, warmup: float) -> SimResult:
+    """The `SimResult`: one batch row per step; extra: what each request found in the prefix cache and
+    recomputed, the pool's peak blocks, and (`times`) each request's token times."""
     batches = make_batches(len(rows))
     if rows:
         for name, column in zip(_ITERATION_COLUMNS, zip(*rows)):
             batches[name] = column
         batches["executed"] = batches["size"]
         batches["instance"] = 0
-    config = dict(max_active=max_active, kv_budget_tokens=kv_budget_tokens, chunked_prefill=chunked_prefill,
-                  max_num_tokens=max_num_tokens, kv_policy=policy, cost=repr(cost))
-    extra = {"eta": "tokens", "kv": True, "tokens": True,
-             "summary_extra": {"preemptions": int(np.sum(records["preemptions"]))}}
-    if cache is not None:  # prompt tokens each request last took from the cache, and their sum
-        config.update(prefix_cache_blocks=prefix_cache_blocks, block_size=block_size)
-        extra["cached_tokens"] = cached
+    cached = np.array([r.cached_tokens for r in requests])
+    recomputed = np.array([r.recomputed_tokens for r in requests])
+    extra = {"eta": "tokens", "kv": True, "tokens": True, "cached_tokens": cached, "recomputed_tokens": recomputed,
+             "peak_kv_blocks": blocks.peak_used,
+             "summary_extra": {"preemptions": int(np.sum(records["preemptions"])),
+                               "recomputed_tokens": int(recomputed.sum())}}
+    if config["prefix_caching"]:  # prompt tokens each request last found in the cache, and their sum
         extra["summary_extra"]["prefix_hit_tokens"] = int(cached.sum())
+    if times is not None:
+        extra["token_times"] = times
     return SimResult(records, batches, "continuous", config, instances=1, capacity_rps=None, warmup=warmup,
                      extra=extra)
 
 
-def _check_fits(p: np.ndarray, o: np.ndarray, budget: int | None, token_cap: int | None,
-                chunked_prefill: bool) -> None:
+def _check_fits(p: np.ndarray, o: np.ndarray, budget: int | None, block_size: int, token_cap: int | None,
+                step_policy: str) -> None:
     """ValueError for settings no request could ever run under."""
-    if chunked_prefill and token_cap is None:
-        raise ValueError("chunked_prefill needs max_num_tokens (the per-iteration token budget)")
-    need_peak = p + o - 1  # a sequence's KV peak, whatever the policy (alone it must fit)
-    if p.size and budget is not None and int(need_peak.max()) > budget:
-        j = int(np.argmax(need_peak))
-        raise ValueError(f"request {j} needs {int(need_peak[j])} KV tokens, more than kv_budget_tokens={budget}")
-    if p.size and not chunked_prefill and token_cap is not None and int(p.max()) > token_cap:
-        raise ValueError(f"a prompt of {int(p.max())} tokens exceeds max_num_tokens={token_cap}; use chunked_prefill")
+    if step_policy == "chunked" and token_cap is None:
+        raise ValueError("step_policy='chunked' needs max_num_tokens (the per-step token budget)")
+    need = -(-(p + o) // block_size)  # blocks of prompt + output (what reserve holds; on demand peaks there)
+    if p.size and budget is not None and int(need.max()) > budget // block_size:
+        j = int(np.argmax(need))
+        raise ValueError(f"request {j} needs {int(p[j] + o[j])} KV tokens ({int(need[j])} blocks of {block_size}), "
+                         f"more than kv_budget_tokens={budget} holds")
+    if p.size and step_policy != "chunked" and token_cap is not None and int(p.max()) > token_cap:
+        raise ValueError(f"a prompt of {int(p.max())} tokens exceeds max_num_tokens={token_cap}; "
+                         "use step_policy='chunked'")
 
 
-def _requests(p: np.ndarray, o: np.ndarray, shared: np.ndarray, block_size: int | None) -> list[GenerationRequest]:
-    """One request per arrival; the simulator knows each output length, so a request reserves
-    exactly its KV peak. With a prefix cache, its block keys: the common prompt's, then its own."""
-    requests = [GenerationRequest(i, prompt, out, reserved_tokens=prompt + out - 1)
-                for i, (prompt, out) in enumerate(zip(p.tolist(), o.tolist()))]
-    if block_size is not None:
-        for r, s in zip(requests, shared.tolist()):
-            common = min(s, r.prompt_tokens) // block_size
-            r.prefix_keys = tuple(("shared", j) if j < common else (r.seq_id, j)
-                                  for j in range(r.prompt_tokens // block_size))
+def _requests(p: np.ndarray, o: np.ndarray, shared: np.ndarray, prefix_caching: bool) -> list[GenerationRequest]:
+    """One request per arrival. With prefix caching its token ids stand in for real ones: the common
+    prompt's positions 0, 1, … for its shared part, then its own id (negative) for the rest (so only
+    the shared part's blocks match); without, placeholders."""
+    requests = []
+    for i, (prompt, out, s) in enumerate(zip(p.tolist(), o.tolist(), shared.tolist())):
+        s = min(s, prompt) if prefix_caching else 0
+        tokens = list(range(s)) + [~i] * (prompt - s) if prefix_caching else [0] * prompt
+        requests.append(GenerationRequest(i, tokens, out))
     return requests
 
 
-def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o: np.ndarray,
-         cost: TokenCost, shared: np.ndarray) -> tuple[np.ndarray, list[tuple], np.ndarray]:
-    """The event loop: submit arrivals, let the scheduler plan an iteration, price it, advance the
-    clock, complete it; returns the per-request records, one row per iteration and the prompt
-    tokens each request last took from the prefix cache."""
+def _run(scheduler: Scheduler, requests: list[GenerationRequest], arrivals: np.ndarray, cost: TokenCost,
+         record_token_times: bool) -> tuple[np.ndarray, list[tuple], list[list[float]]]:
+    """The event loop: submit arrivals, let the scheduler plan a step, price it, advance the clock,
+    complete it; returns the per-request records, one row per step and each request's token times."""
     n = arrivals.size
-    cache = scheduler.prefix_cache
-    requests = _requests(p, o, shared, None if cache is None else cache.block_size)
-    records = empty_records(n)
-    records["arrival"] = arrivals
-    start, first_token, finish = records["start"], records["first_token"], records["finish"]
-    batch_id = records["batch_id"]
+    nan = float("nan")
+    start, first_token, finish, batch_id = [nan] * n, [nan] * n, [nan] * n, [-1] * n
     arrival_times = arrivals.tolist()
+    times: list[list[float]] = [[] for _ in range(n)]
     rows: list[tuple] = []
-    now = 0.0
-    next_arrival = 0
+    now, next_arrival, bs = 0.0, 0, scheduler.blocks.block_size
     while True:
         while next_arrival < n and arrival_times[next_arrival] <= now:
             scheduler.submit(requests[next_arrival])
@@ -136,30 +151,29 @@ def _run(scheduler: ContinuousScheduler, arrivals: np.ndarray, p: np.ndarray, o:
                 break
             now = arrival_times[next_arrival]  # idle: jump to the next arrival
             continue
-        scheduler.match_prefixes()
         plan = scheduler.schedule()
-        if not plan.batch:
+        if not plan.work:
             raise RuntimeError("continuous batching made no progress (budget settings leave no room)")
         end = now + cost.iteration_time(plan.prefill_tokens, len(plan.decode), plan.context_tokens)
         for request in plan.admitted:
-            if batch_id[request.seq_id] < 0:  # its first admission (not a readmission after eviction)
-                start[request.seq_id] = now
-                batch_id[request.seq_id] = len(rows)
-        # a prompt's tokens taken from the prefix cache were not computed: not useful work of this step
-        useful = plan.useful_tokens - sum(r.cached_tokens for r, chunk in plan.prefill
-                                          if r.prefilled + chunk == r.prefill_target and not r.recomputing)
-        scheduler.cache_prefills(plan)
-        finished = scheduler.complete(plan)
-        for request, _ in plan.prefill:
-            if request.generated and first_token[request.seq_id] != first_token[request.seq_id]:
-                first_token[request.seq_id] = end  # NaN until its first prompt pass completes
-        for request in finished:
+            if batch_id[request.seq_id] < 0:  # its first admission (not a readmission after preemption)
+                start[request.seq_id], batch_id[request.seq_id] = now, len(rows)
+        sampling = [r.seq_id for r, k in plan.work if r.computed + k == len(r.token_ids)]
+        for request in scheduler.complete(plan, [~r.seq_id for r, _ in plan.work]):  # stand-in token ids
             finish[request.seq_id] = end
-        rows.append((now, end, len(plan.batch), plan.prefill_tokens, len(plan.decode), useful,
-                     plan.prefill_tokens + len(plan.decode), plan.kv_tokens))
+        for i in sampling:
+            if first_token[i] != first_token[i]:  # NaN until its first prompt pass completes
+                first_token[i] = end
+            if record_token_times:
+                times[i].append(end)
+        rows.append((now, end, len(plan.work), plan.prefill_tokens, len(plan.decode), plan.useful_tokens,
+                     plan.tokens, plan.kv_blocks * bs))
         now = end
+    records = empty_records(n)
+    records["arrival"] = arrivals
+    records["start"], records["first_token"], records["finish"], records["batch_id"] = start, first_token, finish, batch_id
     records["instance"] = 0
-    records["prompt_tokens"] = p
-    records["output_tokens"] = o
+    records["prompt_tokens"] = [r.prompt_tokens for r in requests]
+    records["output_tokens"] = [r.max_tokens for r in requests]
     records["preemptions"] = [r.preemptions for r in requests]
-    return records, rows, np.array([r.cached_tokens for r in requests])
+    return records, rows, times
