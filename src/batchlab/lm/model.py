@@ -113,10 +113,13 @@ def _quantize_queries(q: np.ndarray, heads: int, head_dim: int, extra: np.float3
 
 
 def _rounded_probs(s: np.ndarray) -> np.ndarray:
-    """softmax(s) over the last axis, in place, as integer multiples of 2**-16 (times 2**16)."""
+    """softmax(s) over the last axis, in place, as integer multiples of 2**-16 (times 2**16). The sum
+    is taken in float64, so a row's masked (zero) entries and the order BLAS or numpy add in cannot
+    change it: a chunk, a prefix hit or a verified draft sees the very probabilities of a one-token
+    step (chunk invariance, on top of batch invariance)."""
     s -= _MAX(s, axis=-1, keepdims=True)
     np.exp(s, out=s)
-    s *= PROB_LEVELS / _SUM(s, axis=-1, keepdims=True)
+    s *= PROB_LEVELS / _SUM(s, axis=-1, keepdims=True, dtype=np.float64)
     np.rint(s, out=s)
     return s
 
