@@ -1,13 +1,14 @@
-"""Lab 4 checks (no server needed): admission policy, chunked prefill's split, η, config limits."""
+"""Lab 4 checks (no server needed): admission policy, chunked prefill's split, η, config limits, KV blocks."""
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
-from batchlab.labs.lab4 import check_admit, check_chunks, check_eta, check_with_limits
-from batchlab.batching.policies import ReserveAdmission, prefill_chunks
+from batchlab.labs.lab4 import check_admit, check_chunks, check_eta, check_pool_blocks, check_with_limits
+from batchlab.batching.policies import ReserveAdmission
 
 from lab_solutions import solution_namespace
 
@@ -27,7 +28,7 @@ def test_admit(capsys) -> None:
                 used += c.reserved_tokens
         return out
     r = check_admit(skipping)
-    assert r.score == 3 and "插了队" in capsys.readouterr().out
+    assert r.score == 4 and "插了队" in capsys.readouterr().out
 
     def current_usage(waiting, active, max_active, budget):  # counts kv_tokens, not reservations
         n, used, out = len(active), sum(a.kv_tokens for a in active), []
@@ -44,6 +45,51 @@ def test_admit(capsys) -> None:
     assert r.score <= 2
     r = check_admit(lambda w, a, m, b: None)
     assert r.score == 0 and "None" in capsys.readouterr().out
+
+
+def _strict_budget(waiting, active, max_active, budget):
+    """Refuses a request that would fill the budget exactly (`>=` where the rule says `>`)."""
+    n, used, out = len(active), sum(a.reserved_tokens for a in active), []
+    for i, c in enumerate(waiting):
+        if n >= max_active or used + c.reserved_tokens >= budget:
+            break
+        out.append(i)
+        n += 1
+        used += c.reserved_tokens
+    return out
+
+
+def _admit_with_np(waiting, active, max_active, budget):
+    """Right, but reads `np` from the module it was defined in: the model process has no such name."""
+    used, out = int(np.sum([a.reserved_tokens for a in active])), []
+    for i, c in enumerate(waiting):
+        if len(active) + len(out) >= max_active or used + c.reserved_tokens > budget:
+            break
+        out.append(i)
+        used += c.reserved_tokens
+    return out
+
+
+def _admit_importing_np(waiting, active, max_active, budget):
+    """The same with its own import: it runs alone."""
+    import numpy as np
+    used, out = int(np.sum([a.reserved_tokens for a in active])), []
+    for i, c in enumerate(waiting):
+        if len(active) + len(out) >= max_active or used + c.reserved_tokens > budget:
+            break
+        out.append(i)
+        used += c.reserved_tokens
+    return out
+
+
+def test_admit_budget_boundary_and_outside_names(capsys) -> None:
+    r = check_admit(_strict_budget)
+    out = capsys.readouterr().out
+    assert r.score == r.max_score - 1 and "正好用满也放得下" in out and "≤ kv_token_budget" in out, out
+    r = check_admit(_admit_with_np)
+    out = capsys.readouterr().out
+    assert r.score == 0 and "用到了函数外面的名字 np" in out and "import" in out and "Traceback" not in out, out
+    assert check_admit(_admit_importing_np).passed
 
 
 def with_limits(text, max_active, budget):
@@ -122,6 +168,49 @@ def test_chunks_typical_mistakes(capsys, answer, score, message) -> None:
 
 def test_the_library_split_is_no_answer(capsys) -> None:
     def split(remaining, n_decoding, max_num_tokens):
+        from batchlab.batching.policies import prefill_chunks
         return prefill_chunks(remaining, n_decoding, max_num_tokens)
     r = check_chunks(split)
+    assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out
+
+
+def _pool(ceil=True, plus1=False, share=True, once=True, full_only=True, size=None):
+    """`pool_blocks` with one of the typical mistakes switched on (all defaults: the right one)."""
+    def pool_blocks(kv_tokens, shared_tokens, block_size):
+        b = size or block_size
+        per = [n // b + 1 if plus1 else (-(-n // b) if ceil else n // b) for n in kv_tokens]
+        common = (shared_tokens // b if full_only else -(-shared_tokens // b)) if share else 0
+        return sum(per) - common * (max(len(per) - 1, 0) if once else len(per))
+    return pool_blocks
+
+
+def test_pool_blocks_solution(capsys) -> None:
+    assert check_pool_blocks(solution_namespace("lab4")["pool_blocks"]).passed
+    assert check_pool_blocks(_pool()).passed
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_pool(ceil=False), "没装满的最后一块也要占一整块"),
+    (_pool(plus1=True), "块边上差一"),
+    (_pool(share=False), "被每条序列各算了一次"),
+    (_pool(once=False), "一次也没算"),
+    (_pool(full_only=False), "没装满的那块不能共享"),
+    (_pool(size=16), "block_size"),
+])
+def test_pool_blocks_typical_mistakes(capsys, answer, message) -> None:
+    r = check_pool_blocks(answer)
+    out = capsys.readouterr().out
+    assert r.score < r.max_score and message in out, out
+
+
+def test_pool_blocks_wrong_kinds_and_the_library(capsys) -> None:
+    r = check_pool_blocks(lambda kv, shared, size: None)
+    assert r.score == 0 and "pool_blocks" in capsys.readouterr().out
+
+    def by_manager(kv_tokens, shared_tokens, block_size):
+        from batchlab.batching.blocks import BlockManager
+        manager = BlockManager(None, block_size)
+        return sum(manager.blocks_for(n) for n in kv_tokens) - (shared_tokens // block_size) * max(len(kv_tokens) - 1, 0)
+    r = check_pool_blocks(by_manager)
     assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from batchlab.tools import labgen
@@ -355,6 +356,30 @@ def test_workspace_files_without_a_server(tmp_path: Path) -> None:
     finally:
         ws.close()
     assert not ws.dir.exists()
+
+
+def _admit_using_np(waiting, active, max_active, kv_token_budget):
+    """Reads `np` from this module: in the model's own file there is no such name."""
+    return list(np.flatnonzero(np.arange(len(waiting)) < max_active - len(active)))
+
+
+def test_install_runs_the_copied_function_once_and_says_what_is_wrong(tmp_path: Path) -> None:
+    from batchlab.labs import labkit
+
+    ws = labkit.workspace([], root=tmp_path)
+    try:
+        folder = ws.add("lm_stream", as_name="lm_mine")
+        with pytest.raises(labkit.HookError, match="用到了函数外面的名字 np.*import") as err:
+            ws.install("lm_mine", "admit", _admit_using_np)
+        assert "Traceback" not in str(err.value)
+        assert not (folder / "1" / "policy.py").exists()    # nothing half installed
+        assert ws.install("lm_mine", "admit", _admit_two).is_file()
+        alone = labkit.isolated(_admit_using_np)            # what the lab's checks call
+        with pytest.raises(NameError):
+            alone([], [], 8, 4096)
+        assert labkit.isolated(_admit_two)([None] * 3, [], 8, 4096) == [0, 1]
+    finally:
+        ws.close()
 
 
 def _newest_first(remaining, n_decoding, max_num_tokens):

@@ -81,6 +81,8 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         3: ("return useful / total", "return total / useful", "倒过来了"),
         4: ('(("max_active", max_active), ("kv_token_budget", kv_token_budget))', '(("max_active", max_active),)',
             "kv_token_budget 应为"),
+        5: ("blocks = [-(-n // block_size) for n in kv_tokens]", "blocks = [n // block_size + 1 for n in kv_tokens]",
+            "块边上差一"),
     }},
     "lab5": {"wrong": {
         1: ("t += rng.exponential(1.0 / rate)", "t += 1.0 / rate", "等间隔"),

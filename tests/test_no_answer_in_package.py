@@ -26,7 +26,7 @@ CHECKS = [
     (lab2.check_best_under_slo, 2),
     (lab3.check_oldest_block, 3), (lab3.check_assign, 2), (lab4.check_admit, 4), (lab4.check_chunks, 3),
     (lab4.check_eta, 2),
-    (lab4.check_with_limits, 3),
+    (lab4.check_with_limits, 3), (lab4.check_pool_blocks, 3),
     (lab5.check_burst, 6), (lab5.check_guard_block, 2), (lab5.check_priority_block, 1),
     (lab5.check_counter_rates, 2), (lab6.check_roofline_time, 5), (lab6.check_ridge_batch, 3),
     (lab6.check_knee, 2),

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import atexit
+import builtins
+import importlib.util
 import inspect
 import os
 import re
@@ -11,11 +13,13 @@ import shutil
 import tempfile
 import textwrap
 import time
+import types
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from batchlab.config_pbtxt import parse_config, stage_model, to_text
+from batchlab.batching.request import GenerationRequest
+from batchlab.config_pbtxt import edit_config, parse_config, stage_model, to_text
 from batchlab.labs._core import MARK_BAD, MARK_TODO, Raised, current_lab, last_result
 from batchlab.load.stats import read_stats
 from batchlab.paths import MODEL_REPOSITORY
@@ -111,6 +115,45 @@ def stop(*things: Any) -> None:
 #: runs it when its config has step_policy chunked).
 LM_HOOKS = {"admit": "policy.py", "prefill_chunks": "chunks.py"}
 
+
+class HookError(ValueError):
+    """A lab function that does not run on its own in the model process (said in Chinese)."""
+
+
+def waiting_request(i: int, prompt: int, max_tokens: int, generated: int = 0) -> GenerationRequest:
+    """A scheduler `GenerationRequest` as `admit` sees it: `prompt` tokens, `generated` so far (its KV:
+    all but the last sampled token)."""
+    return GenerationRequest(i, [1] * (prompt + generated), max_tokens, prompt_tokens=prompt, generated=generated,
+                             computed=prompt + generated - 1 if generated else 0)
+
+
+def _hook_samples(hook: str) -> tuple:
+    """Arguments like those the model passes `hook` (a first run before the server does)."""
+    if hook == "admit":
+        return ([waiting_request(i, 16, 32) for i in range(3)], [waiting_request(9, 16, 32, 4)], 8, 4096)
+    return ([100, 5], 4, 32)
+
+
+def outside_names(hook: str, message: str) -> str:
+    """Why `hook` raised NameError `message` in the model, and what to change (Chinese)."""
+    m = re.search(r"name '(\w+)' is not defined", message)
+    name = f" {m.group(1)}" if m else ""
+    return (f"{hook} 用到了函数外面的名字{name}（{message}）：它会被原样拷进模型进程里单独运行，那里没有 notebook 里的"
+            f"变量、import 和别的函数。把要用的 import 写进函数体里（例如 import math），或者只用它的参数")
+
+
+def isolated(fn: Any) -> Any:
+    """`fn` with none of the notebook's globals (only builtins and its own name), as the model process
+    runs its copied source: a name from outside it raises NameError. Not a Python function (the
+    grader's stand-in of one): `fn` itself."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    module = {"__builtins__": builtins, "__name__": f"lab_{fn.__name__}"}
+    alone = types.FunctionType(fn.__code__, module, fn.__name__, fn.__defaults__, fn.__closure__)
+    alone.__kwdefaults__ = fn.__kwdefaults__
+    module[fn.__name__] = alone
+    return alone
+
 _LIVE: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
 _COUNTERS = ("success", "success_ns", "inference_count", "execution_count")
 
@@ -197,6 +240,11 @@ class Workspace:
         path.write_text(text, encoding="utf-8")
         return path
 
+    def set_parameters(self, model: str, params: Mapping[str, Any]) -> Path:
+        """Set `model`'s config `parameters` (key -> value, each a string_value); the rest stays."""
+        edits = {"parameters": {k: f'string_value: "{v}"' for k, v in params.items()}}
+        return self.write_config(model, edit_config(self.read_config(model), edits))
+
     def start(self, models: Sequence[str] | None = None, **kwargs: Any) -> TritonServer:
         """Start an embedded server on the workspace (explicit control; loads `models`, default all)."""
         if self.server is not None and self.server.running:
@@ -257,7 +305,9 @@ class Workspace:
 
     def install(self, model: str, hook: str, fn: Callable[..., Any]) -> Path:
         """Make workspace model `model` (a copy of `lm_stream`) run the lab's self-contained function
-        `fn` as `hook` (see `LM_HOOKS`; its source is copied to that file in ``1/``); then reload it."""
+        `fn` as `hook` (see `LM_HOOKS`; its source is copied to that file in ``1/``); then reload it.
+        The copied file is run once here as the model will run it: HookError (in Chinese) when it
+        fails, e.g. on a name from the notebook (the file is then removed)."""
         if hook not in LM_HOOKS:
             raise ValueError(f"unknown hook {hook!r}: one of {', '.join(LM_HOOKS)}")
         if not callable(fn) or getattr(fn, "__name__", "") == "<lambda>":
@@ -273,6 +323,11 @@ class Workspace:
             raise ValueError(f"model {model!r} has no version folder 1/ in this workspace")
         path = folder / LM_HOOKS[hook]
         path.write_text(f'"""The lab\'s `{hook}`, copied by labkit.Workspace.install."""\n\n' + src, encoding="utf-8")
+        try:
+            _try_hook(path, hook)
+        except HookError:
+            path.unlink()
+            raise
         (folder / "model.py").write_text(_LAB_MODEL, encoding="utf-8")
         return path
 
@@ -352,6 +407,19 @@ class TritonPythonModel(_LMStream):
         if _chunks is not None:
             scheduler.prefill_split = _lab_split
 '''
+
+
+def _try_hook(path: Path, hook: str) -> None:
+    """Load `path` as the lab model loads it and call its `hook` once on sample arguments."""
+    spec = importlib.util.spec_from_file_location(f"lab_try_{hook}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        getattr(module, hook)(*_hook_samples(hook))
+    except NameError as exc:
+        raise HookError(outside_names(hook, str(exc))) from None
+    except Exception as exc:  # the learner's code: said, not a traceback
+        raise HookError(f"{hook} 拷进模型后试运行时抛出了 {Raised(type(exc).__name__, str(exc)).short()}：先把它改对") from None
 
 
 _NAMED: dict[str, Workspace] = {}
