@@ -60,14 +60,8 @@ def _strict_budget(waiting, active, max_active, budget):
 
 
 def _admit_with_np(waiting, active, max_active, budget):
-    """Right, but reads `np` from the module it was defined in: the model process has no such name."""
-    used, out = int(np.sum([a.reserved_tokens for a in active])), []
-    for i, c in enumerate(waiting):
-        if len(active) + len(out) >= max_active or used + c.reserved_tokens > budget:
-            break
-        out.append(i)
-        used += c.reserved_tokens
-    return out
+    """Reads `np` from the module it was defined in: the model process has no such name."""
+    return [int(i) for i in np.arange(len(waiting))[: max(0, max_active - len(active))]]
 
 
 def _admit_importing_np(waiting, active, max_active, budget):
@@ -214,3 +208,29 @@ def test_pool_blocks_wrong_kinds_and_the_library(capsys) -> None:
         return sum(manager.blocks_for(n) for n in kv_tokens) - (shared_tokens // block_size) * max(len(kv_tokens) - 1, 0)
     r = check_pool_blocks(by_manager)
     assert r.score == 0 and "课程库里现成的" in capsys.readouterr().out
+
+
+def test_the_lab_runs_helpers_without_a_server(capsys) -> None:
+    from batchlab.labs import lab4
+
+    rows = [{"round": r, "model": m, "NUM_TOKENS": [4, 2], "PADDED_STEPS": [0, 2], "tokens_per_s": 10.0 * (r + 1)}
+            if m == "generate" else {"round": r, "model": m, "eta": 1.0, "tokens_per_s": 30.0 + r}
+            for r in range(3) for m in ("generate", "lm_stream_mine")]
+    assert lab4.eta_rounds(rows, lambda n, p: sum(n) / (sum(n) + sum(p))) == {
+        "generate": [0.75] * 3, "lm_stream_mine": [1.0] * 3}
+    med = lab4.medians(rows, {"tokens_per_s": "tokens/s"})
+    assert med["tokens_per_s"] == {"generate": (20.0, 10.0, 30.0), "lm_stream_mine": (31.0, 30.0, 32.0)}
+    assert "generate        tokens/s 20.0（10.0…30.0）" in capsys.readouterr().out
+    steps = {"共享开头": [{"shared_tokens": 100, "kv_tokens": [120, 121], "KV_BLOCKS": 10, "KV_TOKENS": 141},
+                      {"shared_tokens": 100, "kv_tokens": [], "KV_BLOCKS": 0, "KV_TOKENS": 0}]}
+    audit = lab4.pool_audit(steps, _pool())
+    assert [r["mine"] for r in audit] == [10, 0]
+    audit = lab4.pool_audit(steps, _pool(share=False))
+    lab4.show_audit(audit)
+    out = capsys.readouterr().out
+    assert audit[0]["mine"] == 16 and "✗" in out and "2 条，各存 120…121 个 token" in out
+    lab4.show_row({"round": 0, "model": "lm_stream_mine", "ok": 0, "failed": 24, "tokens_per_s": 0.0,
+                   "ttft_p50_ms": float("nan"), "batch": float("nan"),
+                   "error": "lm_stream failed: NameError: name 'np' is not defined"})
+    out = capsys.readouterr().out
+    assert "24 个请求失败，服务器说：lm_stream failed: NameError" in out and "先把那一题改对" in out
