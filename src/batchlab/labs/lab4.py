@@ -274,6 +274,16 @@ def chunk_round(server: Any, model: str, n_decode: int = 16, decode_tokens: int 
             "long_ttft_ms": float(rec.token_times[-1][0] - rec.sent[-1]) * 1e3}
 
 
+def warm_up(server: Any, models: Sequence[str], long_prompt: int = 420) -> bool:
+    """One long and four short generations on each of `models` before a measurement (the first
+    touches a fresh model's KV pool and code paths), results dropped; True (RuntimeError naming the
+    first error if a request failed)."""
+    prompts = [L.token_prompt(long_prompt, 990)] + [L.token_prompt(8, 991 + i) for i in range(4)]
+    for model in models:
+        L.stream_requests(server, model, prompts, [2] * len(prompts), np.zeros(len(prompts)))
+    return True
+
+
 def workload_round(server: Any, model: str, n: int = 24, mean: float = 24, longest: int = 96,
                    seed: int = 0) -> dict[str, Any]:
     """The lab's chat workload (`n` requests, prompts of 9-25 tokens, outputs drawn from a capped
