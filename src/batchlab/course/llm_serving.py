@@ -418,7 +418,7 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
     step_ms = (b["end"] - b["start"]) * 1e3
     gaps = np.concatenate([np.diff(t) for t in res.extra["token_times"][:n_decode]]) * 1e3
     return {"max_num_tokens": max_num_tokens or 0, "step_policy": policy, "step_max_ms": float(step_ms.max()),
-            "itl_p99_ms": float(np.percentile(gaps, 99)),
+            "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
             "long_ttft_p50_ms": float(np.median(r["first_token"][n_decode:] - r["arrival"][n_decode:])) * 1e3,
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
