@@ -11,7 +11,12 @@ import pytest
 
 from batchlab import config_pbtxt as cfg
 from batchlab.course import llm_serving as L
+from batchlab.sim.continuous import simulate_continuous
+from batchlab.sim.service import TokenCost
 from batchlab.theory import formulas as F
+
+#: A step cost for the simulated experiments (µs): the chapter calibrates its own on the server.
+COST = TokenCost(prefill_per_token=200, decode_base=4500, decode_per_seq=150)
 
 
 def test_formulas():
@@ -24,8 +29,8 @@ def test_formulas():
 
 
 def test_token_budget_caps_the_step_and_delays_the_long_prompt():
-    rows = [L.sim_mixed(m) for m in (None, 128, 32)]
-    c = L.TOY_COST
+    rows = [L.sim_mixed(m, COST) for m in (None, 128, 32)]
+    c = COST
     for r in rows[1:]:  # b > c: the longest step is the whole budget spent on prompt tokens, a + b·M
         assert r["step_max_ms"] <= c.iteration_time(r["max_num_tokens"], 0) * 1e3 + 1e-9
     assert rows[0]["step_max_ms"] == pytest.approx(c.iteration_time(420, 4) * 1e3)
@@ -34,32 +39,33 @@ def test_token_budget_caps_the_step_and_delays_the_long_prompt():
 
 
 def test_prefill_first_stalls_the_decodes_like_whole_prompts():
-    first, whole = L.sim_mixed(None, step_policy="prefill_first"), L.sim_mixed(None)
+    first, whole = L.sim_mixed(None, COST, step_policy="prefill_first"), L.sim_mixed(None, COST)
     assert first["step_policy"] == "prefill_first" and first["itl_p99_ms"] >= whole["itl_p99_ms"] * 0.9
-    assert first["itl_p99_ms"] > 2 * L.sim_mixed(32)["itl_p99_ms"]
+    assert first["itl_p99_ms"] > 2 * L.sim_mixed(32, COST)["itl_p99_ms"]
 
 
 def test_prefix_caching_shares_the_blocks_of_the_shared_prefix():
-    plain, r = L.sim_prefix(0, n=10, gap_s=1.0), L.sim_prefix(250, n=10, gap_s=1.0)
+    plain, r = L.sim_prefix(0, COST, n=10, gap_s=1.0), L.sim_prefix(250, COST, n=10, gap_s=1.0)
     assert plain["hit_rate"] == 0 and plain["ttft_plain_ms"] == plain["ttft_cached_ms"]
     assert r["hit_rate"] == pytest.approx(9 * 240 / (10 * 336))   # 15 whole blocks, the first request misses
     assert r["ttft_cached_ms"] < r["ttft_plain_ms"]
     # 8 at once sharing 320 tokens: 20 blocks once, not 8 times; their prompts are not recomputed
-    c = L.sim_prefix(320)
+    c = L.sim_prefix(320, COST)
     assert c["peak_blocks_plain"] == 8 * 22 and c["peak_blocks_cached"] == 20 + 8 * 2
     assert c["peak_blocks_plain"] >= 4 * c["peak_blocks_cached"] and c["ttft_plain_ms"] >= 2 * c["ttft_cached_ms"]
 
 
 def test_on_demand_admits_more_and_preemption_costs_recomputation():
-    res, od, roomy = L.sim_preemption("reserve"), L.sim_preemption("on_demand"), L.sim_preemption("on_demand", 2048)
-    assert (res["max_active"], res["preemptions"]) == (2, 0)          # 8 blocks each in a pool of 20
+    res, od = L.sim_preemption("reserve", COST), L.sim_preemption("on_demand", COST)
+    roomy = L.sim_preemption("on_demand", COST, 2048)
+    assert (res["max_active"], res["preemptions"]) == (2, 0)          # 6 blocks each in a pool of 16
     assert od["max_active"] == roomy["max_active"] == 8                # the same concurrency at the start
     assert od["preemptions"] > 0 and od["recomputed_tokens"] > 0 and roomy["preemptions"] == 0
     assert roomy["tokens_per_s"] > od["tokens_per_s"]                  # what preemption alone costs
 
 
 def test_disaggregation_lowers_tpot_until_the_transfer_costs_more():
-    fast, slow = L.disaggregation(6, 0, n=200), L.disaggregation(6, 640, n=200)
+    fast, slow = L.disaggregation(6, 0, COST, n=200), L.disaggregation(6, 640, COST, n=200)
     assert fast["dis_tpot_p99_ms"] < fast["co_tpot_p99_ms"]
     assert slow["dis_tpot_p99_ms"] > slow["co_tpot_p99_ms"]
     # the transfer is paid once per stream: it adds transfer / (n − 1) to each TPOT
@@ -70,13 +76,13 @@ def test_disaggregation_lowers_tpot_until_the_transfer_costs_more():
 
 
 def test_who_returns_the_first_token_decides_where_the_transfer_shows():
-    dist, proxy = (L.disaggregation(6, 300, n=200, first_token=f) for f in ("prefill", "decode"))
-    base = L.disaggregation(6, 0, n=200, first_token="decode")
+    dist, proxy = (L.disaggregation(6, 300, COST, n=200, first_token=f) for f in ("prefill", "decode"))
+    base = L.disaggregation(6, 0, COST, n=200, first_token="decode")
     assert proxy["dis_ttft_p99_ms"] - base["dis_ttft_p99_ms"] == pytest.approx(300, rel=0.05)  # in TTFT
     assert proxy["dis_tpot_p99_ms"] == pytest.approx(base["dis_tpot_p99_ms"], rel=0.05)
     assert dist["dis_itl_p99_ms"] >= 300 and dist["dis_ttft_p99_ms"] < proxy["dis_ttft_p99_ms"]  # in the 2nd token
     with pytest.raises(ValueError, match="first_token"):
-        L.disaggregation(6, 0, n=20, first_token="client")
+        L.disaggregation(6, 0, COST, n=20, first_token="client")
 
 
 def test_slo_attainment_and_goodput_hand_worked():
@@ -85,14 +91,102 @@ def test_slo_attainment_and_goodput_hand_worked():
     assert L.slo_attainment([0.1, 0.5, 2.0], times, slo) == pytest.approx(1 / 3)
     rows = [{"policy": "a", "rate": r, "attainment": x} for r, x in ((1, 1.0), (2, 0.95), (3, 0.7), (4, 0.95))]
     rows += [{"policy": "b", "rate": 1, "attainment": 0.5}]
-    assert L.goodput(rows) == {"a": 2.0, "b": 0.0}                # the rate below the first miss
+    assert L.goodput(rows, 0.9) == {"a": 2.0, "b": 0.0}           # the rate below the first miss
 
 
-def test_chunked_steps_raise_goodput_in_the_simulator():
-    rows = L.sim_goodput([1, 2, 4, 8, 12, 16], n=150)
-    g = L.goodput(rows)
+def test_slo_for_places_the_slos_by_the_step_cost():
+    slo = L.slo_for(COST, itl_tokens=96, longest=320, ttft_factor=4, target=0.9)
+    assert slo["itl_p99_ms"] == pytest.approx(4.5 + 96 * 0.2)     # a + 96·b
+    assert slo["ttft_ms"] == pytest.approx(4 * (4.5 + 320 * 0.2)) and slo["target"] == 0.9
+    # twice as slow a machine: twice the SLOs, half the capacity (the sweep's rates scale with it)
+    slow = TokenCost(prefill_per_token=400, decode_base=9000, decode_per_seq=300)
+    assert L.slo_for(slow)["itl_p99_ms"] == pytest.approx(2 * L.slo_for(COST)["itl_p99_ms"])
+    assert L.capacity_rps(slow) == pytest.approx(L.capacity_rps(COST) / 2)
+
+
+@pytest.mark.parametrize("cost", [COST, TokenCost(prefill_per_token=600, decode_base=6000, decode_per_seq=1500)],
+                         ids=["quiet", "loaded"])
+def test_chunked_steps_raise_goodput_in_the_simulator(cost):
+    """The chapter's sweep: SLOs and rates set from the machine's cost, so the ranking holds on any."""
+    slo = L.slo_for(cost)
+    rows = L.sim_goodput(L.capacity_rps(cost) * np.arange(1, 10) / 10, cost, slo, n=150)
+    g = L.goodput(rows, slo["target"])
     assert set(g) == set(L.STEP_SETTINGS)
-    assert max(g["chunked 32"], g["chunked 128"]) >= 1.2 * max(g["whole"], g["prefill_first"]) > 0
+    assert g["chunked 32"] >= 1.2 * max(g["whole"], g["prefill_first"]) > 0
+    assert g["chunked 128"] < g["chunked 32"]           # its step (≈ a + 128·b) is longer than the ITL SLO
+
+
+def _fake_stream(cost: TokenCost, step_policy: str = "mixed", max_num_tokens: int | None = None):
+    """A `stream_requests` stand-in: the simulator (priced by `cost`) plays the server; every token's
+    T_NS is the end of its step, and the client gets it 0.5 ms later."""
+    def stream(server, model, prompts, outs, arrivals, **kw):
+        arr = np.asarray(arrivals, float)
+        res = simulate_continuous(arr, [len(p) for p in prompts], outs, cost, max_active=8, warmup=0.0,
+                                  record_token_times=True, step_policy=step_policy, max_num_tokens=max_num_tokens)
+        times = res.extra["token_times"]
+        figures = [[{"T_NS": int(round(t * 1e9))} for t in ts] for ts in times]
+        client = [[t + 5e-4 for t in ts] for ts in times]
+        server_times = L.on_client_clock(client, [[f["T_NS"] / 1e9 for f in fs] for fs in figures])
+        return SimpleNamespace(figures=figures, token_times=client, server_times=server_times, sent=arr,
+                               server_ttft=np.array([s[0] for s in server_times]) - arr,
+                               tokens=np.array([len(t) for t in times]), last=np.array([t[-1] for t in client]))
+    return stream
+
+
+def test_calibrate_cost_reads_the_step_cost_back_from_the_steps(monkeypatch):
+    """Played by a simulator priced with a known cost, the calibration load gives that cost back: the
+    steps are read from T_NS alone (which tokens share a step, which is a first token)."""
+    cost = TokenCost(prefill_per_token=700, decode_base=6000, decode_per_seq=1200)
+    monkeypatch.setattr(L, "stream_requests", _fake_stream(cost))
+    got, steps = L.calibrate_cost(None)
+    assert np.unique(steps[steps[:, 1] == 0, 0]).size >= 4 and (steps[:, 1] >= 96).sum() >= 3
+    for k in ("prefill_per_token", "decode_base", "decode_per_seq"):
+        assert getattr(got, k) == pytest.approx(getattr(cost, k), rel=1e-3), k
+
+
+@pytest.mark.parametrize("policy, budget", [("mixed", None), ("chunked", 32), ("chunked", 128)])
+def test_mixed_round_counts_the_steps_a_long_prompt_waits(monkeypatch, policy, budget):
+    """In steps, a long prompt's TTFT is ⌈P/(M − d)⌉ (1 whole) plus the step running when it came."""
+    cost = TokenCost(prefill_per_token=600, decode_base=6000, decode_per_seq=1200)
+    monkeypatch.setattr(L, "stream_requests", _fake_stream(cost, policy, budget))
+    spacing = 1.2 * F.prefill_steps(320, 32, 4) * cost.iteration_time(28, 4)   # the chapter's load
+    r = L.mixed_round(None, "m", decode_tokens=48, long_prompt=320, long_at=(0.03, 0.03 + spacing))
+    assert r["long_ttft_steps"] == (F.prefill_steps(320, budget, 4) if budget else 1) + 1
+
+
+def test_fit_cost_takes_medians_and_says_what_is_missing():
+    a, b, c = 6000.0, 700.0, 1200.0
+    rows = [(d, 0, (a + c * d) / 1e6) for d in (1, 2, 3, 4) for _ in range(5)]
+    rows += [(2, 0, 0.5), (3, 0, 0.4)]                                 # two steps a busy machine stretched
+    rows += [(4, p, (a + c * 4 + b * p) / 1e6) for p in (96, 200, 320)] + [(4, 8, 1.0)]   # short prompt: unused
+    got = L.fit_cost(np.array(rows))
+    assert (got.decode_base, got.decode_per_seq, got.prefill_per_token) == pytest.approx((a, c, b))
+    with pytest.raises(ValueError, match="two"):
+        L.fit_cost(np.array([(3, 0, 0.01), (3, 0, 0.01), (3, 200, 0.1)]))
+
+
+def test_whole_prompt_steps_times_only_back_to_back_steps():
+    # request 0 decodes through steps 1-3; request 1 (prompt 100) joins at step 2; request 2 comes after an idle gap
+    figures = [[{"T_NS": 10}, {"T_NS": 30}, {"T_NS": 60}], [{"T_NS": 30}, {"T_NS": 60}], [{"T_NS": 500}]]
+    steps = L.whole_prompt_steps(SimpleNamespace(figures=figures), [8, 100, 50])
+    assert steps.tolist() == [[1, 100, 20e-9], [2, 0, 30e-9]]
+
+
+def test_on_client_clock_shifts_by_the_fastest_transit():
+    client = [[10.002, 10.010], [10.020]]
+    server = [[1.000, 1.007], [1.0195]]                                 # transits 2, 3 and 0.5 ms
+    moved = L.on_client_clock(client, server)
+    assert moved[0] == pytest.approx([10.0005, 10.0075]) and moved[1] == pytest.approx([10.02])
+    assert L.on_client_clock([None], [[]]) == [[]]
+
+
+def test_slo_round_predicts_with_the_simulator_for_the_very_send_times(monkeypatch):
+    """A server that is the simulator: the attainment it measures is the one predicted."""
+    cost = TokenCost(prefill_per_token=600, decode_base=6000, decode_per_seq=1200)
+    slo = L.slo_for(cost)
+    monkeypatch.setattr(L, "stream_requests", _fake_stream(cost, "chunked", 32))
+    r = L.slo_round(None, "lm_chunk32", 3.0, cost, slo, n=12)
+    assert r["policy"] == "chunked 32" and r["attainment"] == pytest.approx(r["predicted"])
 
 
 def test_stage_variants_writes_each_knob(tmp_path):
@@ -129,10 +223,12 @@ def test_mixed_round_takes_itl_from_the_server_stamps(monkeypatch):
         for t in client_t[:4]:                                               # one 200 ms client stall
             t[5:] = [x + 0.2 for x in t[5:]]
         return SimpleNamespace(token_times=client_t, server_times=server_t if stamps else [[] for _ in range(n)],
-                               sent=np.zeros(n), last=np.array([t[-1] for t in client_t]))
+                               sent=np.zeros(n), last=np.array([t[-1] for t in client_t]),
+                               server_ttft=np.array([t[0] for t in server_t]))
 
     monkeypatch.setattr(L, "stream_requests", fake)
     r = L.mixed_round(None, "m")
+    assert r["long_ttft_p50_ms"] == pytest.approx(0.0)                     # from the server's first stamp
     assert r["itl_p99_ms"] == pytest.approx(10.0) and r["client_itl_p99_ms"] > 100
     monkeypatch.setattr(L, "stream_requests", lambda *a, **k: fake(*a, stamps=False))
     with pytest.raises(RuntimeError, match="sends no T_NS"):
@@ -148,6 +244,7 @@ def test_the_rounds_read_the_servers_own_figures(monkeypatch):
                     {"T_NS": 20 + i, "ACTIVE": 1, "KV_BLOCKS": 2, "KV_TOKENS": 20, "CACHED_TOKENS": 320 * (i > 0),
                      "PREEMPTIONS": i % 2, "RECOMPUTED_TOKENS": 5 * (i % 2)}] for i in range(n)]
         return SimpleNamespace(figures=figures, token_times=[[0.1, 0.2]] * n, sent=np.zeros(n),
+                               server_times=[[0.1, 0.2]] * n, server_ttft=np.full(n, 0.1),
                                last=np.full(n, 0.2), tokens=np.full(n, 2))
 
     monkeypatch.setattr(L, "stream_requests", fake)

@@ -213,12 +213,27 @@ def test_ch11_rounds_bars_are_the_medians_with_min_max_error_bars():
 def test_ch11_budget_tradeoff_draws_the_simulated_rows():
     from batchlab.course import llm_serving as L
     from batchlab.plotting import llm_serving as PL
+    from batchlab.sim.service import TokenCost
 
-    rows = [L.sim_mixed(m) for m in (None, 128, 32)]
+    rows = [L.sim_mixed(m, TokenCost(prefill_per_token=200, decode_base=4500, decode_per_seq=150)) for m in (None, 128, 32)]
     ax = PL.plot_budget_tradeoff(rows).axes[0]
     itl, ttft, whole = ax.get_lines()[:3]
     assert list(itl.get_xdata()) == [128, 32] and list(itl.get_ydata()) == [r["itl_p99_ms"] for r in rows[1:]]
     assert list(ttft.get_ydata()) == [r["long_ttft_p50_ms"] for r in rows[1:]]
     assert whole.get_ydata()[0] == rows[0]["itl_p99_ms"]
     assert legend_of(ax) == ["解码序列 ITL p99", "长提示 TTFT p50", "不分块时的 ITL p99"]
+    assert_clean(ax)
+
+
+def test_ch11_goodput_draws_attainment_against_rate_with_the_target_and_the_goodput():
+    from batchlab.plotting import llm_serving as PL
+
+    rows = [{"policy": p, "rate": r, "attainment": a} for p, pts in
+            (("whole", ((1.0, 0.95), (2.0, 0.8))), ("chunked 32", ((1.0, 1.0), (2.0, 0.92)))) for r, a in pts]
+    ax = PL.plot_goodput(rows, 0.9, {"whole": 1.0, "chunked 32": 2.0}).axes[0]
+    lines = ax.get_lines()
+    assert list(lines[0].get_ydata()) == [95.0, 80.0] and list(lines[2].get_ydata()) == [100.0, 92.0]
+    assert [tuple(ln.get_xdata()) for ln in (lines[1], lines[3])] == [(1.0,), (2.0,)]   # the goodput marks
+    assert lines[-1].get_ydata()[0] == 90.0                                             # the target
+    assert legend_of(ax) == ["整段提示（Orca）", "分块 32（Sarathi）", "目标 90%（空心圈：goodput）"]
     assert_clean(ax)

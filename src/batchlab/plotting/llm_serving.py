@@ -49,3 +49,31 @@ def plot_budget_tradeoff(rows: Sequence[Mapping[str, float]]) -> Figure:
            title=zh("预算越小，解码越平稳，长提示的首 token 越晚", "smaller budget: steadier decode, later TTFT"))
     legend(ax, fontsize=8, outside="below", ncol=3)
     return fig
+
+
+#: Chinese names of the step policies (`llm_serving.STEP_SETTINGS`) in legends and tables.
+POLICY_ZH = {"prefill_first": "先预填充（vLLM V0）", "whole": "整段提示（Orca）",
+             "chunked 32": "分块 32（Sarathi）", "chunked 128": "分块 128（Sarathi）"}
+
+
+def plot_goodput(rows: Sequence[Mapping[str, float]], target: float, goodput: Mapping[str, float]) -> Figure:
+    """Simulated SLO attainment against the arrival rate, one line per step policy (rows from
+    `llm_serving.sim_goodput`), the target as a dashed line and each policy's goodput (`goodput`,
+    from `llm_serving.goodput`) as a hollow marker on its line."""
+    fig, ax = figure(figsize=(6.4, 3.8))
+    styles = ("-o", "--s", "-^", ":D")
+    for k, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
+        mine = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rate"])
+        x, y = [r["rate"] for r in mine], [100 * r["attainment"] for r in mine]
+        ax.plot(x, y, styles[k % len(styles)], color=f"C{k}", ms=4, label=zh(POLICY_ZH.get(policy, policy), policy))
+        g = goodput.get(policy, 0.0)
+        if g > 0:
+            ax.plot([g], [100 * next(r["attainment"] for r in mine if r["rate"] == g)], "o", ms=11,
+                    mfc="none", color=f"C{k}")
+    ax.axhline(100 * target, color="k", ls="--", lw=1, label=zh(f"目标 {100 * target:.0f}%（空心圈：goodput）",
+                                                               f"target {100 * target:.0f}% (circle: goodput)"))
+    ax.set(xlabel=zh("到达率（请求/s）", "arrival rate (req/s)"), ylabel=zh("两个 SLO 都达标的请求（%）", "meeting both SLOs (%)"),
+           title=zh("分块 32 的一步装得进 ITL SLO：goodput 最高", "chunks of 32 fit the ITL SLO: highest goodput"))
+    ax.set_ylim(0, 105)
+    legend(ax, fontsize=8, outside="below", ncol=3)
+    return fig
