@@ -120,3 +120,29 @@ def test_a_pool_holds_what_it_runs_while_requests_wait(monkeypatch):
     r = C.pool_round(None, "lm_paged_1k", n=2)
     assert (r["held_while_queued"], r["mean_active"], r["max_active"]) == (5.0, 4.0, 6)
     assert (r["preemptions"], r["recomputed_tokens"]) == (2, 30)
+
+
+def test_kv_layouts_paged_wastes_under_a_block_contiguous_doubles_reserve_holds_all(lm):
+    lay = C.kv_layouts(lm, prompt_tokens=8, max_tokens=72)
+    held, slots = lay["held"], lay["slots"]
+    assert held[0] == 8 and held[-1] == 8 + 72 - 2 and list(slots) == list(C.KV_LAYOUTS)
+    assert ((slots["paged"] - held >= 0) & (slots["paged"] - held < 16)).all()
+    assert sorted(set(slots["contiguous"])) == [16, 32, 64, 128]          # the prompt rounded up, then doubling
+    assert set(slots["reserve"]) == {80}                                   # prompt + max_tokens in whole blocks
+    wide = C.kv_layouts(lm, prompt_tokens=8, max_tokens=72, block_size=32)["slots"]["paged"]
+    assert (wide - held).max() == 31 and wide[-1] == 96
+
+
+def test_kv_layouts_refuses_an_empty_sequence(lm):
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        C.kv_layouts(lm, prompt_tokens=0)
+
+
+def test_the_pool_round_reports_the_blocks_at_its_peak(monkeypatch):
+    steps = [{"T_NS": t, "ACTIVE": a, "WAITING": 0, "KV_BLOCKS": b, "KV_TOKENS": 50}
+             for t, a, b in ((1, 3, 10), (2, 5, 12), (3, 5, 20), (4, 2, 30))]
+    final = dict(steps[-1], CACHED_TOKENS=0, PREEMPTIONS=0, RECOMPUTED_TOKENS=0)
+    monkeypatch.setattr(C, "stream_requests", lambda *a, **k: _fake_round([steps[:3] + [final]]))
+    r = C.pool_round(None, "lm_paged_640", n=1)
+    assert (r["max_active"], r["blocks_at_peak"], r["peak_kv_blocks"]) == (5, 12, 30)
+    assert r["held_while_queued"] != r["held_while_queued"]                # nobody waited: nan

@@ -199,6 +199,22 @@ def test_plot_kv_per_token_log_bars_in_kib_and_mib():
     assert_clean(ax)
 
 
+def test_plot_kv_layouts_one_step_line_per_layout_over_the_diagonal():
+    held = [8, 9, 16, 17, 33]
+    slots = {"contiguous": [16, 16, 16, 32, 64], "paged": [16, 16, 16, 32, 48], "reserve": [80] * 5}
+    labels = {"contiguous": "连续数组", "paged": "块池·按需", "reserve": "块池·预留"}
+    ax = PP.plot_kv_layouts(held, slots, labels)
+    assert ax.get_xlabel() == "存着 KV 的 token 数" and ax.get_ylabel() == "分配的 token 位置"
+    assert legend_of(ax) == ["存着 KV 的 token", *labels.values()]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), held)               # the diagonal
+    for ln, key in zip(ax.lines[1:], labels):
+        np.testing.assert_allclose(ln.get_xdata(), held)
+        np.testing.assert_allclose(ln.get_ydata(), slots[key])
+    assert ax.get_ylim()[0] == 0
+    assert_lines_inside(ax)
+    assert_clean(ax)
+
+
 def test_plot_concurrency_vs_context_log_log():
     ctx = [512, 1024, 2048, 4096, 8192]
     series = {"Llama-2-7B": [120, 60, 30, 15, 7], "Llama-3-8B": [480, 240, 120, 60, 30]}

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from batchlab.batching import BlockManager, GenerationRequest, OnDemandAdmission, ReserveAdmission, Scheduler
 from batchlab.batching.blocks import BLOCK_SIZE
 from batchlab.config_pbtxt import parse_config
 from batchlab.course.llm_serving import final_figures, step_figures, stream_requests
@@ -159,15 +160,50 @@ def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens:
 
 # ---- chapter 03: how much of the allocated KV holds tokens, and how many sequences a pool holds ----
 
+#: The three ways chapter 03 keeps one sequence's KV: its own contiguous array (the request-level models),
+#: blocks taken as it grows (the paged pool, on demand) and blocks taken for its whole future at once.
+KV_LAYOUTS = ("contiguous", "paged", "reserve")
+
+
+def kv_layouts(lm: Any, prompt_tokens: int = 8, max_tokens: int = 72, block_size: int = BLOCK_SIZE
+               ) -> dict[str, Any]:
+    """One sequence (a `prompt_tokens` prompt, `max_tokens` tokens to generate) as it grows, and the token
+    slots each layout allocates to it after every step but the last, by the layouts' own code (no model
+    is run: allocation does not depend on the values): "contiguous", its `KVCache` from `lm.new_cache`
+    grown by `reserve` as `ToyLM.forward` grows it (`generate`, `lm_iterative`); "paged" and "reserve",
+    its block table under the `Scheduler` with on-demand and reserve admission (`lm_stream`'s pool, blocks
+    of `block_size` tokens). Returns `held` (positions holding KV after each step), `slots` (layout ->
+    slots per step), `block_size`."""
+    if prompt_tokens < 1 or max_tokens < 2:
+        raise ValueError("need prompt_tokens >= 1 and max_tokens >= 2")
+    slots: dict[str, list[int]] = {"paged": [], "reserve": []}
+    held: list[int] = []
+    for layout, policy in (("paged", OnDemandAdmission()), ("reserve", ReserveAdmission())):
+        scheduler = Scheduler(BlockManager(None, block_size), policy, max_active=1)
+        request = GenerationRequest(0, [1] * prompt_tokens, max_tokens)
+        scheduler.submit(request)
+        for _ in range(max_tokens - 1):
+            scheduler.complete(scheduler.schedule(), [0])
+            slots[layout].append(len(request.table.blocks) * scheduler.blocks.block_size)
+            if layout == "paged":
+                held.append(request.computed)
+    cache = lm.new_cache(prompt_tokens)
+    slots["contiguous"] = []
+    for n in held:
+        cache.reserve(n)
+        slots["contiguous"].append(cache.capacity)
+    return {"held": np.array(held), "slots": {k: np.array(slots[k]) for k in KV_LAYOUTS}, "block_size": block_size}
+
+
 #: Chapter 03's `lm_stream` copies, the two admission policies over one pool each: a pool roomy enough
-#: that nobody waits for KV (the share of allocated KV holding tokens), and a small fixed pool of 1024
-#: token positions, 64 blocks (how many sequences it holds). `lm_iterative` (contiguous caches) runs
-#: beside the first two.
+#: that nobody waits for KV (the share of allocated KV holding tokens; `lm_iterative`, contiguous caches,
+#: runs beside them), and a small fixed pool of 640 token positions, 40 blocks (how many sequences it
+#: holds at once: reserved, 2 of `pool_round`'s requests, each holding prompt + 256 tokens, 17 to 20 blocks).
 POOL_VARIANTS: dict[str, dict[str, str]] = {
     "lm_reserve": {"kv_policy": "reserve", "max_active": "16", "kv_token_budget": "8192"},
     "lm_paged": {"kv_policy": "on_demand", "max_active": "16", "kv_token_budget": "8192"},
-    "lm_reserve_1k": {"kv_policy": "reserve", "max_active": "16", "kv_token_budget": "1024", "max_tokens_limit": "448"},
-    "lm_paged_1k": {"kv_policy": "on_demand", "max_active": "16", "kv_token_budget": "1024", "max_tokens_limit": "448"},
+    "lm_reserve_640": {"kv_policy": "reserve", "max_active": "16", "kv_token_budget": "640"},
+    "lm_paged_640": {"kv_policy": "on_demand", "max_active": "16", "kv_token_budget": "640"},
 }
 
 
@@ -193,13 +229,14 @@ def _chat_round(server: Any, model: str, n: int, seed: int, arrivals: Sequence[f
                            ignore_eos=False, batched=model.startswith("lm_iterative"))
 
 
-def kv_share_round(server: Any, model: str, n: int = 12, seed: int = 0, gap_s: float = 0.05,
-                   prompt_tokens: tuple[int, int] = (48, 224), block_size: int = BLOCK_SIZE) -> dict[str, Any]:
+def kv_share_round(server: Any, model: str, n: int = 8, seed: int = 0, gap_s: float = 0.05,
+                   prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256,
+                   block_size: int = BLOCK_SIZE) -> dict[str, Any]:
     """The chat workload (one request every `gap_s` s) on `model`: the share of allocated KV that holds
     tokens, from the server's own figures after every step (sum of held / sum of allocated): an
     `lm_stream` reports its pool blocks (KV_BLOCKS · block_size allocated), `lm_iterative` its
     contiguous arrays (KV_SLOTS); also the tokens generated (the same replies on every model)."""
-    rec = _chat_round(server, model, n, seed, np.arange(n) * gap_s, prompt_tokens)
+    rec = _chat_round(server, model, n, seed, np.arange(n) * gap_s, prompt_tokens, max_tokens)
     steps = step_figures(rec)
     allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * block_size
     held = steps["KV_TOKENS"]
@@ -208,18 +245,19 @@ def kv_share_round(server: Any, model: str, n: int = 12, seed: int = 0, gap_s: f
             "tokens": int(rec.tokens.sum())}
 
 
-def pool_round(server: Any, model: str, n: int = 32, seed: int = 0, prompt_tokens: tuple[int, int] = (16, 64),
-               max_tokens: int = 448) -> dict[str, Any]:
+def pool_round(server: Any, model: str, n: int = 8, seed: int = 0, prompt_tokens: tuple[int, int] = (16, 64),
+               max_tokens: int = 256) -> dict[str, Any]:
     """Short chat turns (`prompt_tokens`, up to `max_tokens` each), `n` requests at once, on an
-    `lm_stream` copy: how many sequences its pool held (the server's ACTIVE: its mean over the steps
-    in which requests were still waiting, so the pool and not the work limited the batch; its mean
-    over all steps and its peak), its peak blocks, preemptions and the positions recomputed, tokens/s."""
+    `lm_stream` copy: how many sequences its pool held at once (the server's ACTIVE: its peak, the
+    blocks in use in the first step that reached it, its mean over the steps in which requests were
+    still waiting), the pool's peak blocks, preemptions and the positions recomputed, tokens/s."""
     rec = _chat_round(server, model, n, seed, np.zeros(n), prompt_tokens, max_tokens)
     steps, final = step_figures(rec), final_figures(rec)
     queued = steps["WAITING"] > 0  # steps in which the pool, not the work, limited the batch
     held = float(steps["ACTIVE"][queued].mean()) if queued.any() else float("nan")
-    return {"model": model, "held_while_queued": held,
-            "mean_active": float(steps["ACTIVE"].mean()), "max_active": int(steps["ACTIVE"].max()),
+    peak = int(np.argmax(steps["ACTIVE"]))
+    return {"model": model, "max_active": int(steps["ACTIVE"][peak]), "blocks_at_peak": int(steps["KV_BLOCKS"][peak]),
+            "held_while_queued": held, "mean_active": float(steps["ACTIVE"].mean()),
             "peak_kv_blocks": int(steps["KV_BLOCKS"].max()), "preemptions": int(final["PREEMPTIONS"].sum()),
             "recomputed_tokens": int(final["RECOMPUTED_TOKENS"].sum()),
             "tokens_per_s": float(rec.tokens.sum() / (rec.last.max() - rec.sent.min()))}

@@ -89,3 +89,19 @@ def plot_concurrency_vs_context(contexts: Sequence[int], sequences: Mapping[str,
            title=zh("序列越长，一张卡能同时放的序列越少", "longer sequences, fewer concurrent ones"))
     legend(ax, fontsize=8)
     return ax
+
+
+def plot_kv_layouts(held: Sequence[int], slots: Mapping[str, Sequence[int]], labels: Mapping[str, str],
+                    ax: Any = None) -> Any:
+    """One sequence as it grows: the token slots each KV layout allocates to it (steps) against the
+    positions that hold KV (`held`, the diagonal), from `capacity.kv_layouts`."""
+    ax = new_axes(ax, (6.4, 3.8))
+    x = np.asarray(held)
+    ax.plot(x, x, color="#333333", lw=1, ls=":", label=zh("存着 KV 的 token", "positions holding KV"))
+    for i, (key, label) in enumerate(labels.items()):
+        ax.step(x, np.asarray(slots[key]), where="post", color=f"C{i}", lw=3.2 - 0.8 * i, label=label)
+    ax.set(xlabel=zh("存着 KV 的 token 数", "positions holding KV"), ylabel=zh("分配的 token 位置", "slots allocated"),
+           title=zh("同一条序列：按需的块池只多占不到一块", "one sequence: the paged pool allocates under a block more"))
+    ax.set_ylim(0, None)
+    legend(ax, fontsize=8)
+    return ax
