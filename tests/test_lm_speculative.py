@@ -54,6 +54,13 @@ def test_the_ngram_draft_looks_the_suffix_up_in_the_context(tokens, k, expected)
     assert NgramDraft(2, 3).propose(tokens, k) == expected
 
 
+def test_the_bigram_prior_finishes_what_the_lookup_leaves(lm):
+    draft = make_draft("ngram_bigram", lm, 2, 3)
+    assert draft.propose([1, 2, 3, 4, 2, 3], 4) == [4, 2, 3] + BigramDraft(lm).propose([3], 1)
+    assert draft.propose([1, 2, 3, 4, 5], 2) == BigramDraft(lm).propose([5], 2)
+    assert draft.propose([1, 2, 3, 4, 2, 3], 2) == [4, 2]
+
+
 def test_bad_draft_settings_are_refused(lm):
     with pytest.raises(ValueError, match="prompt_lookup_min 4 is larger than prompt_lookup_max 2"):
         NgramDraft(4, 2)
@@ -113,7 +120,7 @@ def solo(i: int) -> list[int]:
 
 
 @pytest.mark.parametrize("concurrency, setting", [(1, "reserve")] + [(8, s) for s in sorted(SETTINGS)])
-@pytest.mark.parametrize("draft", ["bigram", "ngram"])
+@pytest.mark.parametrize("draft", ["bigram", "ngram", "ngram_bigram"])
 def test_speculation_keeps_every_token_of_greedy_decoding(lm, setting, draft, concurrency):
     kwargs = dict(SETTINGS[setting], max_active=concurrency)
     seqs, requests, steps = run(lm, JOBS, draft=draft, num_speculative_tokens=3, **kwargs)
@@ -159,7 +166,7 @@ def load(tmp_path: Path, params: dict[str, str]) -> TritonPythonModel:
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"speculative_method": "eagle"}, "speculative_method='eagle' is not one of off, bigram, ngram"),
+    ({"speculative_method": "eagle"}, "speculative_method='eagle' is not one of off, bigram, ngram, ngram_bigram"),
     ({"speculative_method": "bigram", "num_speculative_tokens": "0"}, r"num_speculative_tokens=0 is outside"),
     ({"speculative_method": "ngram", "prompt_lookup_min": "5"}, "prompt_lookup_min 5 is larger than"),
 ])
@@ -175,7 +182,7 @@ def test_the_default_config_does_not_speculate():
     model.finalize()
 
 
-@pytest.mark.parametrize("params", [{}, SPEC, {"speculative_method": "bigram", "num_speculative_tokens": "4"}])
+@pytest.mark.parametrize("params", [{}, SPEC, {"speculative_method": "ngram_bigram", "num_speculative_tokens": "4"}])
 def test_lm_stream_streams_greedy_tokens_and_reports_the_drafts(tmp_path, lm, params):
     with fake_pb.installed():
         model = load(tmp_path, params)
@@ -215,10 +222,10 @@ def test_the_server_streams_greedy_tokens_with_speculation(tmp_path, start_trito
     from test_models_server import stream_generate
 
     staged(tmp_path, "lm_spec_ngram", SPEC)
-    staged(tmp_path, "lm_spec_bigram", {"speculative_method": "bigram", "num_speculative_tokens": "3"})
+    staged(tmp_path, "lm_spec_ngram_bigram", {"speculative_method": "ngram_bigram", "num_speculative_tokens": "3"})
     server = start_triton(repo=tmp_path)
     jobs = [(p, 24 + 4 * i) for i, p in enumerate(prompts(8))]
-    for model in ("lm_spec_ngram", "lm_spec_bigram"):
+    for model in ("lm_spec_ngram", "lm_spec_ngram_bigram"):
         batches = [jobs] if concurrency == 8 else [[job] for job in jobs]   # all at once, or one at a time
         got = {}
         for b, batch in enumerate(batches):

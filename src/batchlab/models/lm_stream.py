@@ -11,7 +11,7 @@ token), T_NS (the server's monotonic clock, ns, when the step ended: ITL measure
 in the final response also CACHED_TOKENS (prompt tokens its last admission found in the prefix
 cache), PREEMPTIONS and RECOMPUTED_TOKENS (positions computed again after them).
 
-Speculative decoding (parameter `speculative_method`: off, bigram or ngram; `num_speculative_tokens`
+Speculative decoding (parameter `speculative_method`: off, bigram, ngram or ngram_bigram; `num_speculative_tokens`
 k; `prompt_lookup_min` / `_max` for ngram): a greedy request may get several tokens from one step
 (all with that step's T_NS); each response then also carries DRAFTED (draft tokens its step verified
 for this request), the final one DRAFTED_TOKENS and ACCEPTED_TOKENS (the request's totals).
