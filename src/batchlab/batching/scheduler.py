@@ -180,7 +180,7 @@ class Scheduler:
         plan.preempted.append(request)
         self.waiting.appendleft(request)
 
-    def complete(self, plan: StepPlan, sampled: Sequence[int | None],
+    def complete(self, plan: StepPlan, sampled: Sequence[int | list[int] | None],
                  stopped: Sequence[GenerationRequest] = ()) -> list[GenerationRequest]:
         """After the execution: each request stored its `n` positions; one whose input is all computed
         appends the token it sampled (`sampled[i]`, aligned with `plan.work`; after draft tokens, the
