@@ -19,6 +19,7 @@ from batchlab.lm.vocab import ARTICLE
 from batchlab.models.lm_stream import TritonPythonModel
 
 import fake_pb  # tests/fake_pb.py
+from test_lm_stream_knobs import staged
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +151,6 @@ def test_speculation_takes_fewer_steps_and_off_is_todays_batcher(lm):
 # --- lm_stream ---------------------------------------------------------------------------------------
 
 SPEC = {"speculative_method": "ngram", "num_speculative_tokens": "3"}
-
-
-def staged(tmp_path: Path, name: str, params: dict[str, str]) -> Path:
-    c = cfg.edit_config(cfg.load_config_text("lm_stream"), {
-        "name": name, "parameters": {k: f'string_value: "{v}"' for k, v in params.items()}})
-    cfg.stage_model(tmp_path, name, cfg.to_text(c), "lm_stream")
-    return tmp_path / name
 
 
 def load(tmp_path: Path, params: dict[str, str]) -> TritonPythonModel:

@@ -8,6 +8,8 @@ token. When a running request cannot get its blocks, the last running request is
 blocks are freed and it goes back to the head of the queue, to be recomputed (hitting whatever of
 it is still cached); no request is admitted in a step that preempted. Every KV question goes to the
 `BlockManager`. The caller executes the plan (the real LM, or a cost model) and calls `complete`.
+Speculative decoding: a decoding request with `draft` tokens computes its last token and the drafts
+in one step, each counted against the budget; `complete` keeps the accepted ones and rolls back the rest.
 """
 
 from __future__ import annotations
