@@ -4,10 +4,11 @@ server (its T_NS stamps), and the acceptance the server reports (DRAFTED per ste
 ACCEPTED_TOKENS per request) against the expected tokens per step (1 − α^(k+1)) / (1 − α).
 
 The LM is the `decode` model's width (d_model 512, d_ff 2048: 52 MB of weights): one sequence's
-decode step then costs about what reading the weights costs, so scoring k + 1 positions instead of 1
-costs little more (measured: ~1.1–1.3× at k = 3), and every accepted draft token is nearly free. At
-the default width (13 MB) a step is mostly Python overhead per layer; the gain would be there too,
-but not for the reason a GPU server has it. Every function returns rows (dicts).
+decode step then costs what going through the weights costs, so scoring k + 1 = 4 positions instead
+of 1 costs only ~1.3× as much, while 8 sequences' 32 positions cost ~2.2× what their 8 do: the gain
+that batching eats. At the default width (13 MB) the extra positions are cheap too, but because a
+step is mostly Python overhead per layer, not for the reason a GPU server has. Every function
+returns rows (dicts).
 """
 
 from __future__ import annotations
