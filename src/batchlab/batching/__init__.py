@@ -6,6 +6,8 @@ learner to read, and run by every driver (the simulators, the course models, the
 * `scheduler` — continuous batching's step (`Scheduler`, vLLM V1 / nano-vllm style), with its
   `request`s, its `policies` (admission: reserve / on demand; the step's shape) and the KV
   `blocks` it allocates (`BlockManager`: a paged pool, reference counts, prefix caching).
+* `speculative` — speculative decoding's greedy acceptance rule (`accept`): which of a step's draft
+  tokens the target keeps (the LM's executor applies it; the scheduler rolls back the rest).
 
 Nothing here imports protobuf, tritonclient, the simulators or the LM: the mechanisms only decide;
 `batchlab.sim` and `batchlab.lm` drive them.
@@ -17,7 +19,8 @@ from .policies import (ADMISSION, STEP_POLICIES, OnDemandAdmission, ReserveAdmis
 from .request import GenerationRequest, StepPlan
 from .scheduler import Scheduler
 from .slots import SequenceRequest, SequenceSlots, SlotControl
+from .speculative import accept
 
 __all__ = ["SequenceRequest", "SequenceSlots", "SlotControl", "BLOCK_SIZE", "BlockManager", "BlockTable",
            "block_key", "ADMISSION", "STEP_POLICIES", "OnDemandAdmission", "ReserveAdmission",
-           "prefill_chunks", "whole_prompts", "GenerationRequest", "StepPlan", "Scheduler"]
+           "prefill_chunks", "whole_prompts", "GenerationRequest", "StepPlan", "Scheduler", "accept"]

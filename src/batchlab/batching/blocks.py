@@ -132,15 +132,19 @@ class BlockManager:
             self._release(block)
         table.blocks, table.n_keyed = [], 0
 
-    def truncate(self, table: BlockTable, n_tokens: int) -> None:
-        """Keep only the blocks holding the first `n_tokens` tokens (a rollback, e.g. rejected
-        speculative tokens); blocks past them are released and leave the cache."""
-        keep = self.blocks_for(n_tokens)
-        for block in reversed(table.blocks[keep:]):
+    def truncate(self, table: BlockTable, n_tokens: int, hold_tokens: int = 0) -> None:
+        """Keep only the first `n_tokens` tokens (a rollback, e.g. of rejected speculative tokens):
+        blocks past those holding max(n_tokens, `hold_tokens`) tokens are released; every block past
+        the first n_tokens' full ones leaves the cache (its slots will hold other tokens)."""
+        keep = self.blocks_for(max(n_tokens, hold_tokens))
+        full = n_tokens // self.block_size
+        if any(self.ref[b] > 1 for b in table.blocks[full:keep]):
+            raise ValueError(f"cannot keep {n_tokens} tokens: a block past them that stays is shared")
+        for block in reversed(table.blocks[full:]):
             self._uncache(block)
+        for block in reversed(table.blocks[keep:]):
             self._release(block)
         del table.blocks[keep:]
-        full = n_tokens // self.block_size
         del table.keys[full:]
         table.n_keyed = min(table.n_keyed, full)
 

@@ -25,6 +25,9 @@ class GenerationRequest:
     preemptions: int = 0
     recomputed_tokens: int = 0    # positions computed again after preemptions
     high_water: int = 0           # positions ever computed (or taken from the cache)
+    draft: list[int] = field(default_factory=list)  # speculative tokens to verify at its next decode
+    drafted: int = 0              # draft tokens verified so far (speculative decoding)
+    accepted: int = 0             # of which the target accepted
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.prompt_tokens or len(self.token_ids)
@@ -56,7 +59,7 @@ class StepPlan:
     admitted and preempted; the token counts a cost model prices."""
 
     work: list[tuple[GenerationRequest, int]] = field(default_factory=list)
-    decode: list[GenerationRequest] = field(default_factory=list)                  # one token each
+    decode: list[GenerationRequest] = field(default_factory=list)                  # 1 + its drafts each
     prefill: list[tuple[GenerationRequest, int]] = field(default_factory=list)     # prompt positions
     admitted: list[GenerationRequest] = field(default_factory=list)
     preempted: list[GenerationRequest] = field(default_factory=list)
@@ -64,6 +67,7 @@ class StepPlan:
     prefill_tokens: int = 0          # of which in prompts (and recomputations)
     context_tokens: int = 0          # KV positions the decodes attend to (each includes itself)
     useful_tokens: int = 0           # positions computed for the first time
+    draft_tokens: int = 0            # of the decodes' positions, speculative tokens to verify
     kv_blocks: int = 0               # pool blocks held during the step
 
     @property
@@ -72,13 +76,15 @@ class StepPlan:
         return [r for r, _ in self.work]
 
     def add(self, request: GenerationRequest, n: int, decoding: bool) -> None:
-        """Put `n` positions of `request` (`decoding`: one token past its prompt) in the step and count them."""
+        """Put `n` positions of `request` (`decoding`: its last token, then n - 1 draft tokens) in the
+        step and count them."""
         self.work.append((request, n))
         self.tokens += n
         computed = request.computed
-        if decoding:
+        if decoding:  # its last token and any draft tokens: n positions, each attending to all before it
             self.decode.append(request)
-            self.context_tokens += computed + 1
+            self.context_tokens += n * computed + n * (n + 1) // 2
+            self.draft_tokens += n - 1
         else:
             self.prefill.append((request, n))
             self.prefill_tokens += n

@@ -8,6 +8,8 @@ token. When a running request cannot get its blocks, the last running request is
 blocks are freed and it goes back to the head of the queue, to be recomputed (hitting whatever of
 it is still cached); no request is admitted in a step that preempted. Every KV question goes to the
 `BlockManager`. The caller executes the plan (the real LM, or a cost model) and calls `complete`.
+Speculative decoding: a decoding request with `draft` tokens computes its last token and the drafts
+in one step, each counted against the budget; `complete` keeps the accepted ones and rolls back the rest.
 """
 
 from __future__ import annotations
@@ -78,12 +80,14 @@ class Scheduler:
         """Running requests in order; one whose blocks do not fit preempts the last running request
         (which may be itself) until they do."""
         decoding = [r.generated > 0 and r.computed + 1 == len(r.token_ids) for r in self.running]
-        chunks = self._split([r.left for r, d in zip(self.running, decoding) if not d], sum(decoding))
+        verified = sum(1 + len(r.draft) for r, d in zip(self.running, decoding) if d)  # decodes and drafts
+        chunks = self._split([r.left for r, d in zip(self.running, decoding) if not d], verified)
         i = 0
         while i < len(self.running):
             request = self.running[i]
-            if decoding[i]:
-                n = 1 if plan.tokens < self.max_num_tokens else 0
+            if decoding[i]:  # its last token, then its draft tokens while the budget lasts
+                n = int(min(1 + len(request.draft), max(0, self.max_num_tokens - plan.tokens)))
+                del request.draft[max(n - 1, 0):]
             else:
                 n = chunks.pop(0)
             if n == 0:
@@ -103,7 +107,7 @@ class Scheduler:
         first that does not fit stops the rest (nobody overtakes it)."""
         if not self.waiting or len(self.running) >= self.max_active:
             return
-        n_decoding = len(plan.decode)
+        n_decoding = plan.tokens - plan.prefill_tokens  # the decodes' positions (drafts included)
         lefts = [n for r, n in plan.prefill]
         started = []
         for i in self._selected():
@@ -173,15 +177,17 @@ class Scheduler:
         evicted) and put it at the head of the queue."""
         self.blocks.free(request.table)
         request.computed = 0
+        request.draft.clear()
         request.preemptions += 1
         plan.preempted.append(request)
         self.waiting.appendleft(request)
 
-    def complete(self, plan: StepPlan, sampled: Sequence[int | None],
+    def complete(self, plan: StepPlan, sampled: Sequence[int | list[int] | None],
                  stopped: Sequence[GenerationRequest] = ()) -> list[GenerationRequest]:
         """After the execution: each request stored its `n` positions; one whose input is all computed
-        appends the token it sampled (`sampled[i]`, aligned with `plan.work`); those at max_tokens or
-        in `stopped` (they sampled <eos>) leave and free their blocks. Returns the finished."""
+        appends the token it sampled (`sampled[i]`, aligned with `plan.work`; after draft tokens, the
+        list of the accepted ones and the target's own token); those at max_tokens or in `stopped`
+        (they sampled <eos>) leave and free their blocks. Returns the finished."""
         # Retiring at once is the point of iteration-level batching (Orca): the freed blocks and
         # place go to a waiting request at the very next step, not when a whole batch ends.
         finished = []
@@ -191,6 +197,9 @@ class Scheduler:
                 request.high_water = request.computed
             if request.computed < len(request.token_ids):
                 continue  # a prompt part-way: no token yet
+            *accepted, token = token if isinstance(token, list) else [token]
+            if request.draft:
+                self._keep_accepted(request, accepted)
             request.token_ids.append(token)
             request.generated += 1
             if request.generated >= request.max_tokens or request in stopped:
@@ -198,6 +207,16 @@ class Scheduler:
         for request in finished:
             self.remove(request)
         return finished
+
+    def _keep_accepted(self, request: GenerationRequest, accepted: list[int]) -> None:
+        """After verifying draft tokens: the accepted ones join the request's tokens; the rejected
+        positions' KV is rolled back (their blocks, unless the admission holds them)."""
+        if accepted != request.draft[:len(accepted)]:
+            raise ValueError(f"accepted tokens {accepted} are not a prefix of the draft {request.draft}")
+        request.drafted, request.accepted = request.drafted + len(request.draft), request.accepted + len(accepted)
+        request.draft = []
+        request.token_ids += accepted
+        self.rollback(request, len(request.token_ids))
 
     def remove(self, request: GenerationRequest) -> None:
         """Drop a waiting or running request (finished or cancelled) and free its blocks."""
@@ -208,8 +227,9 @@ class Scheduler:
             self.waiting.remove(request)
 
     def rollback(self, request: GenerationRequest, n_tokens: int) -> None:
-        """Keep a running request's first `n_tokens` tokens and at most their KV (speculative tokens the
-        target model rejected): its table gives back the blocks past them; the caller then appends the
+        """Keep a running request's first `n_tokens` tokens and at most their KV (positions of draft
+        tokens the target rejected): its table gives back the blocks past them that the admission
+        policy does not hold (reserve keeps its whole reservation); the caller then appends the
         token the target chose."""
         if request not in self.running or not request.prompt_tokens <= n_tokens <= len(request.token_ids):
             raise ValueError(f"cannot roll request {request.seq_id!r} back to {n_tokens} tokens "
@@ -217,6 +237,6 @@ class Scheduler:
                              f"{len(request.token_ids)} tokens)")
         request.computed = min(request.computed, n_tokens)
         request.high_water = min(request.high_water, n_tokens)
-        self.blocks.truncate(request.table, request.computed)
+        self.blocks.truncate(request.table, request.computed, self.admission.kv_tokens(request, 0))
         del request.token_ids[n_tokens:]
         request.generated = n_tokens - request.prompt_tokens

@@ -17,6 +17,7 @@ from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, Scheduler
 from batchlab.lm.generation import Sequence, step_chunks
 from batchlab.lm.kvcache import KVPool, PagedKV
 from batchlab.lm.model import ToyLM
+from batchlab.lm.speculative import Draft, make_draft
 
 
 @dataclass
@@ -27,7 +28,9 @@ class StepReport:
     (`kv_blocks`) and the token slots of those blocks holding KV (`kv_tokens`; a shared block counts
     once); positions computed again after preemptions (`recomputed_tokens`); sequences computed
     (`batch_size`) and the step's duration; `retired`: the scheduler's `GenerationRequest` of each sequence
-    that finished (its counters), by ``id(sequence)``."""
+    that finished (its counters), by ``id(sequence)``. With speculative decoding a sequence may emit
+    several tokens in one step (one `emitted` pair each, in order); `drafted`: the draft tokens
+    the step verified for each sequence that had some, by ``id(sequence)``."""
 
     emitted: list[tuple[Sequence, int]] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
@@ -39,6 +42,7 @@ class StepReport:
     kv_tokens: int = 0
     recomputed_tokens: int = 0
     retired: dict[int, GenerationRequest] = field(default_factory=dict)
+    drafted: dict[int, int] = field(default_factory=dict)
     batch_size: int = 0
     seconds: float = 0.0
 
@@ -49,13 +53,18 @@ class ContinuousBatcher:
     from the start, never preempted; "on_demand": blocks as sequences grow, preempting the newest
     when the pool runs out), `step_policy` the step's shape ("prefill_first", "mixed", "chunked",
     the last with `max_num_tokens`), `prefix_caching` whether full blocks are shared by hash.
+    `draft` turns on speculative decoding: a `Draft` (or "bigram" / "ngram") proposes up to
+    `num_speculative_tokens` tokens for each greedy decoding sequence, verified in the next step.
     A waiting queue bounded by `max_waiting`; `submit` and `cancel` may be called from other threads."""
 
     def __init__(self, lm: ToyLM, max_active: int = MAX_ACTIVE, kv_token_budget: int = KV_TOKEN_BUDGET,
                  kv_policy: str = "reserve", step_policy: str = "mixed", max_num_tokens: int | None = None,
                  prefix_caching: bool = False, block_size: int = BLOCK_SIZE, max_waiting: int | None = None,
-                 admission: AdmissionPolicy | None = None) -> None:
+                 admission: AdmissionPolicy | None = None, draft: Draft | str | None = None,
+                 num_speculative_tokens: int = 3) -> None:
         optional_count("max_waiting", max_waiting)
+        self.num_speculative_tokens = count("num_speculative_tokens", num_speculative_tokens)
+        self.draft = make_draft(draft, lm) if isinstance(draft, str) else draft
         optional_count("max_num_tokens", max_num_tokens)
         block_size = count("block_size", block_size)
         n_blocks = count("kv_token_budget", kv_token_budget) // block_size
@@ -148,10 +157,12 @@ class ContinuousBatcher:
         with self._lock:
             plan = self._plan(report)
             batch = [r.payload for r in plan.batch]
+            drafts = [list(r.draft) for r in plan.batch]
             self._in_step = {id(s) for s in batch}
         if batch:
             try:
-                tokens = step_chunks(self.lm, batch, [n for _, n in plan.work])
+                sizes = [n for _, n in plan.work]
+                tokens = step_chunks(self.lm, batch, sizes, drafts) if any(drafts) else step_chunks(self.lm, batch, sizes)
             finally:
                 with self._lock:
                     self._in_step = set()
@@ -160,13 +171,25 @@ class ContinuousBatcher:
             for s, reason in cancelled:
                 self.cancel(s, reason)
             gone = {id(s) for s, _ in cancelled}
-            report.emitted = [(s, t) for s, t in zip(batch, tokens) if t is not None and id(s) not in gone]
-            report.finished = [s for s, _ in report.emitted if s.done]
+            report.emitted = [(s, t) for s, out in zip(batch, tokens) if id(s) not in gone
+                              for t in ([] if out is None else out if isinstance(out, list) else [out])]
+            report.finished = list(dict.fromkeys(s for s, _ in report.emitted if s.done))
+            report.drafted = {id(s): len(d) for s, d in zip(batch, drafts) if d}
         report.seconds = time.perf_counter() - t0
         return report
 
+    def _propose(self) -> None:
+        """Speculative decoding: each running greedy sequence that decodes gets up to k draft tokens,
+        never more than its max_tokens leave room for (the scheduler trims them to the budget)."""
+        for request in self.scheduler.running:
+            room = min(self.num_speculative_tokens, request.max_tokens - request.generated - 1)
+            if request.decoding and request.payload.temperature == 0.0 and room > 0:
+                request.draft = self.draft.propose(request.token_ids, room)[:room]
+
     def _plan(self, report: StepReport) -> StepPlan:
         """Schedule (under the lock); drop the KV views of the preempted, give the admitted theirs."""
+        if self.draft is not None:
+            self._propose()
         plan = self.scheduler.schedule()
         for request in plan.preempted:
             request.payload.cache = None  # its blocks are freed: recomputed when readmitted

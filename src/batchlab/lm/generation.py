@@ -9,9 +9,10 @@ from typing import Sequence as Seq
 import numpy as np
 
 from batchlab._validate import non_negative
+from batchlab.batching.speculative import accept
 from batchlab.lm.kvcache import KVCache
 from batchlab.lm.model import ToyLM
-from batchlab.lm.sampling import make_rng, sample
+from batchlab.lm.sampling import greedy, make_rng, sample
 from batchlab.lm.vocab import EOS_ID, PAD_ID
 
 
@@ -124,20 +125,51 @@ def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
     return [s.accept(row) for s, row in zip(seqs, logits)]
 
 
-def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int]) -> list[int | None]:
+def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int],
+                drafts: Seq[Seq[int]] | None = None) -> list[int | None | list[int]]:
     """One model execution in which sequence i computes its next `sizes[i]` positions of prompt +
     generated tokens (a prefill chunk, a recomputation, or 1 to decode); each whose input is then
-    all computed picks its next token, the others (a prompt part-way) give None."""
+    all computed picks its next token, the others (a prompt part-way) give None. A decoding
+    sequence with `drafts[i]` (speculative decoding, greedy only) computes its last token and the
+    draft tokens (``sizes[i] == 1 + len(drafts[i])``) and gives the list of tokens it keeps
+    (`verify`)."""
+    drafts = [list(d) for d in drafts] if drafts is not None else [[] for _ in seqs]
     chunks = []
-    for s, n in zip(seqs, sizes, strict=True):
+    for s, n, draft in zip(seqs, sizes, drafts, strict=True):
         if s.done:
             raise ValueError(f"sequence {s.seq_id!r} is finished and cannot step")
-        at, p = s.ensure_cache(lm).length, int(s.prompt.size)
+        if draft and (s.temperature != 0.0 or n != 1 + len(draft) or s.cache is None):
+            raise ValueError(f"sequence {s.seq_id!r}: draft tokens need a greedy decode of 1 + {len(draft)} "
+                             f"positions, got {n}")
+        at, p, n = s.ensure_cache(lm).length, int(s.prompt.size), n - len(draft)
         generated = s.tokens[max(at - p, 0):max(at + n - p, 0)]
-        chunks.append(np.concatenate([s.prompt[at:at + n], np.asarray(generated, dtype=np.int32)]))
-    logits = lm.forward([s.cache for s in seqs], chunks)
-    return [s.accept(row) if s.cache.length == s.prompt.size + len(s.tokens) else None
-            for s, row in zip(seqs, logits)]
+        chunks.append(np.concatenate([s.prompt[at:at + n], np.asarray(generated + draft, dtype=np.int32)]))
+    every = [bool(d) for d in drafts]  # a draft needs the logits after each of its positions
+    logits = lm.forward([s.cache for s in seqs], chunks, every_position=every if any(every) else False)
+    out: list[int | None | list[int]] = []
+    first = 0
+    for s, draft in zip(seqs, drafts):
+        rows, first = logits[first:first + 1 + len(draft)], first + 1 + len(draft)
+        if draft:
+            out.append(verify(s, draft, rows))
+        else:
+            out.append(s.accept(rows[0]) if s.cache.length == s.prompt.size + len(s.tokens) else None)
+    return out
+
+
+def verify(seq: Sequence, draft: Seq[int], rows: np.ndarray) -> list[int]:
+    """After a step that scored `seq`'s last token and its `draft` (`rows`: the logits after each of
+    those positions): the greedy acceptance rule (`batching.speculative.accept`) keeps the matching
+    draft tokens and the target's own next token; the sequence takes them (stopping early at <eos>
+    or max_tokens) and its cache forgets the positions past the ones it keeps."""
+    accepted, _ = accept(draft, [greedy(row) for row in rows])
+    kept = []
+    for row in rows[:accepted + 1]:  # greedy: each row's token is the draft token, the last the target's
+        kept.append(seq.accept(row))
+        if seq.done:
+            break
+    seq.cache.truncate(seq.cache.length - len(draft) + len(kept) - 1)
+    return kept
 
 
 def generate(lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0, seed: int = 0,

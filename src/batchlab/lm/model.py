@@ -142,6 +142,18 @@ def _positions(max_len: int, d: int) -> np.ndarray:
     return table.astype(np.float32)
 
 
+def _logit_rows(lengths: Sequence[int], every_position: bool | Sequence[bool]) -> np.ndarray:
+    """Rows of the step's positions whose logits `forward` returns: each chunk's last, or all of
+    those chunks `every_position` names (True: every chunk)."""
+    ends = np.cumsum(lengths)
+    if isinstance(every_position, (bool, np.bool_)):
+        return np.arange(ends[-1]) if every_position else ends - 1
+    if len(every_position) != len(lengths):
+        raise ValueError(f"every_position names {len(every_position)} chunks, the step has {len(lengths)}")
+    return np.concatenate([np.arange(end - n, end) if every else [end - 1]
+                           for n, end, every in zip(lengths, ends, every_position)]).astype(np.int64)
+
+
 class _Layer:
     __slots__ = ("ln1_g", "ln1_b", "qkv", "proj", "ln2_g", "ln2_b", "up", "down")
 
@@ -206,11 +218,12 @@ class ToyLM:
         return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.max_seq_len, capacity)
 
     def forward(self, caches: Sequence[Any], chunks: Sequence[np.ndarray],
-                every_position: bool = False) -> np.ndarray:
+                every_position: bool | Sequence[bool] = False) -> np.ndarray:
         """Append `chunks[i]` (a prompt, a chunk of one, or one token) to sequence i's cache (a
         contiguous `KVCache` or a `PagedKV`); next-token logits (B, V), or with `every_position` the
         logits after every position of every chunk, in order (sum of chunk sizes, V): what verifying
-        speculative tokens needs. On a ValueError no cache is changed."""
+        speculative tokens needs. A list of bools asks it per chunk (the others give their last
+        position's row only). On a ValueError no cache is changed."""
         if len(caches) != len(chunks):
             raise ValueError(f"{len(caches)} caches but {len(chunks)} token chunks")
         if not caches:
@@ -218,6 +231,7 @@ class ToyLM:
         if len({id(c) for c in caches}) != len(caches):
             raise ValueError("the same KV cache appears twice in one step")
         toks, pos, lengths = self._check_chunks(caches, chunks)
+        rows = _logit_rows(lengths, every_position)
         for cache, n in zip(caches, lengths):
             cache.reserve(cache.length + n)
         tokens = np.concatenate(toks)
@@ -248,7 +262,6 @@ class ToyLM:
             x += layer.down(_gelu(layer.up(h)))
         for cache, n in zip(caches, lengths):
             cache.length += n
-        rows = np.arange(tokens.size) if every_position else starts[1:] - 1
         return self._logits(x[rows], tokens[rows])
 
     def _check_chunks(self, caches: Sequence[Any], chunks: Sequence[np.ndarray]

@@ -10,10 +10,16 @@ step), WAITING, KV_BLOCKS (pool blocks held after the step), KV_TOKENS (their sl
 token), T_NS (the server's monotonic clock, ns, when the step ended: ITL measured at the server);
 in the final response also CACHED_TOKENS (prompt tokens its last admission found in the prefix
 cache), PREEMPTIONS and RECOMPUTED_TOKENS (positions computed again after them).
+
+Speculative decoding (parameter `speculative_method`: off, bigram, ngram or ngram_bigram; `num_speculative_tokens`
+k; `prompt_lookup_min` / `_max` for ngram): a greedy request may get several tokens from one step
+(all with that step's T_NS); each response then also carries DRAFTED (draft tokens its step verified
+for this request), the final one DRAFTED_TOKENS and ACCEPTED_TOKENS (the request's totals).
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -24,6 +30,7 @@ from batchlab.batching.blocks import BLOCK_SIZE
 from batchlab.batching.policies import ADMISSION, STEP_POLICIES
 from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
 from batchlab.lm.batcher import ContinuousBatcher
+from batchlab.lm.speculative import DRAFTS, make_draft
 from batchlab.models.triton_io import (InputError, choice_param, error, float_param, int_param, ok, one_line,
                                    send_final)
 from batchlab.models._gen_inputs import generation_limits, read_sequences
@@ -65,13 +72,17 @@ class TritonPythonModel(LMModelBase):
         if step_policy == "chunked" and max_num_tokens is None:
             raise ValueError("config parameter step_policy=chunked needs max_num_tokens > 0")
         block_size = int_param(p, "block_size", BLOCK_SIZE, 1, self.max_seq_len)
+        method = choice_param(p, "speculative_method", "off", ("off",) + DRAFTS)
+        draft = None if method == "off" else make_draft(
+            method, self.lm, int_param(p, "prompt_lookup_min", 2, 1, 64), int_param(p, "prompt_lookup_max", 4, 1, 64))
         return ContinuousBatcher(
             self.lm, max_active=int_param(p, "max_active", MAX_ACTIVE, 1, 1024),
             kv_token_budget=int_param(p, "kv_token_budget", KV_TOKEN_BUDGET, block_size),
             kv_policy=choice_param(p, "kv_policy", "reserve", tuple(ADMISSION)),
             step_policy=step_policy, max_num_tokens=max_num_tokens,
             prefix_caching=choice_param(p, "prefix_caching", "false", ("false", "true")) == "true",
-            block_size=block_size, max_waiting=int_param(p, "max_waiting", MAX_WAITING, 1))
+            block_size=block_size, max_waiting=int_param(p, "max_waiting", MAX_WAITING, 1),
+            draft=draft, num_speculative_tokens=int_param(p, "num_speculative_tokens", 3, 1, 16))
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -163,16 +174,21 @@ class TritonPythonModel(LMModelBase):
                 "KV_BLOCKS": np.array([report.kv_blocks], np.int32),
                 "KV_TOKENS": np.array([report.kv_tokens], np.int32),
                 "T_NS": np.array([time.monotonic_ns()], np.int64)}  # the step's end: its tokens leave now
+        left = collections.Counter(id(seq) for seq, _ in report.emitted)  # a verified draft gives several
         for seq, token in report.emitted:
+            left[id(seq)] -= 1
             entry = self.senders.get(id(seq))
             if entry is None:
                 continue
             outputs = {"TOKEN": np.array([token], np.int32),
-                       "INDEX": np.array([len(seq.tokens) - 1], np.int32), **step}
-            if id(seq) in report.retired:
+                       "INDEX": np.array([len(seq.tokens) - 1 - left[id(seq)]], np.int32), **step}
+            if self.batcher.draft is not None:
+                outputs["DRAFTED"] = np.array([report.drafted.get(id(seq), 0)], np.int32)
+            last = left[id(seq)] == 0
+            if last and id(seq) in report.retired:
                 outputs.update(self._final_figures(report.retired[id(seq)]))
             try:
-                if seq.done:
+                if seq.done and last:
                     self.senders.pop(id(seq), None)
                     send_final(entry[1], ok(outputs))
                 else:
@@ -181,9 +197,13 @@ class TritonPythonModel(LMModelBase):
                 self.senders.pop(id(seq), None)
                 self.batcher.cancel(seq)
 
-    @staticmethod
-    def _final_figures(request) -> dict[str, np.ndarray]:
-        """CACHED_TOKENS, PREEMPTIONS and RECOMPUTED_TOKENS of a finished sequence's request."""
-        return {"CACHED_TOKENS": np.array([request.cached_tokens], np.int32),
-                "PREEMPTIONS": np.array([request.preemptions], np.int32),
-                "RECOMPUTED_TOKENS": np.array([request.recomputed_tokens], np.int32)}
+    def _final_figures(self, request) -> dict[str, np.ndarray]:
+        """CACHED_TOKENS, PREEMPTIONS and RECOMPUTED_TOKENS of a finished sequence's request (and with
+        speculation DRAFTED_TOKENS, ACCEPTED_TOKENS)."""
+        out = {"CACHED_TOKENS": np.array([request.cached_tokens], np.int32),
+               "PREEMPTIONS": np.array([request.preemptions], np.int32),
+               "RECOMPUTED_TOKENS": np.array([request.recomputed_tokens], np.int32)}
+        if self.batcher.draft is not None:
+            out.update(DRAFTED_TOKENS=np.array([request.drafted], np.int32),
+                       ACCEPTED_TOKENS=np.array([request.accepted], np.int32))
+        return out

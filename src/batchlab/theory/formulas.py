@@ -175,3 +175,12 @@ def prefix_hit_tokens(shared_tokens: int, block_size: int, prompt_tokens: int | 
         raise ValueError("need block_size >= 1 and shared_tokens >= 0")
     limit = shared_tokens if prompt_tokens is None else min(shared_tokens, prompt_tokens - 1)
     return limit // block_size * block_size
+
+
+def speculative_tokens_per_step(alpha: float, k: int) -> float:
+    """Expected tokens one verification step emits when a draft proposes `k` tokens and each is
+    accepted with probability `alpha`, independently, while the ones before it were (Leviathan et
+    al., ICML '23): 1 + α + … + α^k = (1 − α^(k+1)) / (1 − α) (k + 1 at α = 1)."""
+    if not 0 <= alpha <= 1 or k < 0 or int(k) != k:
+        raise ValueError(f"need 0 <= alpha <= 1 and an integer k >= 0, got alpha={alpha!r}, k={k!r}")
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
