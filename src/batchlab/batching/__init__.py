@@ -1,6 +1,9 @@
 """batchlab.batching: the three batching mechanisms the course teaches, each written once, for a
 learner to read, and run by every driver (the simulators, the course models, the labs).
 
+* `dynamic` — Triton's dynamic batcher: the batch decision `next_batch` (``GetDynamicBatch``), its
+  settings (`BatchRule`), and the state it works in, `DynamicBatcher` (the queue, the payload that
+  keeps growing while the instances are busy, the rate limiter's queue of payloads, the wake-up rule).
 * `slots` — Triton's sequence batcher: which batch slot a sequence owns (`SequenceSlots`) and the
   control inputs of each slot (`SlotControl`).
 
@@ -8,6 +11,8 @@ Nothing here imports protobuf, tritonclient, the simulators or the LM: the mecha
 `batchlab.sim` and `batchlab.lm` drive them.
 """
 
+from .dynamic import BatchRule, Decision, DynamicBatcher, Payload, QueuedRequest, RateLimiter, next_batch
 from .slots import SequenceRequest, SequenceSlots, SlotControl
 
-__all__ = ["SequenceRequest", "SequenceSlots", "SlotControl"]
+__all__ = ["BatchRule", "Decision", "DynamicBatcher", "Payload", "QueuedRequest", "RateLimiter", "next_batch",
+           "SequenceRequest", "SequenceSlots", "SlotControl"]

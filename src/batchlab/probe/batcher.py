@@ -1,11 +1,7 @@
-"""Triton's batch-forming rule observed with crafted arrival patterns (`Pattern`: send times and a
-`BatchRule`), on the real dynamic batcher and in the simulator. The rule (core
-``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
-
-1. a batch reaching the largest preferred size (``max_batch_size`` when none) goes at once;
-2. before the oldest request's delay expires, the largest reachable preferred size goes at once;
-3. with delay 0, or once the oldest has waited ``max_queue_delay``, whatever is pending goes;
-4. otherwise the batcher waits.
+"""Triton's batch forming observed with crafted arrival patterns (`Pattern`: send times and a
+`BatchRule`), on the real dynamic batcher and in the simulator (`batchlab.batching.dynamic`: the
+decision `next_batch` and the payloads a busy instance lets grow), and how far two lists of batches
+differ (`batch_mismatch`).
 """
 
 from __future__ import annotations
@@ -77,6 +73,22 @@ def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
         out.append(k)
         i += k
     return out
+
+
+def batch_mismatch(a: Sequence[int] | None, b: Sequence[int] | None) -> float:
+    """The share of a pattern's requests served in a batch of a different size in ``a`` than in
+    ``b`` (two lists of batch sizes, in the order the batches formed: the n-th request in arrival
+    order is in the same batch position in both). A request only one of them served, or a list
+    that is None (inconsistent), counts as different."""
+    if a is None or b is None:
+        return 1.0
+    per_a = [size for size in a for _ in range(size)]
+    per_b = [size for size in b for _ in range(size)]
+    n = max(len(per_a), len(per_b))
+    if n == 0:
+        return 0.0
+    unmatched = n - min(len(per_a), len(per_b))  # served in one list only
+    return (sum(x != y for x, y in zip(per_a, per_b)) + unmatched) / n
 
 
 @dataclass
