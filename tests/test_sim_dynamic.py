@@ -179,14 +179,22 @@ def test_an_instance_merges_the_waiting_payloads_older_than_the_delay():
 # ------------------------------------------------------------------ schedules, both engines
 
 @pytest.mark.parametrize("engine", BOTH)
-def test_a_burst_with_delay_0_sends_its_first_request_alone(engine):
+def test_seven_pending_preferred_4_8_sends_4(engine):
     a = np.zeros(7)
     res = simulate_dynamic(a, Affine(1000, 0), 8, preferred_batch_sizes=(4, 8), engine=engine)
-    # the first request finds the instance idle and goes alone; the other 6 fill a payload while
-    # it runs: the preferred 4 closes it (delay 0), the 2 left form the next one
-    assert batches(res) == [(0.0, 1), (0.001, 4), (0.002, 2)]
+    # the 7 land together: the preferred 4 goes and closes its payload (delay 0), the 3 left fill the next
+    assert batches(res) == [(0.0, 4), (0.001, 3)]
     res = simulate_dynamic(a, Affine(1000, 0), 8, max_queue_delay_us=5000, preferred_batch_sizes=(4, 8), engine=engine)
-    assert batches(res) == [(0.0, 4), (0.005, 3)]  # with a delay it waits: 4 at once, 3 at the oldest's deadline
+    assert batches(res) == [(0.0, 4), (0.005, 3)]  # with a delay the 3 left wait for the oldest's deadline
+
+
+@pytest.mark.parametrize("engine", BOTH)
+def test_requests_sent_apart_by_a_hair_are_batched_apart(engine):
+    """The first request finds the instance idle and goes alone (delay 0); the 6 sent a moment later
+    fill a payload while it runs: the preferred 4 closes it, the 2 left form the next one."""
+    a = np.r_[0.0, np.full(6, 1e-6)]
+    res = simulate_dynamic(a, Affine(1000, 0), 8, preferred_batch_sizes=(4, 8), engine=engine)
+    assert [(round(s, 6), z) for s, z in batches(res)] == [(0.0, 1), (0.001, 4), (0.002, 2)]
 
 
 @pytest.mark.parametrize("engine", BOTH)

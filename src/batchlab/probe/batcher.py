@@ -109,14 +109,29 @@ class PatternOutcome:
         return batches_from_sizes(self.sizes)
 
 
+#: A client sends the requests of a burst one after another: the first reaches the server a moment
+#: before the rest (Lab 2's recordings: with delay 0 it often runs alone, the rest batch together).
+CLIENT_STAGGER_S = 1e-6
+
+
+def client_arrivals(arrivals_s: Sequence[float]) -> np.ndarray:
+    """When a pattern's requests reach the server in the simulator: each burst's first request at its
+    send time, the others `CLIENT_STAGGER_S` later (together)."""
+    a = np.asarray(arrivals_s, dtype=float)
+    later = np.r_[False, a[1:] == a[:-1]] if a.size else np.zeros(0, bool)
+    return a + later * CLIENT_STAGGER_S
+
+
 def simulate_pattern(pattern: Pattern, service: Any, decide: Decide = next_batch) -> PatternOutcome:
-    """The pattern through the simulator with the service model ``service``; ``decide`` takes the
-    batcher's decisions (default the course's `next_batch`; Lab 2 plugs in the learner's)."""
-    a = np.asarray(pattern.arrivals_s, dtype=float)
+    """The pattern through the simulator with the service model ``service`` (its requests arriving as
+    `client_arrivals` has them); ``decide`` takes the batcher's decisions (default the course's
+    `next_batch`; Lab 2 plugs in the learner's). A request never sent has size 0 (then ``batches``
+    is None)."""
+    a = client_arrivals(pattern.arrivals_s)
     res = simulate_rule(a, service, pattern.settings, warmup=0.0, decide=decide)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
-    sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
+    sizes = [int(b["size"][r["batch_id"][i]]) if r["batch_id"][i] >= 0 else 0 for i in order]  # 0: never sent
     hist = Counter(int(k) for k in b["size"])
     return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
                           latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,

@@ -167,15 +167,14 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
              instances: int) -> tuple[list[float], list[int], list[int]]:
     """The fast driver where the payloads change nothing (`coincides`; one priority level, no queue
     policy, one element per request): each batch's start, size and instance (the instances list
-    is empty with one instance). An instance takes up to what `next_batch` sends for the requests
-    pending then (asked once per queue length); a request that finds an instance idle goes alone,
-    the requests sent with it land after it (as `_Driver.arrive` has them)."""
+    is empty with one instance). An instance takes what `next_batch` sends for the requests pending
+    then (asked once per queue length)."""
     total = arrivals.size
     arrival = arrivals.tolist() + [INF] * (rule.max_batch_size + 1)  # INF: no more arrivals
     sends = [next_batch([QueuedRequest(0.0)] * n, 0.0, rule).send for n in range(rule.max_batch_size + 1)]
     largest = rule.max_batch_size
     several = instances > 1  # with one instance the heap of idle instances is skipped (1/4 of the time)
-    idle = [(-INF, instance) for instance in range(instances)]  # heap: (free since, instance)
+    idle = [(0.0, instance) for instance in range(instances)]  # heap: (free since, instance)
     starts: list[float] = []
     sizes: list[int] = []
     used: list[int] = []
@@ -183,17 +182,17 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
     take_idle, make_busy, arrived_by = heapq.heappop, heapq.heappush, bisect_right
     record_start, record_size, record_instance = starts.append, sizes.append, used.append
     head = 0          # the oldest pending request
-    clock = -INF      # the last decision: the next one is never earlier
-    free_since, instance = -INF, 0
+    clock = 0.0       # the last decision: the next one is never earlier
+    free_since, instance = 0.0, 0
     while head < total:
         if several:
             free_since, instance = take_idle(idle)
         now = arrival[head]
-        if free_since < now and clock < now:  # it finds the instance idle: it goes alone
-            send = 1
-        else:
-            now = max(now, free_since, clock)
-            send = sends[arrived_by(arrival, now, head, head + largest) - head]
+        if now < free_since:
+            now = free_since
+        if now < clock:
+            now = clock
+        send = sends[arrived_by(arrival, now, head, head + largest) - head]
         record_start(now)
         record_size(send)
         if several:
@@ -432,21 +431,15 @@ class _Driver:
 
     def arrive(self, requests: list[QueuedRequest], now: float) -> None:
         """Requests sent at the same instant arrive at ``now``: each is queued (or rejected when its
-        level's queue is full). The first that wakes the batcher has it look at once; the others
-        land while it works, and it looks again once they all have (Lab 2's recordings agree: with
-        delay 0 the first request of a burst runs alone, the rest then batch together)."""
+        level's queue is full), and the batcher, if one of them woke it, looks once they all have."""
         self._expire(now)
-        woken = looked = False
+        woken = False
         arrive = self.batcher.arrive
         for request in requests:
             if self.policed and not self.queue.has_room(request, now):
                 self.log.rejected.append(request.id)
             elif arrive(request):
-                if looked:
-                    woken = True
-                else:
-                    looked = True
-                    self._start(self.batcher.run(now), now)
+                woken = True
         if woken:
             self._start(self.batcher.run(now), now)
 
