@@ -467,7 +467,7 @@ def test_the_checker_finds_a_planted_second_home(concept):
 
 #: mechanism -> (home module, the definitions a chapter shows: "name" or "Class.method").
 MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dynamic batcher": ("batchlab.batching.dynamic", ("next_batch", "Payload", "DynamicBatcher")),
+    "dynamic batcher": ("batchlab.batching.dynamic", ("next_batch", "Payload", "RateLimiter", "DynamicBatcher")),
     "sequence batcher's slot assignment": ("batchlab.batching.slots", ("SequenceSlots",)),
     "continuous-batching step": ("batchlab.lm.scheduler", (
         "ContinuousScheduler.schedule", "prefill_chunks",

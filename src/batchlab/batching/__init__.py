@@ -2,8 +2,9 @@
 learner to read, and run by every driver (the simulators, the course models, the labs).
 
 * `dynamic` — Triton's dynamic batcher: the batch decision `next_batch` (``GetDynamicBatch``), its
-  settings (`BatchRule`), and the state it works in, `DynamicBatcher` (the queue, the payload that
-  keeps growing while the instances are busy, the rate limiter's queue of payloads, the wake-up rule).
+  settings (`BatchRule`), and the state it works in: `DynamicBatcher` (the queue, the `Payload` that
+  keeps growing while the instances are busy, the wake-up rule) and `RateLimiter` (the payloads
+  waiting for an instance, at most 2 per instance, merged when an instance takes one).
 * `slots` — Triton's sequence batcher: which batch slot a sequence owns (`SequenceSlots`) and the
   control inputs of each slot (`SlotControl`).
 

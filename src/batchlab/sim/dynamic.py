@@ -2,11 +2,12 @@
 `batchlab.batching.dynamic.DynamicBatcher` (the batcher's state, Triton's payloads) and of its
 decision `next_batch`.
 
-The driver feeds the batcher its three events in time order: an instance finishes its batch, a
-request arrives (or is rejected by a full queue), the batcher's timer fires; every payload an
-instance takes becomes a batch. Two engines run this same driver and batcher. ``events`` asks
-`next_batch` at every decision. ``fast`` (one priority level, no queue-policy limits, one element
-per request) asks `next_batch` once per case and looks the answer up (`tabulated`).
+The driver feeds the batcher its three events in time order: requests arrive (or are rejected by a
+full queue), an instance finishes its batch, the batcher's timer fires; every payload an instance
+takes becomes a batch. ``events`` runs this driver and batcher whatever the settings. ``fast`` (one
+priority level, no queue-policy limits, one element per request) is the same where the payloads
+change a schedule, and `run_fast` where they change nothing (`coincides`): `next_batch` asked once
+per queue length, its answers looked up.
 """
 
 from __future__ import annotations
@@ -78,8 +79,7 @@ def simulate_dynamic(
     if fast and coincides(rule):
         rec, bat = _fast_records(a, svc, *run_fast(a, rule, svc.tolist(), k))
     else:
-        rec, bat = run_events(a, rule, _priced_by_elements(svc), k, prio, policies, elements,
-                              tabulated(rule) if fast else decide, prefetch)
+        rec, bat = run_events(a, rule, _priced_by_elements(svc), k, prio, policies, elements, decide, prefetch)
     if prio is not None:
         rec["priority"] = prio
     cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
@@ -226,36 +226,6 @@ def _fast_records(arrivals: np.ndarray, svc: np.ndarray, starts: list[float], si
     return rec, bat
 
 
-def tabulated(rule: BatchRule) -> Decide:
-    """`next_batch` for one-element requests in one FIFO level, asked once per case and then looked
-    up: its answer depends only on the payload's elements, how many requests are queued (up to
-    ``max_batch_size`` + 1) and whether the oldest has waited the delay; a wait ends at the oldest's
-    arrival + the delay."""
-    return _Table(rule)
-
-
-class _Table:
-    """The lookup `tabulated` returns: answers of `next_batch`, filled in as cases come up."""
-
-    def __init__(self, rule: BatchRule) -> None:
-        self.rule = rule
-        self.answers: dict[tuple[int, int, bool], Decision] = {}
-        self.cap, self.delay = rule.max_batch_size + 1, rule.delay_s
-
-    def __call__(self, pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
-        n, delay = len(pending), self.delay
-        oldest = pending[0].arrival
-        expired = delay > 0 and now >= oldest + delay
-        key = (payload, n if n < self.cap else self.cap, expired)
-        answer = self.answers.get(key)
-        if answer is None:
-            answer = self.answers[key] = next_batch([QueuedRequest(0.0)] * key[1], delay if expired else 0.0,
-                                                    self.rule, payload)
-        if answer.send or answer.saturated:
-            return Decision(answer.send, now, answer.saturated)
-        return Decision(0, oldest + delay)
-
-
 class PriorityQueue:
     """Triton's queue (core ``scheduler_utils.cc`` ``PriorityQueue``): per priority level, the requests
     that have not timed out (FIFO), then those a DELAY timeout moved behind them. Iterating gives
@@ -380,7 +350,7 @@ def run_events(
     elements = batch_elements.tolist() if batch_elements is not None else [1] * total
     requests = [QueuedRequest(arrival, elements[i], level[i], i) for i, arrival in enumerate(arrivals.tolist())]
     queue = RequestQueue() if len(policies) == 1 and policies[0].is_default else PriorityQueue(policies)
-    checked = decide if decide is next_batch or isinstance(decide, _Table) else _checked(decide)
+    checked = decide if decide is next_batch else _checked(decide)
     driver = _Driver(DynamicBatcher(rule, instances, prefetch, queue, checked), batch_time, instances, _Log(total))
     driver.loop(requests)
     rec, bat = driver.log.records(arrivals, queue)
@@ -408,6 +378,7 @@ class _Driver:
         """Every event, in time order, until nothing is left to happen."""
         times = [request.arrival for request in requests] + [INF]
         following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
+        one = not self.policed and not self.expires  # then a lone arrival skips `arrive`'s checks
         while True:
             arrival = times[following]
             finish_at = finishes[0][0] if finishes else INF
@@ -415,6 +386,11 @@ class _Driver:
             if arrival <= finish_at and arrival <= wake_at:
                 if arrival == INF:
                     return
+                if one and times[following + 1] != arrival:  # the common case: one request at a time
+                    if batcher.arrive(requests[following]):
+                        self._start(batcher.run(arrival), arrival)
+                    following += 1
+                    continue
                 last = following + 1
                 while times[last] == arrival:  # sent at the same instant
                     last += 1
