@@ -252,12 +252,12 @@ class DynamicBatcher:
                                              or self.queue.elements >= self.next_preferred)
 
     def finish(self, now: float) -> list[Payload]:
-        """An instance finished: its batch's callback wakes the batcher, who looks first (payload.cc:207)."""
+        """An instance finished: its batch's callback wakes the batcher, who looks first (payload.cc:216)."""
         self.limiter.idle += 1
         return self.run(now)
 
     def run(self, now: float) -> list[Payload]:
-        """The batcher works until it sleeps; instances take payloads, which wakes it again (:428)."""
+        """The batcher works until it sleeps; instances take payloads, which wakes it (rate_limiter.cc:355)."""
         taken: list[Payload] = []
         while True:
             self.wake_at = self.work(now)
@@ -286,6 +286,6 @@ class DynamicBatcher:
                     return decision.wake_at
                 send = len(self.queue)  # :641 a payload not at a preferred size takes them all
             self.payload.add(*self.queue.take(send))          # :388-417 into the payload
-            if self.payload.state == FORMING and self.payload:  # :423 hand it to the rate limiter
+            if self.payload.state == FORMING and self.payload:  # :430 hand it to the rate limiter
                 self.payload.state = WAITING
                 self.limiter.waiting.append(self.payload)

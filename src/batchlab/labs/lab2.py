@@ -18,7 +18,7 @@ from batchlab.labs import recorded
 from batchlab.labs.record_lab2 import agreed, pattern_of, recorded_service, spread
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
-from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
+from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
 
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
