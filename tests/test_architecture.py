@@ -467,7 +467,7 @@ def test_the_checker_finds_a_planted_second_home(concept):
 
 #: mechanism -> (home module, the definitions a chapter shows: "name" or "Class.method").
 MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dynamic batcher's decision": ("batchlab.sim.rule", ("next_batch",)),
+    "dynamic batcher": ("batchlab.batching.dynamic", ("next_batch", "Payload", "RateLimiter", "DynamicBatcher")),
     "sequence batcher's slot assignment": ("batchlab.batching.slots", ("SequenceSlots",)),
     "continuous-batching step": ("batchlab.batching.scheduler", (
         "Scheduler.schedule", "Scheduler._schedule_running", "Scheduler._schedule_waiting",
@@ -479,6 +479,7 @@ SHORT = [m for m in MODULES if m.startswith("batchlab.sim.")] + ["batchlab.batch
 #: Who must run each mechanism (by name), so no driver keeps a private copy of the rule.
 RUNNERS: dict[str, tuple[str, ...]] = {
     "next_batch": ("batchlab.sim.dynamic",),
+    "DynamicBatcher": ("batchlab.sim.dynamic",),
     "SequenceSlots": ("batchlab.sim.sequence",),
     "Scheduler": ("batchlab.sim.continuous", "batchlab.lm.batcher"),
 }
@@ -525,6 +526,14 @@ def test_the_drivers_run_the_one_mechanism(name):
     for module in RUNNERS[name]:
         used = {n.id for n in ast.walk(TREES[module]) if isinstance(n, ast.Name)}
         assert name in used, f"{module} does not use {name}: it must run the one mechanism, not a copy"
+
+
+def test_the_dynamic_batcher_reads_in_one_sitting():
+    """Issue 40: no function of the dynamic batcher over 40 lines, the whole mechanism at most 120."""
+    module, names = MECHANISMS["dynamic batcher"]
+    nodes = [_definition(module, name) for name in names]
+    assert [fn.name for n in nodes for fn in _functions(n) if fn.end_lineno - fn.lineno + 1 > 40] == []
+    assert sum(n.end_lineno - n.lineno + 1 for n in nodes) <= 120
 
 
 def test_the_length_check_finds_a_planted_long_function():

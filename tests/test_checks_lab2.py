@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from batchlab.course.tuning import unit_arrivals
 from batchlab.labs import lab2
 from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_next_batch, check_predict_sweep,
                                 check_sweep_rows, recorded_patterns)
-from batchlab.labs.record_lab2 import pattern_of, service_table
+from batchlab.labs.record_lab2 import fidelity
 from batchlab.labs.recorded import load
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
-from batchlab.sim.rule import Decision, next_batch
+from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
 
 from lab_solutions import solution_namespace
 
@@ -30,62 +31,93 @@ rule = SOL["next_batch"]
 
 
 def _variant(ignore_preferred=False, preferred_after_delay=False, overtake=False, count_requests=False,
-             wait_with_no_delay=False, newest=False):
+             wait_with_no_delay=False, newest=False, delay_0_first=False, no_crossing=False,
+             forget_payload=False, never_saturated=False):
     """The solution's rule with one typical mistake written in."""
-    def next_batch(pending, now, rule):
-        elements = count = preferred = 0
+    def next_batch(pending, now, rule, payload=0):
+        elements = 0 if forget_payload else payload
+        count = best = 0
+        saturated = full = False
         oldest, latest = math.inf, -math.inf
         sizes = (rule.max_batch_size,) if ignore_preferred else rule.effective_preferred
         for request in pending:
-            grown = count + 1 if count_requests else elements + request.elements
-            if not overtake and count and not preferred and grown > sizes[-1]:
-                preferred = count
-            if grown > rule.max_batch_size:
+            grown = (elements + 1) if count_requests else elements + request.elements
+            if not (overtake or no_crossing) and elements and grown > sizes[-1] and not best:
+                best, saturated = count, True
+            if elements and grown > rule.max_batch_size:
                 if overtake:
                     continue      # skips the request that does not fit and takes the ones behind it
+                full = True
                 break
             elements, count = grown, count + 1
             oldest, latest = min(oldest, request.arrival), max(latest, request.arrival)
             if elements in sizes:
-                preferred = count
-        if count == 0:
-            return Decision(0, math.inf)
+                best = count
         deadline = (latest if newest else oldest) + rule.delay_s
         expired = rule.delay_s > 0 and now >= deadline
-        if preferred and (preferred_after_delay or not expired):
-            return Decision(preferred, now)
-        if expired or (rule.delay_s == 0 and not wait_with_no_delay) or elements >= sizes[-1]:
+        saturated = saturated and not never_saturated
+        if delay_0_first and rule.delay_s == 0:
+            return Decision(count, now, not never_saturated)
+        if best and (preferred_after_delay or not expired):
+            return Decision(best, now, saturated or (rule.delay_s == 0 and not never_saturated))
+        if full or elements >= sizes[-1]:
+            return Decision(count, now, not never_saturated)
+        if expired or (rule.delay_s == 0 and not wait_with_no_delay):
             return Decision(count, now)
         return Decision(0, deadline)
     return next_batch
 
 
-def test_recorded_data_is_the_course_rule_on_the_real_server() -> None:
-    """Every recorded pattern's batches are what the course's rule forms (only such were kept), and
-    the data covers chapter 02's patterns A–E and random ones."""
+def test_the_solution_is_the_course_rule() -> None:
+    """The solution's next_batch and the course's agree on random queues, payloads and times."""
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        m = int(rng.choice([4, 8, 16]))
+        sizes = tuple(sorted({int(x) for x in rng.integers(1, m + 1, size=int(rng.integers(0, 3)))}))
+        r = BatchRule(m, sizes, float(rng.choice([0, 1000, 5000])))
+        pending = [QueuedRequest(float(t), int(e)) for t, e in
+                   zip(np.sort(rng.uniform(0, 0.006, int(rng.integers(1, 12)))), rng.integers(1, 4, 12))]
+        payload, now = int(rng.integers(0, m)), float(rng.uniform(0, 0.012))
+        assert rule(pending, now, r, payload) == next_batch(pending, now, r, payload)
+
+
+def test_recorded_data_stores_every_recording() -> None:
+    """The data covers chapter 02's patterns A–E, F, G, H and random ones, each recorded several
+    times, every recording kept; the patterns whose recordings all agree are the course rule's."""
     data = load("lab2_batches")
-    service = service_table(data["service_ms"])
     names = [p["name"] for p in data["patterns"]]
-    assert [n[0] for n in names if not n.startswith("R")][:5] == list("ABCDE")
-    assert sum(n.startswith("R") for n in names) >= 5 and data["repeats"] >= 3
-    for entry in data["patterns"]:
-        assert simulate_pattern(pattern_of(entry), service).batches == entry["batches"], entry["name"]
+    assert [n[0] for n in names if not n.startswith("R")] == list("ABCDEFFGH")
+    assert len(names) >= 30 and sum(n.startswith("R") for n in names) >= 20
+    assert data["repeats"] >= 3 and all(len(p["recordings"]) == data["repeats"] for p in data["patterns"])
+    assert "dropped" not in data and "kept" not in data
+    rows = fidelity(data)
+    agreeing = [r for r in rows if r["agreed"] is not None]
+    assert len(agreeing) >= 6 and all(r["sim"] == r["agreed"] for r in agreeing)
+
+
+def test_the_simulator_is_as_close_to_the_server_as_the_server_is_to_itself() -> None:
+    """Issue 40: mean share of requests in a batch of another size, simulator vs recording, within
+    0.05 of recording vs recording."""
+    rows = fidelity(load("lab2_batches"))
+    sim = np.mean([r["sim_vs_recording"] for r in rows])
+    server = np.mean([r["recording_vs_recording"] for r in rows])
+    assert sim <= server + 0.05, (sim, server)
 
 
 def test_next_batch_right(capsys) -> None:
     r = check_next_batch(rule)
     out = capsys.readouterr().out
-    assert r.passed and r.score == 9, out
+    assert r.passed and r.score == 13, out
     assert "服务器组成的每一批你都预测对了" in out
 
 
 def test_next_batch_stub_and_shortcut(capsys) -> None:
-    def stub(pending, now, rule):
+    def stub(pending, now, rule, payload=0):
         raise NotImplementedError("TODO（第 1 题）：写出规则，完成后运行下面的检查格 — not yet implemented")
 
     r = check_next_batch(stub)
     assert r.score == 0 and r.pending
-    r = check_next_batch(lambda pending, now, r: next_batch(pending, now, r))
+    r = check_next_batch(lambda pending, now, r, payload=0: next_batch(pending, now, r, payload))
     assert r.score == 0 and "现成的 next_batch" in capsys.readouterr().out
 
 
@@ -96,11 +128,30 @@ def test_next_batch_stub_and_shortcut(capsys) -> None:
     (dict(count_requests=True), "你数的是请求数"),
     (dict(wait_with_no_delay=True), "要单独处理 delay == 0"),
     (dict(newest=True), "不是最新的"),
+    (dict(delay_0_first=True), "你先判断了「延时为 0 就全发」"),
+    (dict(no_crossing=True), "漏了「越过最大偏好值」那一条"),
+    (dict(forget_payload=True), "要算上负载里已有的 payload"),
+    (dict(never_saturated=True), "封口"),
 ])
 def test_next_batch_typical_mistakes(capsys, mistake, message) -> None:
     r = check_next_batch(_variant(**mistake))
     out = capsys.readouterr().out
-    assert not r.passed and r.score < 9 and message in out, out
+    assert not r.passed and r.score < 13 and message in out, out
+
+
+def test_the_two_rules_the_old_check_passed_now_lose_points(capsys) -> None:
+    """Issue 40: "delay 0 sends everything" tested before the preferred rule (12 sent where Triton
+    sends 8 with preferred [8, 16]), and no clause for a request jumping past the largest preferred
+    size (3, 3, 3 with preferred [4, 8] must send 2)."""
+    for mistake in (dict(delay_0_first=True), dict(no_crossing=True)):
+        assert check_next_batch(_variant(**mistake)).score < 13
+        capsys.readouterr()
+
+
+def test_next_batch_of_the_old_shape_is_told_the_new_one(capsys) -> None:
+    r = check_next_batch(lambda pending, now, rule: Decision(len(pending), now))
+    out = capsys.readouterr().out
+    assert r.score == 0 and "要接受四个参数" in out, out
 
 
 def test_next_batch_replay_names_the_pattern(capsys) -> None:
@@ -109,7 +160,19 @@ def test_next_batch_replay_names_the_pattern(capsys) -> None:
     check_next_batch(_variant(ignore_preferred=True))
     out = capsys.readouterr().out
     d = next(p for p in recorded_patterns() if p["name"].startswith("D"))
-    assert f"服务器组成的批是 {d['batches']}" in out and "没对上" in out, out
+    assert f"服务器每次组成的批都是 {d['agreed']}" in out and "没对上" in out, out
+
+
+def test_a_rule_that_never_sends_is_told_which_requests_were_never_sent(capsys) -> None:
+    """Issue 40: no IndexError blamed on the learner when no batch forms; the requests never sent are named."""
+    def never(pending, now, rule, payload=0):
+        return Decision(0, math.inf)
+
+    r = check_next_batch(never)
+    out = capsys.readouterr().out
+    assert not r.passed and "一直没发出去" in out and "IndexError" not in out, out
+    got = lab2.replay_batches(never, 0)
+    assert got["batches"] == [] and got["never_sent"] == list(range(len(recorded_patterns()[0]["arrivals_s"])))
 
 
 def test_block_right(capsys) -> None:
@@ -222,21 +285,27 @@ def test_best_under_slo(capsys) -> None:
 def test_next_batch_that_never_lets_the_run_move_on_is_named(capsys) -> None:
     """A rule that answers 'wait' with a wake-up a hair later each time is stopped and named (no hang);
     one that sends more than is pending too."""
-    def creeping(pending, now, rule):
+    def creeping(pending, now, rule, payload=0):
         return Decision(0, now + 1e-9) if pending else Decision(0, math.inf)
 
     r = check_next_batch(creeping)
     out = capsys.readouterr().out
     assert not r.passed and "还没把请求发完" in out, out
-    r = check_next_batch(lambda pending, now, rule: Decision(len(pending) + 1, now) if pending else Decision(0, math.inf))
+    r = check_next_batch(lambda pending, now, rule, payload=0: Decision(len(pending) + 1, now))
     out = capsys.readouterr().out
     assert not r.passed and "你的函数却要发" in out, out
 
 
-def test_random_patterns_are_seeded_and_the_candidates_start_with_chapter_02() -> None:
-    from batchlab.labs.record_lab2 import candidates, random_patterns
+def test_the_patterns_are_seeded_and_none_is_chosen_by_the_course_rule() -> None:
+    """The recorder sends chapter 02's patterns, F, G, H and seeded random ones: no candidate
+    filter (it takes no service model and never simulates)."""
+    import inspect
 
-    assert random_patterns(0, 5) == random_patterns(0, 5) != random_patterns(1, 5)
-    service = service_table(load("lab2_batches")["service_ms"])
-    names = [p.name[0] for p in candidates(service, count=4)]
-    assert names[:6] == list("ABCDEF")
+    from batchlab.labs import record_lab2
+
+    assert record_lab2.random_patterns(0, 5) == record_lab2.random_patterns(0, 5) != record_lab2.random_patterns(1, 5)
+    names = [p.name[0] for p in record_lab2.all_patterns(count=4)]
+    assert names[:9] == list("ABCDEFFGH")
+    assert "simulate" not in inspect.getsource(record_lab2.record_batches)
+    random = record_lab2.random_patterns()
+    assert sum(not p.settings.delay_s and len(p.settings.preferred) >= 2 for p in random) >= 4  # delay 0, several sizes

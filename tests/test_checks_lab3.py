@@ -4,6 +4,7 @@ lm_step_idle with a 0.5 s one for the abandoned-sequence question (as the lab se
 from __future__ import annotations
 
 import json
+import linecache
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from batchlab.labs import labkit, record_lab3, recorded
-from batchlab.labs.lab3 import (check_abandoned, check_assign, check_oldest_block, check_release, check_run_sequences,
+from batchlab.labs.lab3 import (_ev, check_abandoned, check_assign, check_oldest_block, check_release, check_run_sequences,
                                 check_step)
 from batchlab.lm import encode
 from lab_solutions import solution_path
@@ -122,8 +123,11 @@ def _answers(old: str = "", new: str = "") -> dict:
     src = "import heapq\nfrom collections import deque\n" + "\n".join(
         "".join(c["source"]) for c in nb["cells"] if "def assign(" in "".join(c["source"]) or "def release(" in "".join(c["source"]))
     assert old in src
+    src = src.replace(old, new)
+    name = f"<lab3-answer-{abs(hash(src))}>"  # as IPython does for a cell: its lines can be shown
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
     ns: dict = {}
-    exec(src.replace(old, new), ns)
+    exec(compile(src, name, "exec"), ns)
     return ns
 
 
@@ -156,7 +160,6 @@ def test_assign_solution_and_recorded_data(capsys) -> None:
 @pytest.mark.parametrize("old,new,needle", [
     ("heapq.heappush(free, slot)", "free.append(slot)", "编号最低的空槽位"),
     ("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()", "不要让后来的序列插队"),
-    ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "中间一步（step）跑完并不让出槽位"),
     ('if kind != "idle":', "if True:", "空闲超时的事件你给了槽位"),
     ('if kind in ("end", "idle"):', 'if kind == "end":', "槽位确实被收回了"),
 ])
@@ -164,6 +167,53 @@ def test_assign_mistakes_are_named(old, new, needle, capsys) -> None:
     r = check_assign(_assign(old, new))
     out = capsys.readouterr().out
     assert not r.passed and needle in out and r.score >= 3, out
+
+
+def test_release_without_pop_gets_one_consistent_message(capsys) -> None:
+    """Issue 40: a `release` that leaves the sequence in `slot_of` is told to pop it, and the heap
+    part is judged on the heap alone (no "should give 0, yours gives 0")."""
+    r = check_release(_answers("slot = slot_of.pop(seq)", "slot = slot_of[seq]")["release"])
+    out = capsys.readouterr().out
+    assert r.score == 2 and "slot_of.pop(seq)" in out and "✓ 没人等时槽位回到空槽位堆" in out, out
+    assert not re.search(r"应给出 0，你的 free (给出|里弹出的是) 0", out), out
+
+
+def test_release_and_assign_number_events_alike(capsys) -> None:
+    """Issue 40: both checks count events from 1 (the event at out[7] is the 8th)."""
+    check_release(_answers("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()")["release"])
+    out = capsys.readouterr().out
+    assert "第 8、第 10 个事件" in out and "第 7 个事件" not in out, out
+    check_assign(_assign("nxt, j = backlog.popleft()", "nxt, j = backlog.pop()"))
+    out = capsys.readouterr().out
+    m = re.search(r"第 (\d+) 个事件（序列 (\d+) 的 (\w+)）", out)
+    assert m, out
+    events, n = _ev("0s 1s 2s 3s 0e 1e 2e 3e"), 2
+    i = int(m.group(1)) - 1
+    assert events[i] == (int(m.group(2)), m.group(3)), out  # the n-th event, counted from 1
+
+
+def test_an_exception_in_assign_is_said_once_with_its_line(capsys) -> None:
+    """Issue 40: an exception in the learner's `assign` is named once, with the line it came from,
+    not as "KeyError" on every timeline beside unrelated hints."""
+    r = check_assign(_assign('out[i] = slot_of[seq]', 'out[i] = slot_of[seq + 100]'))
+    out = capsys.readouterr().out
+    assert not r.passed and out.count("KeyError") == 1, out
+    assert "assign 第" in out and "slot_of[seq + 100]" in out and "这条时间线考的是" not in out, out
+
+
+def test_a_step_that_releases_the_slot_raises_on_the_step_timeline(capsys) -> None:
+    """Releasing at a step makes the sequence's next step look up a slot it no longer has: the
+    KeyError is said once, on the timeline that tests steps, with what that timeline tests."""
+    r = check_assign(_assign('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):'))
+    out = capsys.readouterr().out
+    assert not r.passed and out.count("KeyError") == 1 and "中间一步" in out and r.score == 2, out
+
+
+def test_a_raising_release_is_blamed_on_question_5(capsys) -> None:
+    """Issue 40: when `assign` fails inside the learner's `release`, the message says so."""
+    r = check_assign(_assign("slot = slot_of.pop(seq)", "slot = slot_of.pop(seq + 100)"))
+    out = capsys.readouterr().out
+    assert not r.passed and "出错的是你在第 5 题写的 release" in out and "release 第" in out, out
 
 
 def test_assign_shortcut_and_wrong_type(capsys) -> None:

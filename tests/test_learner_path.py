@@ -55,8 +55,7 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
             '    return None', '    client.infer("embed", [inp])', "异常没有被接住"),
     }},
     "lab2": {"wrong": {
-        1: ("send = preferred if preferred and not expired else", "send = preferred if preferred else",
-            "延时过期后你还在按偏好批大小切"),
+        1: ("    if best and (not rule.delay_s or now < deadline):", "    if best:", "延时过期后你还在按偏好批大小切"),
         2: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
             "pass", "preferred_batch_size 不对"),
         4: ('"p95_ms": s["latency_ms"]["p95"] + overhead_ms', '"p95_ms": s["latency_ms"]["p95"]', "少了 overhead_ms"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.config_pbtxt import load_config_text, parse_config
+from batchlab.config_pbtxt import load_config_text, parse_config, with_batcher
 from batchlab.theory.queueing import batch_queue
 from batchlab.sim.service import Affine
 from batchlab.sim.rule import BatchRule
@@ -41,10 +41,10 @@ def test_grid_skips_impossible_preferred_sizes():
     assert len(grid) == 2 * 2 + 1 * 2
 
 
-def test_to_pbtxt_is_what_triton_reads():
+def test_with_batcher_is_what_triton_reads():
     base = load_config_text("embed")
     cfg = BatchRule(16, (8, 16), 2500, 2)
-    msg = parse_config(cfg.to_pbtxt(base, name="embed_tuned"))
+    msg = parse_config(with_batcher(base, cfg, name="embed_tuned"))
     assert msg.name == "embed_tuned"
     assert msg.max_batch_size == 16
     assert msg.dynamic_batching.max_queue_delay_microseconds == 2500

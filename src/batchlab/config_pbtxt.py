@@ -400,6 +400,12 @@ def to_text(config: Any) -> str:
     return text_format.MessageToString(_as_config(config))
 
 
+def with_batcher(base_text: str, rule: Any, name: str | None = None) -> str:
+    """``base_text`` (a model's config.pbtxt) with the batcher setting ``rule`` (a
+    `batchlab.batching.dynamic.BatchRule`) written in, and ``name`` if given (comments not kept)."""
+    return to_text(edit_config(base_text, rule.config_changes(name)))
+
+
 def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> Any:
     """A copy of `config` (text or `ModelConfig`) with some fields replaced; the input is not modified.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import linecache
 import math
 import os
 import re
@@ -76,16 +77,42 @@ class Result:
 
 @dataclass
 class Raised:
-    """What a learner's function raised: class name, message, and the exception when it is an ISE."""
+    """What a learner's function raised: class name, message, the exception when it is an ISE, and
+    where in the learner's own code it was raised (``where``: function, line, source; or None)."""
 
     type_name: str
     message: str
     exception: Any = None
+    where: dict[str, Any] | None = None
 
     def short(self) -> str:
         """``TypeName: first line of the message``."""
         first = self.message.strip().splitlines()
         return f"{self.type_name}: {first[0] if first else ''}".rstrip(": ")
+
+    def located(self) -> str:
+        """`short`, with the learner's line when known: ``KeyError: 2（release 第 4 行：slot = slot_of[seq]）``."""
+        w = self.where
+        if not w:
+            return self.short()
+        return self.short() + f"（{w['function']} 第 {w['line']} 行" + (f"：{w['code']}）" if w["code"] else "）")
+
+
+_LIBRARY_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.prefix, sys.base_prefix)
+
+
+def _learner_frame(exc: BaseException) -> dict[str, Any] | None:
+    """The innermost frame of the traceback that is the learner's code (not the course library, the
+    standard library or an installed package): its function, line and source line."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not os.path.abspath(code.co_filename).startswith(_LIBRARY_DIRS):
+            line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            found = {"function": code.co_name, "line": tb.tb_lineno, "code": line[:120]}
+        tb = tb.tb_next
+    return found
 
 
 def _short(exc: BaseException) -> str:
@@ -187,7 +214,9 @@ class Grader:
             except NotImplementedError as exc:
                 rec["todo"] = str(exc)[:500]
             except Exception as exc:  # the learner's code raised: recorded, judged below
-                rec["err"] = [type(exc).__name__, str(exc)[:2000], to_evidence(exc) if isinstance(exc, InferenceServerException) else None]
+                rec["err"] = [type(exc).__name__, str(exc)[:2000],
+                              to_evidence(exc) if isinstance(exc, InferenceServerException) else None,
+                              _learner_frame(exc)]
             if hits:
                 rec = {"k": "call", "shortcut": hits[0]}
             self._tape.records.append(rec)
@@ -200,8 +229,9 @@ class Grader:
         if "todo" in rec:
             raise Pending(str(rec["todo"]) or "函数里还是 raise NotImplementedError")
         if "err" in rec:
-            name, message, ise = (list(rec["err"]) + [None, None, None])[:3]
-            return None, Raised(str(name), str(message), from_evidence(ise) if ise is not None else None)
+            name, message, ise, where = (list(rec["err"]) + [None, None, None, None])[:4]
+            where = where if isinstance(where, dict) and {"function", "line", "code"} <= set(where) else None
+            return None, Raised(str(name), str(message), from_evidence(ise) if ise is not None else None, where)
         if "ok" not in rec:
             raise ReplayError("call record without a result")
         return from_evidence(rec["ok"]), None
@@ -210,7 +240,7 @@ class Grader:
         """Call the learner's function: NotImplementedError means "not done", other errors are named."""
         value, raised = self.call_raw(fn, *args, **kwargs)
         if raised is not None:
-            self.fail(f"调用 {_fn_name(fn)}(…) 时抛出了 {raised.short()}")
+            self.fail(f"调用 {_fn_name(fn)}(…) 时抛出了 {raised.located()}")
         return value
 
     def observe(self, thunk: Callable[[], Any]) -> Any:

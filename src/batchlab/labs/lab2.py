@@ -4,18 +4,21 @@ prediction of it with the learner's rule plugged in, and the best configuration 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from batchlab.config_pbtxt import load_config_text
 from batchlab.course.tuning import unit_arrivals
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
 from batchlab.labs import recorded
-from batchlab.labs.record_lab2 import pattern_of, service_table
+from batchlab.labs.record_lab2 import agreed, pattern_of, recorded_service, spread
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
-from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
+from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
 
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
@@ -32,75 +35,101 @@ _CALLS_PER_REQUEST = 200
 
 
 def _guarded(fn: Callable[..., Any], limit: int) -> Callable[..., Decision]:
-    """``fn`` as the simulator's decision: each answer checked, at most ``limit`` calls."""
+    """``fn`` as the batcher's decision: each answer checked, at most ``limit`` calls."""
     calls = [0]
 
-    def decide(pending: list[QueuedRequest], now: float, rule: BatchRule) -> Decision:
+    def decide(pending: list[QueuedRequest], now: float, rule: BatchRule, payload: int) -> Decision:
         calls[0] += 1
         if calls[0] > limit:
             raise _BadDecision(f"被问了 {limit} 次还没把请求发完：返回 send=0 时，wake_at 要给出真正会到的时刻"
                                "（最老请求的到达时间 + max_queue_delay），不要每次只往后挪一点点")
-        out = fn(pending, now, rule)
-        send, wake_at = _decision(out)
+        try:
+            out = fn(pending, now, rule, payload)
+        except TypeError as exc:
+            if "positional argument" in str(exc):
+                raise _BadDecision("next_batch 要接受四个参数 (pending, now, rule, payload)：payload 是负载里"
+                                   f"已有的批元素数（{exc}）"[:300]) from None
+            raise
+        send, wake_at, saturated = _decision(out)
         if send is None:
-            raise _BadDecision(f"应返回 Decision(send, wake_at)，收到的是 {out!r}"[:200])
+            raise _BadDecision(f"应返回 Decision(send, wake_at, saturated)，收到的是 {out!r}"[:200])
         if not 0 <= send <= len(pending):
             raise _BadDecision(f"队列里有 {len(pending)} 个请求，你的函数却要发 send={send} 个")
-        if sum(r.elements for r in pending[:send]) > rule.max_batch_size:
-            raise _BadDecision(f"要发的前 {send} 个请求共 {sum(r.elements for r in pending[:send])} 个批元素，"
+        joined = payload + sum(r.elements for r in pending[:send])
+        if joined > rule.max_batch_size:
+            raise _BadDecision(f"负载已有 {payload} 个批元素，再并入队首 {send} 个请求就是 {joined} 个，"
                                f"超过了 max_batch_size = {rule.max_batch_size}")
-        if send == 0 and not wake_at > now:
+        if send == 0 and not saturated and not wake_at > now:
             raise _BadDecision(f"now = {now:.4f} s 时返回了 Decision(0, {wake_at!r})：不发，又要求在此刻或更早再问，"
                                "批处理器会原地打转。" + (f"这里 max_queue_delay = 0：延时为 0 时不等，能装下的立即全发"
                                                          if rule.delay_s == 0 else
                                                          "等待时 wake_at 是最老请求的到达时间 + max_queue_delay"))
-        return Decision(send, wake_at)
+        return Decision(send, wake_at, saturated)
 
     return decide
 
 
-def _decision(out: Any) -> tuple[int | None, float]:
+def _decision(out: Any) -> tuple[int | None, float, bool]:
+    """(send, wake_at, saturated) of an answer; a two-field answer is not saturated; (None, …) if unreadable."""
     try:
-        send, wake_at = out
-        return int(send), float(wake_at)
+        send, wake_at, *rest = out
+        if len(rest) > 1:
+            raise ValueError
+        return int(send), float(wake_at), bool(rest[0]) if rest else False
     except (TypeError, ValueError):
-        return None, math.nan
+        return None, math.nan, False
 
 
 def replay_batches(fn: Callable[..., Any], index: int) -> dict[str, Any]:
     """The batches ``fn`` (a `next_batch`) forms on recorded pattern ``index`` in the simulator
-    (`batchlab.probe.simulate_pattern`'s event driver, the recorded service times): ``batches`` in
-    the order they were sent, ``unsent`` the requests never sent, or ``error`` (Chinese)."""
+    (`batchlab.probe.simulate_pattern`'s batcher, the recordings' service times): ``batches`` in
+    the order they were sent and ``never_sent`` (the requests never sent, by arrival order), or
+    ``error`` (Chinese)."""
     data = _replay_data()
     pattern = pattern_of(data["patterns"][index])
     try:
-        out = simulate_pattern(pattern, service_table(data["service_ms"]),
-                               decide=_guarded(fn, _CALLS_PER_REQUEST * pattern.n))
+        out = simulate_pattern(pattern, _replay_service(), decide=_guarded(fn, _CALLS_PER_REQUEST * pattern.n))
     except _BadDecision as exc:
         return {"error": str(exc)}
-    sizes = [int(b) for b in out.extra["result"].batches["size"]]
-    return {"batches": sizes, "unsent": pattern.n - sum(sizes)}
+    result = out.extra["result"]
+    never = [int(i) for i in np.flatnonzero(result.records["batch_id"] < 0)]
+    return {"batches": [int(b) for b in result.batches["size"]], "never_sent": never}
 
 
 def _replay_data() -> dict[str, Any]:
-    return recorded.load("lab2_batches")
+    data = recorded.load("lab2_batches")
+    if not data.get("patterns") or "recordings" not in data["patterns"][0]:
+        raise ValueError("lab2_batches.json holds no recordings of each pattern: re-record it with "
+                         "python -m batchlab.labs.record_lab2")
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def _replay_service() -> Any:
+    return recorded_service(_replay_data())
 
 
 def recorded_patterns() -> list[dict[str, Any]]:
-    """The recorded patterns the check replays: ``name``, ``note``, ``arrivals_s``, the settings and
-    the ``batches`` the real server formed (`batchlab.labs.record_lab2`)."""
-    return [dict(p) for p in _replay_data()["patterns"]]
+    """The recorded patterns: ``name``, ``note``, ``arrivals_s``, the settings, every recording's
+    batches (``recordings``), ``agreed`` (the batches all recordings formed, or None when they
+    differ) and ``spread`` (how much the recordings differ, `batchlab.labs.record_lab2.spread`)."""
+    return [{**p, "agreed": agreed(p), "spread": spread(p["recordings"])} for p in _replay_data()["patterns"]]
 
 
 def _ask(g: Grader, fn: Callable[..., Any], arrivals: Sequence[float], now: float, rule: BatchRule,
-         elements: Sequence[int] | None = None) -> tuple[int, float]:
+         elements: Sequence[int] | None = None, payload: int = 0) -> tuple[int, float, bool]:
     pending = [QueuedRequest(a, int(e), 1, i)
                for i, (a, e) in enumerate(zip(arrivals, elements or [1] * len(arrivals)))]
-    out = g.call(fn, pending, now, rule)
-    send, wake_at = _decision(out)
+    out, raised = g.call_raw(fn, pending, now, rule, payload)
+    if raised is not None:
+        if raised.type_name == "TypeError" and "positional argument" in raised.message:
+            g.fail("next_batch 要接受四个参数 (pending, now, rule, payload)：payload 是负载里已有的批元素数"
+                   f"（你的函数：{raised.short()}）"[:300])
+        g.fail(f"调用 next_batch(…) 时抛出了 {raised.short()}")
+    send, wake_at, saturated = _decision(out)
     if send is None:
-        g.fail(f"next_batch 应返回 Decision(send, wake_at)（两个数），收到的是 {out!r}"[:240])
-    return send, wake_at
+        g.fail(f"next_batch 应返回 Decision(send, wake_at, saturated)，收到的是 {out!r}"[:240])
+    return send, wake_at, saturated
 
 
 def _rule_text(rule: BatchRule) -> str:
@@ -112,13 +141,11 @@ def _same_time(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
 
 
-@check("lab2.q1", points=9, title="写出动态批处理器的决定 next_batch", shortcuts=(next_batch,))
-def check_next_batch(g: Grader, fn: Callable[..., Any]) -> None:
-    """`fn(pending, now, rule) -> Decision(send, wake_at)`: five crafted queues aimed at the typical
-    mistakes, then the recorded real-server patterns replayed through the simulator with `fn`."""
+def _check_idle_rules(g: Grader, fn: Callable[..., Any]) -> None:
+    """Six crafted queues with an empty payload, each aimed at one typical mistake."""
     # 1. Waiting: the deadline runs from the oldest request (the head), not the newest.
     rule = BatchRule(8, (), 150_000)
-    send, wake = _ask(g, fn, [0.0, 0.02, 0.05], 0.06, rule)
+    send, wake, _ = _ask(g, fn, [0.0, 0.02, 0.05], 0.06, rule)
     g.expect(send == 0 and _same_time(wake, 0.15),
              "没凑满、延时未到：等，wake_at = 最老请求的到达 + max_queue_delay",
              f"3 个请求在 0、20、50 ms 到达，now = 60 ms，{_rule_text(rule)}：应返回 Decision(0, 0.15)（等到最老的请求满 150 ms），"
@@ -127,56 +154,104 @@ def check_next_batch(g: Grader, fn: Callable[..., Any]) -> None:
                  "：还没凑到偏好的批大小（没设时就是 max_batch_size），延时也没到，要等" if send else ""))
     # 2. Preferred sizes: the largest one reachable goes at once, within the delay.
     rule = BatchRule(8, (4, 8), 150_000)
-    send, wake = _ask(g, fn, [0.0] * 7, 0.0, rule)
+    send, _, _ = _ask(g, fn, [0.0] * 7, 0.0, rule)
     g.expect(send == 4, "7 条待发、preferred [4, 8]、延时未到：立即发能凑到的最大偏好批 4 条",
              f"7 个请求同时到、{_rule_text(rule)}：Triton 立即发 4 条（能凑到的最大偏好批大小），你的是 send = {send}"
              + ("：你的规则忽略了 preferred_batch_size——延时未到时，凑到某个偏好大小就立即下锅，不必等满延时"
                 if send in (0, 7) else ""))
     # 3. After the delay: whatever fits goes, preferred sizes no longer cut the batch.
     rule = BatchRule(16, (8,), 1_000)
-    send, wake = _ask(g, fn, [0.0] * 12, 0.02, rule)
+    send, _, _ = _ask(g, fn, [0.0] * 12, 0.02, rule)
     g.expect(send == 12, "延时过期后不再按偏好批切：能装下的 12 条全发",
              f"12 个请求在 0 时到达、now = 20 ms、{_rule_text(rule)}：最老的已等过 1 ms 的延时，Triton 把能装下的 12 条一起发，"
              f"你的是 send = {send}" + ("：延时过期后你还在按偏好批大小切（Triton 那时跳过偏好规则，有多少发多少，"
                                        "不超过 max_batch_size）" if send == 8 else ""))
     # 4. The batch is the front of the queue, counted in batch elements.
     rule = BatchRule(8)
-    send, wake = _ask(g, fn, [0.0, 0.0, 0.0], 0.0, rule, elements=[5, 4, 2])
+    send, _, _ = _ask(g, fn, [0.0, 0.0, 0.0], 0.0, rule, elements=[5, 4, 2])
     g.expect(send == 1, "按批元素计数，批总是队首的若干个请求：5 + 4 > 8，只发第 1 个",
              f"3 个请求分别有 5、4、2 个批元素、{_rule_text(rule)}：5 + 4 = 9 超过 8，批停在第 1 个请求（send = 1），"
              f"你的是 send = {send}" + {
                  2: "：放不下的第 2 个请求被你跳过、让后面的请求插了队——但 send 数的是队首起的请求，批只能是队列最前面的若干个，"
                     "遇到放不下的就停",
                  3: "：你数的是请求数（3 ≤ 8），Triton 数的是批元素（request.elements 之和）"}.get(send, ""))
-    # 5. Delay 0: never wait.
-    rule = BatchRule(8)
-    send, wake = _ask(g, fn, [0.0, 0.0, 0.001], 0.001, rule)
-    g.expect(send == 3, "max_queue_delay = 0：不等，能装下的立即全发",
+    # 5. Delay 0 and no preferred size: never wait.
+    send, wake, _ = _ask(g, fn, [0.0, 0.0, 0.001], 0.001, rule)
+    g.expect(send == 3, "max_queue_delay = 0、没设偏好批：不等，能装下的立即全发",
              f"3 个请求待发、{_rule_text(rule)}：延时为 0 时不等，应立即发 3 条，你的是 Decision({send}, {wake:g})"
              + ("：延时为 0 从不算「过期」（Triton 的 delay_is_exceeded 要求延时不为 0），要单独处理 delay == 0 的情况"
                 if send == 0 else ""))
-    # 6. The recorded patterns, replayed through the simulator with this decision.
+    # 6. Delay 0 with preferred sizes (the sweep's setting): the preferred rule still comes first.
+    rule = BatchRule(32, (8, 16), 0)
+    send, _, _ = _ask(g, fn, [0.0] * 12, 0.0, rule)
+    g.expect(send == 8, "延时为 0、preferred [8, 16]、12 条待发：偏好规则照样在先，发 8 条",
+             f"12 个请求待发、{_rule_text(rule)}（第 3 题扫描用的设置）：Triton 发 8 条（能凑到的最大偏好批），"
+             f"你的是 send = {send}" + ("：你先判断了「延时为 0 就全发」。Triton 先看偏好批——延时 0 永不过期，所以凑到偏好批"
+                                       "就立即发它；只有凑不出偏好批时，延时为 0 才把能装下的全发" if send == 12 else ""))
+
+
+def _check_payload_rules(g: Grader, fn: Callable[..., Any]) -> None:
+    """Three crafted cases where the payload or the largest preferred size decides."""
+    # 7. Jumping past the largest preferred size with none reached: the batch before it goes.
+    rule = BatchRule(16, (4, 8), 150_000)
+    send, _, _ = _ask(g, fn, [0.0, 0.0, 0.0], 0.0, rule, elements=[3, 3, 3])
+    g.expect(send == 2, "3 + 3 + 3：第 3 个请求越过最大偏好值 8 而此前没凑到偏好批，立即发前 2 个",
+             f"3 个请求各有 3 个批元素、{_rule_text(rule)}：3 + 3 = 6，再加一个就是 9，越过了最大偏好值 8，而此前一个偏好值"
+             f"也没凑到——Triton 把加它之前的 2 个请求当作偏好批立即发（send = 2），你的是 send = {send}"
+             + ("：漏了「越过最大偏好值」那一条（录下的每个请求都只有 1 个批元素，重放考不到它）" if send in (0, 3) else ""))
+    # 8. The payload counts in every size test, and the first request past the largest preferred
+    #    size marks a best batch of 0 requests, which counts as none yet: one more joins.
+    rule = BatchRule(12, (3,), 150_000)
+    send, _, saturated = _ask(g, fn, [0.01] * 4, 0.01, rule, payload=3)
+    g.expect(send == 1 and saturated, "负载已有偏好的 3 个、又来 4 个：再收 1 个（3 + 1），负载封口",
+             f"负载里已有 3 个批元素、4 个请求待发、{_rule_text(rule)}：Triton 并入 1 个、负载封口（Decision(1, now, True)），"
+             f"你的是 send = {send}、saturated = {saturated}" + (
+                 "：每个大小判断都要算上负载里已有的 payload 个批元素（你的规则像是从 0 数起）" if send == 3 else
+                 "：越过最大偏好值时记下的是「之前 0 个请求」，而 0 在 Triton 里表示「还没有」，下一个请求会再记一次——"
+                 "结果是多收 1 个，不是一个不收" if send == 0 else
+                 "：越过最大偏好值的那一刻负载就封口（saturated = True），后来的请求另起一个负载" if send == 1 else ""))
+    # 9. Delay 0: the preferred size closes the payload.
+    rule = BatchRule(8, (4,))
+    send, _, saturated = _ask(g, fn, [0.0] * 5, 0.0, rule)
+    g.expect(send == 4 and saturated, "延时为 0 时凑到偏好批 4 就发，负载封口（saturated = True）",
+             f"5 个请求待发、{_rule_text(rule)}：Triton 发 4 条并封口（Decision(4, now, True)），"
+             f"你的是 send = {send}、saturated = {saturated}"
+             + ("：延时为 0 时偏好批一凑到就封口（payload_saturated_ = True），第 5 个另起一个负载" if send == 4 else ""))
+
+
+@check("lab2.q1", points=13, title="写出动态批处理器的决定 next_batch", shortcuts=(next_batch,))
+def check_next_batch(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(pending, now, rule, payload) -> Decision(send, wake_at, saturated)`: nine crafted queues
+    aimed at the typical mistakes, then the recorded real-server patterns whose recordings all
+    agree, replayed through the simulator's batcher with `fn` deciding."""
+    _check_idle_rules(g, fn)
+    _check_payload_rules(g, fn)
     data = _replay_data()
     misses: dict[bool, list[str]] = {True: [], False: []}
+    graded = {True: 0, False: 0}
     for i, entry in enumerate(data["patterns"]):
+        want = agreed(entry)
+        if want is None:  # the recordings differ: shown in the notebook, not graded
+            continue
+        crafted = not str(entry["name"]).startswith("R")  # chapter 02's and the extra ones, or random
+        graded[crafted] += 1
         got, raised = g.call_raw(replay_batches, fn, i)
-        chapter = not str(entry["name"]).startswith("R")  # crafted (A–F) or random (R…)
         if raised is not None:
-            misses[chapter].append(f"模式「{entry['name']}」：调用 next_batch 时抛出了 {raised.short()}")
+            misses[crafted].append(f"模式「{entry['name']}」：重放时出错 {raised.short()}")
             continue
         got = got if isinstance(got, Mapping) else {}
         if got.get("error"):
-            misses[chapter].append(f"模式「{entry['name']}」：{got['error']}")
-        elif list(got.get("batches", [])) != list(entry["batches"]) or got.get("unsent"):
-            unsent = f"，还有 {got['unsent']} 个请求一直没发出去（等待时 wake_at 对吗？）" if got.get("unsent") else ""
-            misses[chapter].append(f"模式「{entry['name']}」（{_rule_text(pattern_of(entry).settings)}）："
-                                   f"服务器组成的批是 {list(entry['batches'])}，你的规则给出 {list(got.get('batches', []))}{unsent}")
-    n_chapter = sum(1 for e in data["patterns"] if not str(e["name"]).startswith("R"))
-    n_random = len(data["patterns"]) - n_chapter
-    g.expect(not misses[True], f"{n_chapter} 个构造的模式（第 02 章的 A–E 等）：服务器组成的每一批你都预测对了",
-             f"构造的模式（第 02 章的 A–E 等）有 {len(misses[True])} 个没对上：" + "；".join(misses[True][:2]), points=2)
-    g.expect(not misses[False], f"{n_random} 个随机模式：服务器组成的每一批你都预测对了",
-             f"{n_random} 个随机模式里有 {len(misses[False])} 个没对上：" + "；".join(misses[False][:2]), points=2)
+            misses[crafted].append(f"模式「{entry['name']}」：{got['error']}")
+        elif list(got.get("batches", [])) != want or got.get("never_sent"):
+            never = got.get("never_sent") or []
+            unsent = (f"；第 {'、'.join(str(k + 1) for k in never[:6])} 个请求（按到达顺序）一直没发出去"
+                      "——等待时 wake_at 对吗？" if never else "")
+            misses[crafted].append(f"模式「{entry['name']}」（{_rule_text(pattern_of(entry).settings)}）："
+                                   f"服务器每次组成的批都是 {want}，你的规则给出 {list(got.get('batches', []))}{unsent}")
+    g.expect(not misses[True], f"{graded[True]} 个构造的模式（第 02 章的 A–E、G 等，每次录制都一致）：服务器组成的每一批你都预测对了",
+             f"构造的模式有 {len(misses[True])} 个没对上：" + "；".join(misses[True][:2]), points=2)
+    g.expect(not misses[False], f"{graded[False]} 个随机模式（每次录制都一致的那些）：服务器组成的每一批你都预测对了",
+             f"随机模式里有 {len(misses[False])} 个没对上：" + "；".join(misses[False][:2]), points=2)
 
 
 @check("lab2.q2", points=4, title="写 dynamic_batching 块")
@@ -308,9 +383,9 @@ _PREDICTION_CASES = [
         (4000, (8, 16)): (803.151284505941, 7.99999999999984, 4.1731066460587325)}),
     ((1500.0, 400.0), 1500.0, 2.0, {
         (0, ()): (1500.7286912336265, 12.180425674361992, 5.648535564853557),
-        (0, (8, 16)): (1499.4803665989612, 12.891491377345341, 5.6367432150313155),
+        (0, (8, 16)): (1498.2341169819224, 13.51913350521338, 5.625),
         (4000, ()): (1500.4045125113091, 13.2753161921137, 7.706552706552706),
-        (4000, (8, 16)): (1501.3089049863831, 12.926608605990701, 7.3108108108108105)}),
+        (4000, (8, 16)): (1499.6953485048891, 13.43455114278053, 7.099737532808399)}),
 ]
 PREDICTION_DELAYS, PREDICTION_PREFERRED = (0, 4000), ((), (8, 16))
 
@@ -323,9 +398,10 @@ def _p95_hint(p: float, want: float, oh: float) -> str:
     return "到达要用同一条流：arrivals = unit_arrivals(3000, seed=0) / rate；p95 取 summary()['latency_ms']['p95']"
 
 
-def one_at_a_time(pending: Sequence[QueuedRequest], now: float, rule: BatchRule) -> Decision:
-    """A batcher that sends each request alone at once (the check's test that ``decide`` is used)."""
-    return Decision(1, now)
+def one_at_a_time(pending: Sequence[QueuedRequest], now: float, rule: BatchRule, payload: int = 0) -> Decision:
+    """A batcher that puts each request in a payload of its own at once (the check's test that
+    ``decide`` is used)."""
+    return Decision(1, now, True)
 
 
 @check("lab2.q4", points=4, title="把你的规则接进模拟器，预测同一组扫描")
@@ -363,7 +439,7 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any]) -> None:
     mb = _num(rows[0].get("mean_batch")) if len(rows) == 1 else None
     g.expect(mb is not None and math.isclose(mb, want["batch_size_mean"], rel_tol=1e-6),
              "换一个决定（每来一条就单独发）预测就跟着变：decide 确实接进了模拟器",
-             "把 decide 换成「每条单独发」的决定时，你的预测没有变（平均批应为 1.0）：把参数 decide 传给模拟器，"
+             f"把 decide 换成「每条单独发」的决定时，你的预测没有变（平均批应为 {want['batch_size_mean']:.2f}）：把参数 decide 传给模拟器，"
              "simulate_dynamic(..., decide=decide)，不要写死")
 
 

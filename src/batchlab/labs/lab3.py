@@ -198,17 +198,20 @@ def check_release(g: Grader, fn: Callable[..., Any]) -> None:
     slot_of, free, backlog, out = state
     held = {k: v for k, v in slot_of}
     g.expect(held.get(3) == 1 and out[7] == 1 and backlog == [[4, 9]],
-             "槽位 1 空出：积压队列里最早的序列 3 接手，它在第 7 个事件发出的 START 跑在槽位 1",
-             f"序列 3、4 先后在积压队列里等，序列 1 让出槽位 1：应由序列 3 接手（slot_of[3] = 1、out[7] = 1，队列剩 [(4, 9)]），"
+             "槽位 1 空出：积压队列里最早的序列 3 接手，它在第 8 个事件（out[7]）发出的 START 跑在槽位 1",
+             f"序列 3、4 先后在积压队列里等（它们的 START 是第 8、第 10 个事件，out[7]、out[9]），序列 1 让出槽位 1："
+             f"应由序列 3 接手（slot_of[3] = 1、out[7] = 1，队列剩 [(4, 9)]），"
              f"你的是 slot_of = {held}、out[7] = {out[7]}、backlog = {backlog}"
              + ("：不要让后来的序列插队——积压队列先进先出，用 backlog.popleft()" if held.get(4) == 1 else ""))
     g.expect(1 not in held, "让出槽位的序列不再占着它", "序列 1 让出槽位后还在 slot_of 里：要把它删掉（slot_of.pop(seq)）")
     slot_of, free, _, _ = g.call(_released, fn, [2, 0, 1], {0: 0, 1: 1, 2: 2}, [], 4)
     free = [x for x in free if isinstance(x, int)]
     lowest = heapq.heappop(free) if free else None
-    g.expect(lowest == 0 and not slot_of, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
-             f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 给出 {lowest}："
-             "空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位（不是最先或最后空出的那个）")
+    g.expect(lowest == 0, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
+             f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 里"
+             + (f"弹出的是 {lowest}" if free or lowest is not None else "什么也没有")
+             + "：空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位"
+             "（不是最先或最后空出的那个）")
 
 
 def _ev(text: str) -> list[tuple[int, str]]:
@@ -232,10 +235,15 @@ _CRAFTED = [
 ]
 
 
-def _slots_of(g: Grader, fn: Callable[..., Any], events: list[tuple[int, str]], n: int) -> list[Any] | str:
+def _slots_of(g: Grader, fn: Callable[..., Any], events: list[tuple[int, str]], n: int, what: str) -> list[Any] | str:
+    """``fn``'s slots for ``events`` on ``n`` slots, or why they are no list; when ``fn`` raises, the
+    check stops there, saying once what raised where (``what``: the timeline it was given)."""
     out, raised = g.call_raw(fn, [tuple(e) for e in events], n)
     if raised is not None:
-        return f"调用 assign 时抛出了 {raised.short()}"
+        where = raised.where or {}
+        blame = ("。出错的是你在第 5 题写的 release：先让第 5 题的检查全对" if where.get("function") == "release"
+                 else "")
+        g.fail(f"{what}时，assign 抛出了 {raised.located()}{blame}")
     if not isinstance(out, (list, tuple)) or len(out) != len(events):
         return (f"assign 应返回 {len(events)} 个槽位的列表（每个事件一个），收到的是 {type(out).__name__}"
                 + (f"，长度 {len(out)}" if isinstance(out, (list, tuple)) else ""))
@@ -255,7 +263,7 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
     mistakes, then the timelines recorded from the real server (`batchlab.labs.record_lab3`)."""
     for n, text, good, hint in _CRAFTED:
         events = _ev(text)
-        want, got = reference_slots(events, n), _slots_of(g, fn, events, n)
+        want, got = reference_slots(events, n), _slots_of(g, fn, events, n, f"{n} 个槽位、事件 {text}（考的是：{good}）")
         if isinstance(got, str):  # it raised or answered no list: the hint still names the likely mistake
             g.expect(False, good, f"{n} 个槽位、事件 {text}：{got}。这条时间线考的是：{hint}")
             continue
@@ -266,7 +274,7 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
     misses = []
     for t in data["timelines"]:
         events = [tuple(e) for e in t["events"]]
-        got = _slots_of(g, fn, events, t["n_slots"])
+        got = _slots_of(g, fn, events, t["n_slots"], f"重放录下的时间线 {t['name']}（{t['n_slots']} 个槽位）")
         if isinstance(got, str) or got != t["slots"]:
             misses.append(f"时间线 {t['name']}（{t['n_slots']} 个槽位）：" + (got if isinstance(got, str) else
                           _first_diff(events, t["slots"], got)))

@@ -1,14 +1,14 @@
-"""Record the batches Lab 2's first check replays: arrival patterns sent to the real server, with the
-batch sizes Triton formed (``python -m batchlab.labs.record_lab2`` re-records them on this machine).
+"""Record the batches Lab 2 replays: arrival patterns sent to the real server, each several times,
+with the batch sizes Triton formed on every recording (``python -m batchlab.labs.record_lab2``
+re-records them on this machine; about 5 minutes).
 
-The patterns are chapter 02's A–E (`batchlab.probe.chapter_patterns`), one that needs the rule's
-"delay expired: send what fits" clause on a busy instance, and seeded random ones (`random_patterns`:
-``max_batch_size``, preferred sizes, delays and bursts drawn from a seed). A random pattern is a
-candidate only when the course's rule (`batchlab.sim.rule.next_batch`) forms the same batches with
-the service times halved or doubled and each burst moved by a few milliseconds: its outcome does not
-hang on timer jitter. Each candidate is sent ``repeats`` times (`batchlab.probe.run_patterns`);
-a pattern is kept only when the server's batches equal the course rule's prediction on every
-recording. Requests carry one row each: the probe sends no multi-element requests.
+The patterns are chapter 02's (`batchlab.probe.chapter_patterns`), the ones `extra_patterns` adds for
+the clauses a busy instance brings out, and seeded random ones (`random_patterns`): busy instances,
+preferred sizes, delay 0 with several preferred sizes, gaps shorter than a batch. None is chosen or
+dropped by what the course's rule predicts: every pattern is sent ``repeats`` times (the repeats in
+interleaved rounds, `batchlab.probe.run_patterns`) and every recording is stored. An arrival that
+races an instance's finish can make recordings of one pattern differ; `fidelity` compares the
+simulator with the recordings against the recordings' own spread.
 """
 
 from __future__ import annotations
@@ -18,114 +18,154 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from batchlab.labs import recorded
-from batchlab.probe import Pattern, burst, calibrate_service, chapter_patterns, reloadable, run_patterns, simulate_pattern
+from batchlab.probe import (Pattern, batch_mismatch, burst, calibrate_service, chapter_patterns, isotonic,
+                            reloadable, run_patterns, simulate_pattern, spaced)
 from batchlab.sim import BatchRule, Table
 
+#: Random patterns drawn by default; with chapter 02's and `extra_patterns` they make the data set.
+RANDOM_COUNT = 24
+#: Recordings of each pattern by default: an arrival racing an instance's finish can go either way,
+#: so recordings that agree five times out of five say more than three out of three.
+REPEATS = 5
 
 
 def extra_patterns() -> list[Pattern]:
-    """A pattern for the clause chapter 02's five leave untested: the delay expires while the
-    instance is busy, so what fits goes, past the preferred size."""
-    return [Pattern(f"F 偏好 [8]、延时 {d // 1000} ms，20 条同时到", burst(20), BatchRule(16, (8,), d),
-                    f"先发偏好的 8 条；实例忙的 20 多 ms 里剩下 12 条的 {d // 1000} ms 延时已过：一空闲就把 12 条一起发")
-            for d in (5_000, 10_000)]
+    """Patterns for what a busy instance brings out: the delay expiring while it is busy (F), the
+    batch that grows one past the preferred size (G) and delay 0 with a preferred size (H)."""
+    f = [Pattern(f"F 偏好 [8]、延时 {d // 1000} ms，20 条同时到", burst(20), BatchRule(16, (8,), d),
+                 f"先发偏好的 8 条；实例忙的几十 ms 里剩下 12 条的 {d // 1000} ms 延时已过：一空闲就把 12 条一起发")
+         for d in (5_000, 10_000)]
+    g = Pattern("G 偏好 [3]，每 2 ms 一条", spaced(19, 0.002), BatchRule(12, (3,), 150_000),
+                "实例忙时，已凑够偏好 3 条、在等实例的批还会再收下一条：之后每批 4 条")
+    h = Pattern("H 偏好 [4]、不设延时，7 条同时到", burst(7), BatchRule(8, (4,)),
+                "延时为 0 时偏好批照样截断：凑到 4 条就发，剩下的另起一批")
+    return f + [g, h]
 
 
-def random_patterns(seed: int = 0, count: int = 40) -> list[Pattern]:
-    """``count`` arrival patterns drawn from ``seed``: bursts of requests some tens of milliseconds
-    apart, with a ``max_batch_size``, preferred sizes and ``max_queue_delay`` each drawn too."""
+def random_patterns(seed: int = 0, count: int = RANDOM_COUNT) -> list[Pattern]:
+    """``count`` arrival patterns drawn from ``seed``: 2 to 5 bursts some milliseconds apart, with
+    a ``max_batch_size``, preferred sizes and ``max_queue_delay`` drawn too. Every fourth pattern
+    has delay 0 and two preferred sizes, every fourth one preferred size, a delay and gaps shorter
+    than a batch takes, every fourth no preferred size; the rest draw freely."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(count):
         m = int(rng.choice([4, 6, 8, 12, 16]))
         sizes = [s for s in (2, 3, 4, 6, 8) if s < m]
-        k = int(rng.choice([0, 1, 1, 2]))
-        preferred = tuple(sorted(int(s) for s in rng.choice(sizes, size=k, replace=False))) if k else ()
-        delay_us = int(rng.choice([0, 30_000, 80_000, 150_000]))
+        family = i % 4
+        k = (2, 1, 0, int(rng.choice([0, 1, 2])))[family]
+        preferred = tuple(sorted(int(s) for s in rng.choice(sizes, size=min(k, len(sizes)), replace=False)))
+        delay_us = 0 if family == 0 else int(rng.choice([0, 30_000, 80_000, 150_000][family == 1:]))
+        gaps = [0.005, 0.01, 0.02] if family == 1 else [0.005, 0.01, 0.02, 0.04, 0.08, 0.12]
         t, arrivals = 0.0, []
         for _ in range(int(rng.integers(2, 6))):
             arrivals += [round(t, 4)] * int(rng.integers(1, min(m + 4, 11)))
-            t += float(rng.choice([0.01, 0.03, 0.06, 0.1, 0.2]))
+            t += float(rng.choice(gaps))
         out.append(Pattern(f"R{seed}-{i}", tuple(arrivals), BatchRule(m, preferred, delay_us),
                            f"随机模式（seed {seed} 第 {i} 个）"))
     return out
 
 
-def robust(pattern: Pattern, service: Any, trials: int = 8, shift_s: float = 0.004, spread_s: float = 0.005,
-           seed: int = 0) -> bool:
-    """True when the course's rule forms the same batches with the service times halved, doubled or
-    next to nothing (so no decision hangs on a busy instance: Triton pre-forms batches then, see
-    `batchlab.sim.rule`), and with each burst moved by up to ``shift_s`` and its requests spread
-    over up to ``spread_s`` (a client does not send a burst in one instant); ``trials`` draws."""
-    want = simulate_pattern(pattern, service).batches
-    for scale in (0.01, 0.5, 2.0):
-        if simulate_pattern(pattern, _scaled(service, scale)).batches != want:
-            return False
-    rng = np.random.default_rng(seed)
-    times = np.asarray(pattern.arrivals_s)
-    groups = np.unique(times)
-    for _ in range(trials):
-        moved = dict(zip(groups.tolist(), (groups + rng.uniform(-shift_s, shift_s, groups.size)).tolist()))
-        jittered = np.array([moved[x] for x in times.tolist()]) + rng.uniform(0, spread_s, times.size)
-        p = Pattern(pattern.name, tuple(np.sort(np.maximum(jittered, 0.0))), pattern.settings)
-        if simulate_pattern(p, service).batches != want:
-            return False
-    return True
-
-
-def _scaled(service: Table, scale: float) -> Table:
-    return Table(service.batch_sizes, tuple(t * scale for t in service.times), service.unit)
+def all_patterns(seed: int = 0, count: int = RANDOM_COUNT) -> list[Pattern]:
+    """What the recorder sends: chapter 02's patterns, `extra_patterns` and `random_patterns`."""
+    return chapter_patterns() + extra_patterns() + random_patterns(seed, count)
 
 
 def service_table(service_ms: Mapping[Any, float]) -> Table:
-    """The simulator's service model from the recorded one-execution times (ms per batch size)."""
+    """The simulator's service model from recorded one-execution times (ms per batch size)."""
     ms = {int(b): float(t) for b, t in service_ms.items()}  # JSON keys are strings
     return Table(tuple(sorted(ms)), tuple(ms[b] for b in sorted(ms)), unit="ms")
 
 
-def candidates(service: Table, seed: int = 0, count: int = 40) -> list[Pattern]:
-    """Chapter 02's patterns, `extra_patterns`, and the robust ones of `random_patterns`."""
-    return chapter_patterns() + extra_patterns() + [p for p in random_patterns(seed, count) if robust(p, service)]
+def recorded_service(data: Mapping[str, Any]) -> Table:
+    """The service model of the recordings: per batch size, the median over the recordings of the
+    server's time per execution (its statistics, batches of one-row requests as the patterns formed
+    them), made non-decreasing (`batchlab.probe.isotonic`, weighted by how many recordings ran the
+    size); sizes never run are interpolated."""
+    runs: dict[int, list[float]] = {}
+    for entry in data["patterns"]:
+        for execution in entry["execution_ms"]:
+            for size, ms in execution.items():
+                runs.setdefault(int(size), []).append(float(ms))
+    sizes = sorted(runs)
+    smooth = isotonic(np.array([np.median(runs[b]) for b in sizes]), np.array([len(runs[b]) for b in sizes], float))
+    return Table(tuple(sizes), tuple(float(t) for t in smooth), unit="ms")
 
 
-def record_batches(server: Any, repeats: int = 3, seed: int = 0, count: int = 40,
+def record_batches(server: Any, repeats: int = REPEATS, seed: int = 0, count: int = RANDOM_COUNT,
                    model: str = "embed") -> dict[str, Any]:
-    """Calibrate ``model``'s service times, send every candidate ``repeats`` times, and return the data
-    of the patterns whose real batches equal the course rule's prediction on every recording."""
+    """Calibrate ``model``'s service times, send every pattern of `all_patterns` ``repeats`` times
+    (interleaved rounds) and return every recording: the batches formed, in order, the server's
+    time per execution of each batch size, and when the client actually sent each request."""
     row = np.zeros((1, 16), np.int32)
     row[0, :3] = (5, 6, 7)
+    patterns = all_patterns(seed, count)
     with reloadable(server, [model]) as lab:
         cal = calibrate_service(lab, model, batch_sizes=(1, 2, 4, 8, 16), rows_per_size=48, min_requests=4)
         service = cal.service()
-        patterns = candidates(service, seed, count)
         runs = [run_patterns(lab, model, patterns, {"TOKENS": row}, service) for _ in range(repeats)]
-    kept, dropped = [], []
+    entries = []
     for i, p in enumerate(patterns):
-        real = [r[i]["real"].batches for r in runs]
-        sim = runs[0][i]["sim"].batches
-        entry = {"name": p.name, "note": p.note, "arrivals_s": list(p.arrivals_s),
-                 "max_batch_size": p.settings.max_batch_size, "preferred": list(p.settings.preferred),
-                 "max_queue_delay_us": p.settings.max_queue_delay_us, "batches": sim}
-        (kept if all(b == sim for b in real) else dropped).append({**entry, "real": real} if any(b != sim for b in real)
-                                                                    else entry)
-    return {**recorded.header(model, repeats),
-            "kept": "patterns whose server batches equal the course rule's prediction on every recording",
-            "seed": seed, "service_ms": {str(b): round(cal.service_ms[b], 4) for b in sorted(cal.service_ms)},
-            "patterns": kept, "dropped": [{"name": d["name"], "real": d.get("real"), "rule": d["batches"]}
-                                          for d in dropped]}
+        entries.append({
+            "name": p.name, "note": p.note, "arrivals_s": list(p.arrivals_s),
+            "max_batch_size": p.settings.max_batch_size, "preferred": list(p.settings.preferred),
+            "max_queue_delay_us": p.settings.max_queue_delay_us,
+            "recordings": [r[i]["real"].batches for r in runs],
+            "execution_ms": [{str(b): round(ms, 3) for b, ms in r[i]["real"].extra["server"].batch_service_ms().items()}
+                             for r in runs],
+            "sent_ms": [_sent_ms(r[i]["real"]) for r in runs]})
+    return {**recorded.header(model, repeats), "seed": seed,
+            "service_ms": {str(b): round(cal.service_ms[b], 4) for b in sorted(cal.service_ms)},
+            "patterns": entries}
 
 
-def pattern_of(entry: dict[str, Any]) -> Pattern:
+def _sent_ms(outcome: Any) -> list[float]:
+    """When the client actually sent each request of a recording, in ms from its first send."""
+    sent = np.sort(np.asarray(outcome.sent_s, dtype=float))
+    return [round(float(x), 2) for x in (sent - sent[0]) * 1e3] if sent.size else []
+
+
+def pattern_of(entry: Mapping[str, Any]) -> Pattern:
     """The `Pattern` of one recorded entry."""
     return Pattern(entry["name"], tuple(entry["arrivals_s"]),
                    BatchRule(int(entry["max_batch_size"]), tuple(entry["preferred"]), float(entry["max_queue_delay_us"])),
                    entry.get("note", ""))
 
 
+def agreed(entry: Mapping[str, Any]) -> list[int] | None:
+    """The batches every recording of ``entry`` formed, or None when the recordings differ."""
+    first = entry["recordings"][0]
+    return list(first) if first is not None and all(r == first for r in entry["recordings"]) else None
+
+
+def spread(recordings: Sequence[Sequence[int] | None]) -> float:
+    """Mean `batch_mismatch` over pairs of recordings: how much the server disagrees with itself."""
+    pairs = [(a, b) for i, a in enumerate(recordings) for b in recordings[i + 1:]]
+    return float(np.mean([batch_mismatch(a, b) for a, b in pairs])) if pairs else 0.0
+
+
+def fidelity(data: Mapping[str, Any], service: Any = None) -> list[dict[str, Any]]:
+    """Per recorded pattern: the simulator's batches (`simulate_pattern` with `recorded_service`, or
+    ``service``), ``sim_vs_recording`` (mean `batch_mismatch` with each recording),
+    ``recording_vs_recording`` (`spread`) and ``agreed`` (`agreed`)."""
+    service = recorded_service(data) if service is None else service
+    out = []
+    for entry in data["patterns"]:
+        sim = simulate_pattern(pattern_of(entry), service).batches
+        out.append({"name": entry["name"], "sim": sim, "recordings": entry["recordings"], "agreed": agreed(entry),
+                    "sim_vs_recording": float(np.mean([batch_mismatch(sim, r) for r in entry["recordings"]])),
+                    "recording_vs_recording": spread(entry["recordings"])})
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return recorded.main(argv, __doc__, "lab2_batches", "embed", 40, record_batches, lambda d: (
-        f"{len(d['patterns'])} patterns kept ({sum(len(p['batches']) for p in d['patterns'])} batches), "
-        f"{len(d['dropped'])} dropped: {[x['name'] for x in d['dropped']]}"))
+    def summary(d: dict[str, Any]) -> str:
+        rows = fidelity(d)
+        return (f"{len(rows)} patterns x {d['repeats']} recordings, all stored; recordings agree on "
+                f"{sum(r['agreed'] is not None for r in rows)}; mismatch simulator vs recording "
+                f"{np.mean([r['sim_vs_recording'] for r in rows]):.3f}, recording vs recording "
+                f"{np.mean([r['recording_vs_recording'] for r in rows]):.3f}")
+    return recorded.main(argv, __doc__, "lab2_batches", "embed", RANDOM_COUNT, record_batches, summary, REPEATS)
 
 
 if __name__ == "__main__":

@@ -32,11 +32,11 @@ def load(name: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None, doc: str, name: str, model: str, count: int,
-         record: Callable[..., dict[str, Any]], summary: Callable[[dict[str, Any]], str]) -> int:
+         record: Callable[..., dict[str, Any]], summary: Callable[[dict[str, Any]], str], repeats: int = 3) -> int:
     """Re-record ``name``: start a server with ``model``, call ``record(server, repeats, seed, count)``,
     write the JSON and print ``summary(data)``."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="recordings of each case (all must agree)")
+    ap.add_argument("--repeats", type=int, default=repeats, help="recordings of each case")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random cases")
     ap.add_argument("--count", type=int, default=count, help="random cases drawn")
     ap.add_argument("--out", type=Path, default=DATA_DIR / f"{name}.json")

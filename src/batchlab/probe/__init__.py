@@ -5,7 +5,7 @@ t(B) (`batch_time`), the batch-forming rule (`batcher`), T_total's parts (`laten
 from batchlab.probe.batch_time import (BatchTimes, Calibration, batch_table, calibrate_service, isotonic,
                                        load_factor, measure_batch_times, service_from_stats, service_model,
                                        speedup_ceiling)
-from batchlab.probe.batcher import (Pattern, PatternOutcome, ProbeError, batcher_config,
+from batchlab.probe.batcher import (Pattern, PatternOutcome, ProbeError, batch_mismatch, batcher_config, client_arrivals,
                                     batches_from_sizes, burst, chapter_patterns, reloadable, run_pattern, run_patterns,
                                     simulate_pattern, spaced)
 from batchlab.probe.latency import GenerateCalibration, calibrate_generate, split_report, split_simulated
@@ -13,7 +13,7 @@ from batchlab.probe.latency import GenerateCalibration, calibrate_generate, spli
 __all__ = [
     "BatchTimes", "measure_batch_times", "Calibration", "calibrate_service", "batch_table", "service_from_stats",
     "load_factor", "isotonic", "service_model", "speedup_ceiling",
-    "Pattern", "PatternOutcome", "ProbeError", "batcher_config", "batches_from_sizes", "burst",
+    "Pattern", "PatternOutcome", "ProbeError", "batch_mismatch", "batcher_config", "client_arrivals", "batches_from_sizes", "burst",
     "chapter_patterns", "reloadable", "run_pattern", "run_patterns", "simulate_pattern", "spaced",
     "GenerateCalibration", "calibrate_generate", "split_report", "split_simulated",
 ]

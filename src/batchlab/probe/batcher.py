@@ -1,11 +1,7 @@
-"""Triton's batch-forming rule observed with crafted arrival patterns (`Pattern`: send times and a
-`BatchRule`), on the real dynamic batcher and in the simulator. The rule (core
-``dynamic_batch_scheduler.cc``, ``GetDynamicBatch``), in arrival order:
-
-1. a batch reaching the largest preferred size (``max_batch_size`` when none) goes at once;
-2. before the oldest request's delay expires, the largest reachable preferred size goes at once;
-3. with delay 0, or once the oldest has waited ``max_queue_delay``, whatever is pending goes;
-4. otherwise the batcher waits.
+"""Triton's batch forming observed with crafted arrival patterns (`Pattern`: send times and a
+`BatchRule`), on the real dynamic batcher and in the simulator (`batchlab.batching.dynamic`: the
+decision `next_batch` and the payloads a busy instance lets grow), and how far two lists of batches
+differ (`batch_mismatch`).
 """
 
 from __future__ import annotations
@@ -79,6 +75,22 @@ def batches_from_sizes(sizes: Sequence[int]) -> list[int] | None:
     return out
 
 
+def batch_mismatch(a: Sequence[int] | None, b: Sequence[int] | None) -> float:
+    """The share of a pattern's requests served in a batch of a different size in ``a`` than in
+    ``b`` (two lists of batch sizes, in the order the batches formed: the n-th request in arrival
+    order is in the same batch position in both). A request only one of them served, or a list
+    that is None (inconsistent), counts as different."""
+    if a is None or b is None:
+        return 1.0
+    per_a = [size for size in a for _ in range(size)]
+    per_b = [size for size in b for _ in range(size)]
+    n = max(len(per_a), len(per_b))
+    if n == 0:
+        return 0.0
+    unmatched = n - min(len(per_a), len(per_b))  # served in one list only
+    return (sum(x != y for x, y in zip(per_a, per_b)) + unmatched) / n
+
+
 @dataclass
 class PatternOutcome:
     """One run of a pattern: ``sizes`` the batch size that served each request (arrival order in the
@@ -97,14 +109,29 @@ class PatternOutcome:
         return batches_from_sizes(self.sizes)
 
 
+#: A client sends the requests of a burst one after another: the first reaches the server a moment
+#: before the rest (Lab 2's recordings: with delay 0 it often runs alone, the rest batch together).
+CLIENT_STAGGER_S = 1e-6
+
+
+def client_arrivals(arrivals_s: Sequence[float]) -> np.ndarray:
+    """When a pattern's requests reach the server in the simulator: each burst's first request at its
+    send time, the others `CLIENT_STAGGER_S` later (together)."""
+    a = np.asarray(arrivals_s, dtype=float)
+    later = np.r_[False, a[1:] == a[:-1]] if a.size else np.zeros(0, bool)
+    return a + later * CLIENT_STAGGER_S
+
+
 def simulate_pattern(pattern: Pattern, service: Any, decide: Decide = next_batch) -> PatternOutcome:
-    """The pattern through the simulator with the service model ``service``; ``decide`` takes the
-    batcher's decisions (default the course's `next_batch`; Lab 2 plugs in the learner's)."""
-    a = np.asarray(pattern.arrivals_s, dtype=float)
+    """The pattern through the simulator with the service model ``service`` (its requests arriving as
+    `client_arrivals` has them); ``decide`` takes the batcher's decisions (default the course's
+    `next_batch`; Lab 2 plugs in the learner's). A request never sent has size 0 (then ``batches``
+    is None)."""
+    a = client_arrivals(pattern.arrivals_s)
     res = simulate_rule(a, service, pattern.settings, warmup=0.0, decide=decide)
     r, b = res.records, res.batches
     order = np.argsort(r["arrival"], kind="stable")
-    sizes = [int(b["size"][r["batch_id"][i]]) for i in order]
+    sizes = [int(b["size"][r["batch_id"][i]]) if r["batch_id"][i] >= 0 else 0 for i in order]  # 0: never sent
     hist = Counter(int(k) for k in b["size"])
     return PatternOutcome(pattern, sizes, dict(sorted(hist.items())),
                           latency_ms=(r["finish"] - r["arrival"])[order] * 1e3, sent_s=a,

@@ -2,8 +2,8 @@
 
 * `workload` / `lengths` — arrival times and token lengths;
 * `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
-* `rule` — the dynamic batcher's decision (`next_batch`), its settings (`BatchRule`), the queue policy
-  (`QueuePolicy`);
+* `rule` — the queue policy (`QueuePolicy`), and re-exported from `batchlab.batching.dynamic` the
+  dynamic batcher's decision (`next_batch`) and settings (`BatchRule`); `dynamic` drives the batcher;
 * `batchlab.batching.slots` (re-exported here) — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
 * `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
   `sequence`, `continuous`;

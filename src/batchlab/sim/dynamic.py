@@ -1,9 +1,13 @@
-"""Triton's dynamic batcher, field for field (`simulate_dynamic`): drivers around `batchlab.sim.rule.next_batch`.
+"""Triton's dynamic batcher, field for field (`simulate_dynamic`): the driver of
+`batchlab.batching.dynamic.DynamicBatcher` (the batcher's state, Triton's payloads) and of its
+decision `next_batch`.
 
-Two drivers give the same schedules where both apply. ``events`` (queues per priority level,
-rejection, timeouts, requests of several batch elements) asks `next_batch` at every decision.
-``fast`` (one priority level, no queue-policy limits, one element per request) asks it once per
-queue length before the run and looks the answers up.
+The driver feeds the batcher its three events in time order: requests arrive (or are rejected by a
+full queue), an instance finishes its batch, the batcher's timer fires; every payload an instance
+takes becomes a batch. ``events`` runs this driver and batcher whatever the settings. ``fast`` (one
+priority level, no queue-policy limits, one element per request) is the same where the payloads
+change a schedule, and `run_fast` where they change nothing (`coincides`): `next_batch` asked once
+per queue length, its answers looked up.
 """
 
 from __future__ import annotations
@@ -17,15 +21,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, times_array
-from .engine import INF, EventQueue
+from batchlab.batching.dynamic import Decide, DynamicBatcher, Payload, RequestQueue
+from .engine import INF
 from .results import SimResult, empty_records, make_batches
 from .rule import BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
 from .service import BatchService, check_batch_service, service_times
-
-_FREE, _WAKE = 0, 1
-
-#: A batcher decision: ``decide(pending, now, rule) -> Decision`` (`next_batch` or a stand-in for it).
-Decide = Callable[[Sequence[QueuedRequest], float, BatchRule], Decision]
 
 
 def simulate_dynamic(
@@ -53,7 +53,9 @@ def simulate_dynamic(
     request's level (1 = highest). ``warmup``: fraction of requests `SimResult.summary` leaves out.
     ``batch_elements``: each request's batch dimension (default 1); batches are sized and priced in
     elements (``batches["executed"]``; ``batches["size"]`` counts requests). ``decide(pending, now,
-    rule) -> Decision``: the decision (default `next_batch`; another one runs on the event engine).
+    rule, payload) -> Decision``: the decision (default `next_batch`; another one runs on the
+    event engine, its answers checked). Without a queue policy and priority levels Triton forms
+    payloads while the instances are busy (prefetching); with either, only for an idle instance.
     """
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
@@ -66,28 +68,35 @@ def simulate_dynamic(
     engine = choice("engine", engine, ("auto", "fast", "events"))
     elements = _batch_elements(batch_elements, rule.max_batch_size, a.size)
     if not callable(decide):
-        raise ValueError("decide must be a function decide(pending, now, rule) -> Decision")
+        raise ValueError("decide must be a function decide(pending, now, rule, payload) -> Decision")
     simple = len(policies) == 1 and policies[0].is_default and elements is None and decide is next_batch
     if engine == "fast" and not simple:
         raise ValueError("the fast engine handles one priority level, no queue-policy limits, one batch "
                          "element per request and the course's next_batch; use engine='events'")
     svc = _service_table(service, rule.max_batch_size)
-    if engine == "fast" or (engine == "auto" and simple):
+    fast = engine == "fast" or (engine == "auto" and simple)
+    prefetch = levels == 0 and all(policy.is_default for policy in policies)  # support_prefetching_
+    if fast and coincides(rule):
         rec, bat = _fast_records(a, svc, *run_fast(a, rule, svc.tolist(), k))
     else:
-        rec, bat = run_events(a, rule, _priced_by_elements(svc, elements), k, prio, policies, elements, decide)
+        rec, bat = run_events(a, rule, _priced_by_elements(svc), k, prio, policies, elements, decide, prefetch)
     if prio is not None:
         rec["priority"] = prio
     cap = k * rule.overload_batch() / float(svc[rule.overload_batch()])
     if elements is not None:  # requests/s: elements/s over the mean elements per request
         cap /= float(elements.mean())
-    config = dict(
+    return SimResult(rec, bat, "dynamic", _config(rule, k, default, levels, service), instances=k,
+                     capacity_rps=cap, warmup=warmup)
+
+
+def _config(rule: BatchRule, instances: int, default: QueuePolicy, levels: int, service: Any) -> dict[str, Any]:
+    """The settings a run reports (`SimResult.config`)."""
+    return dict(
         max_batch_size=rule.max_batch_size, preferred_batch_sizes=list(rule.effective_preferred),
-        max_queue_delay_us=rule.max_queue_delay_us, instances=k, max_queue_size=default.max_queue_size,
+        max_queue_delay_us=rule.max_queue_delay_us, instances=instances, max_queue_size=default.max_queue_size,
         default_timeout_us=default.timeout_us, timeout_action=default.timeout_action,
         priority_levels=levels, service=repr(service),
     )
-    return SimResult(rec, bat, "dynamic", config, instances=k, capacity_rps=cap, warmup=warmup)
 
 
 def simulate_rule(arrivals: np.ndarray, service: BatchService, rule: BatchRule, warmup: float = 0.1,
@@ -129,13 +138,10 @@ def _batch_elements(values: Any, max_batch_size: int, n: int) -> np.ndarray | No
     return elements if np.any(elements != 1) else None
 
 
-def _priced_by_elements(svc: np.ndarray, elements: np.ndarray | None) -> Callable[[list[int]], float]:
-    """``batch_time(ids)``: the service time of a batch of these requests, from its batch elements."""
+def _priced_by_elements(svc: np.ndarray) -> Callable[[Payload], float]:
+    """``batch_time(payload)``: the service time of a batch, from its batch elements."""
     service_time = svc.tolist()
-    if elements is None:
-        return lambda members: service_time[len(members)]
-    per_request = elements.tolist()
-    return lambda members: service_time[sum(per_request[r] for r in members)]
+    return lambda payload: service_time[payload.elements]
 
 
 def _level_policies(default: QueuePolicy, levels: int,
@@ -150,30 +156,23 @@ def _level_policies(default: QueuePolicy, levels: int,
     return policies
 
 
-def sends_by_queue_length(rule: BatchRule) -> tuple[list[int], list[int]]:
-    """What `next_batch` sends for ``n`` pending one-element requests (index ``n``, up to
-    ``max_batch_size``; 0 = wait): while the oldest is within ``max_queue_delay``, and once it is not."""
-    within_delay, after_delay = [0], [0]
-    for n in range(1, rule.max_batch_size + 1):
-        queue = [QueuedRequest(arrival=0.0)] * n
-        within_delay.append(next_batch(queue, 0.0, rule).send)
-        after_delay.append(next_batch(queue, rule.delay_s, rule).send)
-    return within_delay, after_delay
+def coincides(rule: BatchRule) -> bool:
+    """True when Triton's payloads change nothing: with delay 0 and no preferred size (or
+    ``max_batch_size`` 1) every arrival joins the payload being filled until it is full, so an
+    instance that frees takes what waits, up to ``max_batch_size`` (`run_fast` drives that)."""
+    return rule.max_batch_size == 1 or (rule.delay_s == 0 and not rule.preferred)
 
 
 def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
              instances: int) -> tuple[list[float], list[int], list[int]]:
-    """The fast driver: one priority level, no queue policy, one element per request. Returns each
-    batch's start, size and instance (the instances list is empty with one instance).
-
-    The pending requests are then the arrivals from ``head`` up to the clock, in order, and
-    `next_batch`'s answer depends only on how many are pending (up to ``max_batch_size``) and on
-    whether the oldest has waited the delay: `sends_by_queue_length` asks it once per case.
-    """
+    """The fast driver where the payloads change nothing (`coincides`; one priority level, no queue
+    policy, one element per request): each batch's start, size and instance (the instances list
+    is empty with one instance). An instance takes what `next_batch` sends for the requests pending
+    then (asked once per queue length)."""
     total = arrivals.size
-    arrival = arrivals.tolist() + [INF] * rule.max_batch_size  # INF: no more arrivals
-    within_delay, after_delay = sends_by_queue_length(rule)
-    delay, largest = rule.delay_s, rule.max_batch_size
+    arrival = arrivals.tolist() + [INF] * (rule.max_batch_size + 1)  # INF: no more arrivals
+    sends = [next_batch([QueuedRequest(0.0)] * n, 0.0, rule).send for n in range(rule.max_batch_size + 1)]
+    largest = rule.max_batch_size
     several = instances > 1  # with one instance the heap of idle instances is skipped (1/4 of the time)
     idle = [(0.0, instance) for instance in range(instances)]  # heap: (free since, instance)
     starts: list[float] = []
@@ -193,15 +192,7 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
             now = free_since
         if now < clock:
             now = clock
-        while True:
-            pending = arrived_by(arrival, now, head, head + largest) - head
-            # past the oldest's deadline: the same test next_batch makes (a delay of 0 never expires)
-            send = after_delay[pending] if delay and now >= arrival[head] + delay else within_delay[pending]
-            if send:
-                break
-            # nothing goes yet: look again at the next arrival or at the oldest's deadline
-            deadline = arrival[head] + delay
-            now = arrival[head + pending] if arrival[head + pending] < deadline else deadline
+        send = sends[arrived_by(arrival, now, head, head + largest) - head]
         record_start(now)
         record_size(send)
         if several:
@@ -248,6 +239,7 @@ class PriorityQueue:
         self.has_timeouts = any(timeout > 0 for timeout in self.timeouts)
         self.timed_out: list[QueuedRequest] = []
         self.size = 0  # requests queued, all levels
+        self.elements = 0  # their batch elements (``queued_batch_size_``)
 
     def __len__(self) -> int:
         return self.size
@@ -257,17 +249,20 @@ class PriorityQueue:
             return iter(self.waiting[0])
         return chain.from_iterable(chain(*pair) for pair in zip(self.waiting, self.delayed))
 
-    def admit(self, request: QueuedRequest, now: float) -> bool:
-        """Queue ``request`` at its level; False (rejected) when that level holds max_queue_size already."""
+    def has_room(self, request: QueuedRequest, now: float) -> bool:
+        """False (Triton rejects ``request``) when its level holds max_queue_size requests already."""
         level = request.priority - 1
         limit = self.policies[level].max_queue_size
         if limit:
             self.expire(now)
-            if len(self.waiting[level]) + len(self.delayed[level]) >= limit:
-                return False
-        self.waiting[level].append(request)
-        self.size += 1
+            return len(self.waiting[level]) + len(self.delayed[level]) < limit
         return True
+
+    def append(self, request: QueuedRequest) -> None:
+        """Queue ``request`` at its level (after `has_room`)."""
+        self.waiting[request.priority - 1].append(request)
+        self.size += 1
+        self.elements += request.elements
 
     def expire(self, now: float) -> None:
         """Apply the timeouts to requests that waited longer (``ApplyPolicy``): REJECT drops them,
@@ -283,6 +278,7 @@ class PriorityQueue:
                 else:
                     self.timed_out.append(request)
                     self.size -= 1
+                    self.elements -= request.elements
 
     def take(self, count: int) -> list[QueuedRequest]:
         """Remove the first ``count`` requests, in order."""
@@ -292,6 +288,7 @@ class PriorityQueue:
                 while queue and len(taken) < count:
                     taken.append(queue.popleft())
         self.size -= len(taken)
+        self.elements -= sum(request.elements for request in taken)
         return taken
 
 
@@ -299,134 +296,161 @@ class _Log:
     """What happened to each request (by id) and each batch, filled in as the run goes."""
 
     def __init__(self, total: int) -> None:
-        self.start = [np.nan] * total
-        self.finish = [np.nan] * total
-        self.batch_id = [-1] * total
-        self.instance = [-1] * total
+        self.total = total
+        self.batches: list[tuple[float, float, int]] = []  # start, end, instance
+        self.members: list[Payload] = []
         self.rejected: list[int] = []
-        self.batches: list[tuple[float, float, int, int, int]] = []  # start, end, size, elements, instance
 
-    def batch(self, members: list[QueuedRequest], start: float, end: float, instance: int) -> None:
+    def batch(self, members: Payload, start: float, end: float, instance: int) -> None:
         """Record one batch and its members."""
-        for request in members:
-            self.start[request.id] = start
-            self.finish[request.id] = end
-            self.batch_id[request.id] = len(self.batches)
-            self.instance[request.id] = instance
-        self.batches.append((start, end, len(members), sum(request.elements for request in members), instance))
+        self.batches.append((start, end, instance))
+        self.members.append(members)
 
-    def records(self, arrivals: np.ndarray, queue: PriorityQueue) -> tuple[np.ndarray, np.ndarray]:
-        """The request and batch records; a request a timeout dropped finishes when it timed out."""
-        for request in queue.timed_out:
-            self.finish[request.id] = request.arrival + queue.timeouts[request.priority - 1]
+    def records(self, arrivals: np.ndarray, queue: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The request and batch records; a request a timeout dropped finishes when it timed out,
+        one rejected when it arrived."""
+        bat = make_batches(len(self.batches))
         rec = empty_records(arrivals.size)
         rec["arrival"] = arrivals
-        rec["start"] = self.start
-        rec["finish"] = self.finish
-        rec["batch_id"] = self.batch_id
-        rec["instance"] = self.instance
-        rec["rejected"][self.rejected] = True
-        rec["timed_out"][[request.id for request in queue.timed_out]] = True
-        bat = make_batches(len(self.batches))
         if self.batches:
-            bat["start"], bat["end"], bat["size"], bat["executed"], bat["instance"] = zip(*self.batches)
+            bat["start"], bat["end"], bat["instance"] = zip(*self.batches)
+            bat["size"] = [len(m) for m in self.members]
+            bat["executed"] = [m.elements for m in self.members]
+            ids = np.fromiter((r.id for m in self.members for r in m), dtype=np.int64, count=int(bat["size"].sum()))
+            for field in ("start", "instance"):
+                rec[field][ids] = np.repeat(bat[field], bat["size"])
+            rec["finish"][ids] = np.repeat(bat["end"], bat["size"])
+            rec["batch_id"][ids] = np.repeat(np.arange(bat.size), bat["size"])
+        rec["rejected"][self.rejected] = True
+        rec["finish"][self.rejected] = arrivals[self.rejected]
+        timed_out = queue.timed_out if isinstance(queue, PriorityQueue) else []
+        for request in timed_out:
+            rec["finish"][request.id] = request.arrival + queue.timeouts[request.priority - 1]
+        rec["timed_out"][[request.id for request in timed_out]] = True
         return rec, bat
 
 
 def run_events(
     arrivals: np.ndarray,
     rule: BatchRule,
-    batch_time: Callable[[list[int]], float],
+    batch_time: Callable[[Payload], float],
     instances: int,
     priorities: np.ndarray | None,
     policies: list[QueuePolicy],
     batch_elements: np.ndarray | None = None,
     decide: Decide = next_batch,
+    prefetch: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The general event-driven dynamic batcher: each request's priority level (None: all 1) and
-    batch elements (None: 1), each level's queue policy; ``batch_time(ids)`` prices a batch from its
-    request indices (so `batchlab.sim.static_generation` reuses the loop); ``decide`` takes the
-    decisions (default `next_batch`)."""
+    """Run the dynamic batcher on ``arrivals``: each request's priority level (None: all 1) and batch
+    elements (None: 1), each level's queue policy; ``batch_time(payload)`` prices a batch from its
+    requests (so `batchlab.sim.static_generation` reuses the loop); ``decide`` takes the decisions
+    (default `next_batch`; any other is checked); ``prefetch``: Triton's ``support_prefetching_``."""
     total = arrivals.size
     level = priorities.tolist() if priorities is not None else [1] * total
     elements = batch_elements.tolist() if batch_elements is not None else [1] * total
     requests = [QueuedRequest(arrival, elements[i], level[i], i) for i, arrival in enumerate(arrivals.tolist())]
-    driver = _EventDriver(rule, batch_time, instances, PriorityQueue(policies), _Log(total), decide)
-    following = 0  # the next request to arrive
-    while True:
-        now = min(requests[following].arrival if following < total else INF, driver.events.peek_time())
-        if now == INF:  # no arrival and no event left
-            break
-        driver.free_instances(now)
-        while following < total and requests[following].arrival <= now:
-            driver.arrive(requests[following], now)
-            following += 1
-        driver.dispatch(now)
-    rec, bat = driver.log.records(arrivals, driver.queue)
+    queue = RequestQueue() if len(policies) == 1 and policies[0].is_default else PriorityQueue(policies)
+    checked = decide if decide is next_batch else _checked(decide)
+    driver = _Driver(DynamicBatcher(rule, instances, prefetch, queue, checked), batch_time, instances, _Log(total))
+    driver.loop(requests)
+    rec, bat = driver.log.records(arrivals, queue)
     if priorities is not None:
         rec["priority"] = priorities
     return rec, bat
 
 
-class _EventDriver:
-    """The state of an event-driven run: the queue, idle instances, pending events and the log."""
+class _Driver:
+    """Feeds the batcher its events in time order and turns each payload an instance takes into a
+    batch. At one instant, arrivals come first, then instances finishing, then the batcher's timer."""
 
-    def __init__(self, rule: BatchRule, batch_time: Callable[[list[int]], float], instances: int,
-                 queue: PriorityQueue, log: _Log, decide: Decide = next_batch) -> None:
-        self.rule = rule
-        self.decide = decide
+    def __init__(self, batcher: DynamicBatcher, batch_time: Callable[[Payload], float], instances: int,
+                 log: _Log) -> None:
+        self.batcher = batcher
+        self.queue = batcher.queue
+        self.policed = isinstance(self.queue, PriorityQueue)
+        self.expires = self.policed and self.queue.has_timeouts
         self.batch_time = batch_time
-        self.queue = queue
         self.log = log
         self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
-        self.events = EventQueue()
-        self.wake_at = INF  # the wake-up already scheduled
+        self.finishes: list[tuple[float, int]] = []  # heap: (end, instance) of the batches running
 
-    def free_instances(self, now: float) -> None:
-        """Handle the events due at ``now``: an instance that finished its batch becomes idle."""
-        for kind, instance in self.events.pop_due(now):
-            if kind == _FREE:
-                heapq.heappush(self.idle, (now, instance))
+    def loop(self, requests: list[QueuedRequest]) -> None:
+        """Every event, in time order, until nothing is left to happen."""
+        times = [request.arrival for request in requests] + [INF]
+        following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
+        one = not self.policed and not self.expires  # then a lone arrival skips `arrive`'s checks
+        while True:
+            arrival = times[following]
+            finish_at = finishes[0][0] if finishes else INF
+            wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
+            if arrival <= finish_at and arrival <= wake_at:
+                if arrival == INF:
+                    return
+                if one and times[following + 1] != arrival:  # the common case: one request at a time
+                    if batcher.arrive(requests[following]):
+                        self._start(batcher.run(arrival), arrival)
+                    following += 1
+                    continue
+                last = following + 1
+                while times[last] == arrival:  # sent at the same instant
+                    last += 1
+                self.arrive(requests[following:last], arrival)
+                following = last
+            elif finish_at <= wake_at:
+                _, instance = heapq.heappop(finishes)
+                heapq.heappush(self.idle, (finish_at, instance))
+                self._expire(finish_at)
+                self._start(batcher.finish(finish_at), finish_at)
+            else:
+                self._expire(wake_at)
+                self._start(batcher.run(wake_at), wake_at)
 
-    def arrive(self, request: QueuedRequest, now: float) -> None:
-        """Queue an arriving request, or reject it when its level's queue is full."""
-        if not self.queue.admit(request, now):
-            self.log.rejected.append(request.id)
-            self.log.finish[request.id] = request.arrival
+    def arrive(self, requests: list[QueuedRequest], now: float) -> None:
+        """Requests sent at the same instant arrive at ``now``: each is queued (or rejected when its
+        level's queue is full), and the batcher, if one of them woke it, looks once they all have."""
+        self._expire(now)
+        woken = False
+        arrive = self.batcher.arrive
+        for request in requests:
+            if self.policed and not self.queue.has_room(request, now):
+                self.log.rejected.append(request.id)
+            elif arrive(request):
+                woken = True
+        if woken:
+            self._start(self.batcher.run(now), now)
 
-    def dispatch(self, now: float) -> None:
-        """While an instance is idle, ask `next_batch` (``decide``) and send the batch, or schedule a wake-up."""
-        while self.idle and self.queue.size:
+    def _expire(self, now: float) -> None:
+        if self.expires:
             self.queue.expire(now)
-            if not self.queue.size:
-                return
-            if self.decide is next_batch:
-                decision = next_batch(self.queue, now, self.rule)
-            else:  # another decision sees a list of its own and may answer wrongly: say how
-                decision = _checked(self.decide(list(self.queue), now, self.rule), now, self.queue.size)
-            if decision.send == 0:
-                # a timeout never makes a batch due, so waking at arrivals and deadlines is enough
-                if decision.wake_at < self.wake_at or self.wake_at <= now:
-                    self.wake_at = decision.wake_at
-                    self.events.push(decision.wake_at, _WAKE)
-                return
-            members = self.queue.take(decision.send)
+
+    def _start(self, taken: list[Payload], now: float) -> None:
+        for payload in taken:
             _, instance = heapq.heappop(self.idle)
-            end = now + self.batch_time([request.id for request in members])
-            self.log.batch(members, now, end, instance)
-            self.events.push(end, _FREE, instance)
+            end = now + self.batch_time(payload)
+            self.log.batch(payload, now, end, instance)
+            heapq.heappush(self.finishes, (end, instance))
 
 
-def _checked(decision: Any, now: float, pending: int) -> Decision:
-    """``decision`` as a `Decision`; ValueError when it cannot be carried out (or would stall the run)."""
-    try:
-        send, wake_at = decision
-        send, wake_at = int(send), float(wake_at)
-    except (TypeError, ValueError):
-        raise ValueError(f"decide must return Decision(send, wake_at), got {decision!r}"[:300]) from None
-    if not 0 <= send <= pending:
-        raise ValueError(f"decide returned send={send} with {pending} request(s) pending")
-    if send == 0 and not wake_at > now:
-        raise ValueError(f"decide returned send=0 and wake_at={wake_at!r} <= now={now!r}: the batcher "
-                         "would ask again at once, forever")
-    return Decision(send, wake_at)
+def _checked(decide: Decide) -> Decide:
+    """``decide`` with each answer checked: a `Decision` the batcher can carry out, never a stall.
+    It is given a list of its own (it may change it)."""
+
+    def checked(pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
+        queued = list(pending)
+        answer = decide(queued, now, rule, payload)
+        try:
+            send, wake_at, *rest = answer
+            send, wake_at, saturated = int(send), float(wake_at), bool(rest[0]) if rest else False
+        except (TypeError, ValueError):
+            raise ValueError(f"decide must return Decision(send, wake_at, saturated), got {answer!r}"[:300]) from None
+        if not 0 <= send <= len(queued):
+            raise ValueError(f"decide returned send={send} with {len(queued)} request(s) pending")
+        if payload + sum(request.elements for request in queued[:send]) > rule.max_batch_size:
+            raise ValueError(f"decide returned send={send}: with the payload's {payload} element(s) that is "
+                             f"more than max_batch_size {rule.max_batch_size}")
+        if send == 0 and not saturated and not wake_at > now:
+            raise ValueError(f"decide returned send=0 and wake_at={wake_at!r} <= now={now!r}: the batcher "
+                             "would ask again at once, forever")
+        return Decision(send, wake_at, saturated)
+
+    return checked

@@ -195,7 +195,8 @@ class _SequenceRun:
         s = self.settings
         oldest = next(iter(waiting.values())).queued  # requests are queued in time order
         if s.rule is not None:  # oldest: the dynamic batcher's decision over the candidates' requests
-            return next_batch([QueuedRequest(request.queued) for request in waiting.values()], now, s.rule)
+            decision = next_batch([QueuedRequest(request.queued) for request in waiting.values()], now, s.rule)
+            return decision.send, decision.wake_at
         # direct (DirectSequenceBatch::BatcherThread): with a delay and a minimum slot utilization, wait
         # until the oldest request waited strictly longer than the delay or enough slots are ready
         if s.delay_s > 0 and s.min_slot_utilization > 0:

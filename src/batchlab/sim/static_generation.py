@@ -13,7 +13,7 @@ import numpy as np
 from batchlab._validate import integer, int_array, times_array
 from .dynamic import run_events
 from .results import SimResult
-from .rule import BatchRule, QueuePolicy
+from .rule import BatchRule, QueuedRequest, QueuePolicy
 from .service import TokenCost
 
 
@@ -76,8 +76,9 @@ class _PaddedBatches:
         self.prompts, self.outputs, self.cost = prompts, outputs, cost
         self.rows: list[tuple[int, int, int, int]] = []
 
-    def batch_time(self, members: list[int]) -> float:
-        """Execution time of the batch of request indices `members` (recorded in `rows`)."""
+    def batch_time(self, batch: Sequence[QueuedRequest]) -> float:
+        """Execution time of ``batch`` (its requests; recorded in `rows`)."""
+        members = [request.id for request in batch]
         longest_prompt = max(self.prompts[r] for r in members)
         longest_output = max(self.outputs[r] for r in members)
         useful = sum(self.prompts[r] + self.outputs[r] - 1 for r in members)
