@@ -1,4 +1,5 @@
-"""Lab 4 checks (no server needed): admission policy, chunked prefill's split, η, config limits, KV blocks."""
+"""Lab 4 checks (no server needed): admission policy, chunked prefill's split, η, config limits, KV blocks,
+speculative decoding's acceptance rule."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from batchlab.labs.lab4 import check_admit, check_chunks, check_eta, check_pool_blocks, check_with_limits
+from batchlab.labs.lab4 import (accept_mistake, check_accept, check_admit, check_chunks, check_eta, check_pool_blocks,
+                                check_with_limits)
 from batchlab.batching.policies import ReserveAdmission
 
 from lab_solutions import solution_namespace
@@ -234,3 +236,91 @@ def test_the_lab_runs_helpers_without_a_server(capsys) -> None:
                    "error": "lm_stream failed: NameError: name 'np' is not defined"})
     out = capsys.readouterr().out
     assert "24 个请求失败，服务器说：lm_stream failed: NameError" in out and "先把那一题改对" in out
+
+
+# ---- question 6: speculative decoding's acceptance rule ----
+
+def _accept(past_mismatch=False, correction="target", shift=0):
+    """An acceptance rule, right by default; `past_mismatch` counts every matching position,
+    `correction` "target" / "draft" / None picks the last token, `shift` reads target_argmax one off."""
+    def accept(draft_tokens, target_argmax):
+        accepted = 0
+        for d, t in zip(draft_tokens, target_argmax):
+            if d != t:
+                if past_mismatch:
+                    continue
+                break
+            accepted += 1
+        if correction is None:
+            return accepted, None
+        if correction == "draft" and accepted < len(draft_tokens):
+            return accepted, draft_tokens[accepted]
+        return accepted, target_argmax[accepted + shift]
+    return accept
+
+
+def test_accept_solution_and_stub(capsys) -> None:
+    assert check_accept(solution_namespace("lab4")["accept"]).passed
+    assert check_accept(_accept()).passed
+    capsys.readouterr()
+
+    def stub(draft_tokens, target_argmax):
+        raise NotImplementedError("TODO（第 6 题）")
+    r = check_accept(stub)
+    assert r.score == 0 and not r.passed
+
+
+@pytest.mark.parametrize("answer, score, message", [
+    (_accept(past_mismatch=True), 2, "接受过了第一个不一致的位置"),
+    (_accept(correction="draft"), 1, "丢了纠正 token"),
+    (_accept(correction=None), 0, "丢了纠正 token"),
+    (_accept(shift=-1), 0, "差一"),
+    (_accept(shift=1), 0, "下标差一"),
+])
+def test_accept_typical_mistakes(capsys, answer, score, message) -> None:
+    r = check_accept(answer)
+    out = capsys.readouterr().out
+    assert r.score == score and message in out and "Traceback" not in out, out
+
+
+def test_accept_mistakes_are_named_case_by_case() -> None:
+    assert "所有对上的位置" in accept_mistake([5, 6, 7], [9, 6, 7, 4], (2, 7))
+    assert "白得" in accept_mistake([5, 6, 7], [5, 6, 7, 4], (3, 7))
+    assert "丢了" in accept_mistake([5, 6, 7], [5, 6, 7, 4], (3, None))
+    assert "整数" in accept_mistake([5], [5, 2], ("1", 2))
+    assert accept_mistake([5, 6], [5, 7, 1], (1, 3)).endswith("你的是 (1, 3)")
+
+
+def _library_accept(draft_tokens, target_argmax):
+    """The course's own rule, imported inside (it runs alone)."""
+    from batchlab.batching import accept
+    return accept(draft_tokens, target_argmax)
+
+
+def _accept_with_np(draft_tokens, target_argmax):
+    """Reads `np` from this module: the model process has no such name."""
+    first = int(np.argmax([d != t for d, t in zip(draft_tokens, target_argmax)] + [True]))
+    return first, target_argmax[first]
+
+
+def test_accept_wrong_kinds_and_the_library(capsys) -> None:
+    for answer, message in ((lambda d, t: None, "返回了 None"), (lambda d, t: 3, "两个数"),
+                            (lambda d, t: [{"wrong": 1}], "两个数"), (_library_accept, "课程库里现成的")):
+        r = check_accept(answer)
+        out = capsys.readouterr().out
+        assert r.score == 0 and message in out and "Traceback" not in out, out
+    r = check_accept(_accept_with_np)
+    assert r.score == 0 and "用到了函数外面的名字 np" in capsys.readouterr().out
+
+
+def test_show_spec_prints_the_servers_counts(capsys) -> None:
+    from batchlab.labs import lab4
+
+    rows = {"lm_stream_plain": {"decode_steps": 156, "tokens_per_step": 1.0, "drafted": 0, "accepted": 0,
+                                "requests": [(0, 0)] * 2},
+            "lm_stream_spec": {"decode_steps": 60, "tokens_per_step": 2.6, "drafted": 90, "accepted": 47,
+                               "requests": [(48, 22), (42, 25)]}}
+    lab4.show_spec(rows)
+    out = capsys.readouterr().out
+    assert "不投机" in out and "22/48  25/42" in out and "每步 2.60 个 token" in out
+

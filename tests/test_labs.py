@@ -439,6 +439,60 @@ def test_installed_hooks_run_in_the_lm_stream_copy(tmp_path: Path) -> None:
         ws.close()
 
 
+def _accept_all_matches(draft_tokens, target_argmax):
+    """A lab's wrong acceptance rule (self-contained): counts every matching position, past the first mismatch."""
+    accepted = sum(d == t for d, t in zip(draft_tokens, target_argmax))
+    return accepted, target_argmax[accepted]
+
+
+def _accept_prefix(draft_tokens, target_argmax):
+    """A lab's right acceptance rule (self-contained)."""
+    accepted = 0
+    while accepted < len(draft_tokens) and draft_tokens[accepted] == target_argmax[accepted]:
+        accepted += 1
+    return accepted, target_argmax[accepted]
+
+
+def test_the_installed_accept_rule_verifies_the_drafts(tmp_path: Path) -> None:
+    """The lab's `accept` is the rule the speculative copy verifies with: the right one keeps greedy
+    decoding's tokens, one accepting past the first mismatch changes them."""
+    import importlib.util
+
+    import fake_pb  # tests/fake_pb.py
+    from batchlab.labs import labkit
+    from batchlab.lm import ToyLM, encode, generate
+
+    lm = ToyLM.default()
+    jobs = [(encode("hello world hello world"), 24), (encode("the hot pot is ready for everyone"), 20)]
+    ws = labkit.workspace([], root=tmp_path)
+    try:
+        folder = ws.add("lm_stream", as_name="lm_spec")
+        ws.set_parameters("lm_spec", {"speculative_method": "ngram_bigram", "num_speculative_tokens": 3})
+        got = {}
+        for rule in (_accept_prefix, _accept_all_matches):
+            assert ws.install("lm_spec", "accept", rule) == folder / "1" / "accept.py"
+            with fake_pb.installed():
+                spec = importlib.util.spec_from_file_location(f"lab_spec_{rule.__name__}", folder / "1" / "model.py")
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                model = module.TritonPythonModel()
+                model.initialize(fake_pb.init_args(folder))
+                try:
+                    assert model.batcher.accept([5, 6, 7], [5, 8, 7, 4]) == rule([5, 6, 7], [5, 8, 7, 4])
+                    reqs = [fake_pb.Request({"PROMPT": np.asarray(p, np.int32), "MAX_TOKENS": np.array([m], np.int32),
+                                             "IGNORE_EOS": np.array([True])}) for p, m in jobs]
+                    model.execute(reqs)
+                    for r in reqs:
+                        assert r.sender.wait_final(30)
+                    got[rule] = [[x.output("TOKEN").item() for x in r.sender.responses()] for r in reqs]
+                finally:
+                    model.finalize()
+        greedy = [generate(lm, p, m, ignore_eos=True) for p, m in jobs]
+        assert got[_accept_prefix] == greedy and got[_accept_all_matches] != greedy
+    finally:
+        ws.close()
+
+
 def test_named_workspace_replaces_the_previous_one(tmp_path: Path) -> None:
     from batchlab.labs import labkit
 

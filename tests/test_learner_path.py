@@ -82,6 +82,8 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
             "kv_token_budget 应为"),
         5: ("blocks = [-(-n // block_size) for n in kv_tokens]", "blocks = [n // block_size + 1 for n in kv_tokens]",
             "块边上差一"),
+        6: ("if draft != target:\n            break", "if draft != target:\n            continue",
+            "接受过了第一个不一致的位置"),
     }},
     "lab5": {"wrong": {
         1: ("t += rng.exponential(1.0 / rate)", "t += 1.0 / rate", "等间隔"),

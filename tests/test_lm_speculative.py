@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,18 @@ def test_speculation_keeps_every_token_of_greedy_decoding(lm, setting, draft, co
     assert sum(d for step in steps for d, _ in step) == drafted
     if setting == "on demand, preempting" and concurrency == 8:
         assert sum(r.preemptions for r in requests) > 0
+
+
+@pytest.mark.parametrize("answer, message", [
+    ((9, 1), "returned (9, 1) for 3 draft tokens"), ((0, -1), "returned (0, -1)"),
+    (None, "must return (accepted, next_token)"), ((1.5, 2), "must return (accepted, next_token)")])
+def test_a_broken_acceptance_rule_is_refused_by_name(lm, answer, message):
+    batcher = ContinuousBatcher(lm, draft="ngram_bigram", num_speculative_tokens=3)
+    batcher.accept = lambda draft_tokens, target_argmax: answer
+    batcher.submit(Sequence(lm, prompts(1)[0], 12, ignore_eos=True))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        while batcher.has_work:
+            batcher.step()
 
 
 def test_speculation_takes_fewer_steps_and_off_is_todays_batcher(lm):

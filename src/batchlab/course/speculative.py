@@ -13,6 +13,7 @@ returns rows (dicts).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from batchlab._validate import count
 from batchlab.course.llm_serving import interleaved, round_ratios, serving_server, stream_requests, token_prompt
+from batchlab.lm import ContinuousBatcher, LMConfig, Sequence as Generation, ToyLM
 from batchlab.server import TritonServer
 from batchlab.theory.formulas import speculative_tokens_per_step, tpot
 
@@ -46,8 +48,9 @@ def spec_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Iterato
 
 
 def request_figures(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
-    """One request's stream as the server reported it: its tokens, TPOT from the server's T_NS (ms),
-    the steps that emitted its tokens as (drafted, accepted) pairs (a step's tokens share one T_NS:
+    """One request's stream as the server reported it: its tokens, TPOT from the server's T_NS (ms), the
+    median gap between the steps that emitted its tokens (`step_ms`: a step's duration while the engine
+    stays busy), those steps as (drafted, accepted) pairs (a step's tokens share one T_NS:
     the accepted drafts and the target's own), and the server's totals DRAFTED_TOKENS and
     ACCEPTED_TOKENS; RuntimeError if the steps do not add up to the totals."""
     rows = [r for r in responses if "TOKEN" in r]
@@ -61,17 +64,20 @@ def request_figures(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, 
     if (sum(d for d, _ in pairs), sum(a for d, a in pairs if d)) != (drafted, accepted):
         raise RuntimeError(f"the stream's steps ({pairs}) do not add up to the server's totals "
                            f"DRAFTED_TOKENS {drafted}, ACCEPTED_TOKENS {accepted}")
+    gaps = np.diff(np.unique(t_ns)) / 1e6
     return {"tokens": [value(r, "TOKEN") for r in rows], "n_steps": len(steps),
-            "tpot_ms": tpot(t_ns[-1] / 1e6, t_ns[0] / 1e6, len(rows)), "steps": [p for p in pairs if p[0]],
+            "tpot_ms": tpot(t_ns[-1] / 1e6, t_ns[0] / 1e6, len(rows)),
+            "step_ms": float(np.median(gaps)) if gaps.size else float("nan"), "steps": [p for p in pairs if p[0]],
             "drafted": drafted, "accepted": accepted}
 
 
 def spec_round(server: Any, model: str, concurrency: int = 1, max_tokens: int = 48, prompt: int = 16,
                seed: int = 0) -> dict[str, Any]:
     """`concurrency` greedy generations sent at once (prompts of `prompt` tokens, new each `seed`; request
-    i asks for max_tokens + i tokens, which tells the streams apart): the median server-side TPOT (ms),
-    tokens per decode step (all requests' tokens after the first over their steps after the first),
-    the per-step (drafted, accepted) pairs, the totals and each request's tokens."""
+    i asks for max_tokens + i tokens, which tells the streams apart): the median server-side TPOT and
+    step duration (ms), tokens per decode step (all requests' tokens after the first over their steps after the first),
+    the per-step (drafted, accepted) pairs, the totals, each request's (drafted, accepted) totals
+    (`requests`) and its tokens."""
     n = count("concurrency", concurrency)
     lengths = [max_tokens + i for i in range(n)]
     got: dict[int, list] = {}
@@ -84,10 +90,12 @@ def spec_round(server: Any, model: str, concurrency: int = 1, max_tokens: int = 
     per = [request_figures(got[m]) for m in lengths]
     steps = sum(p["n_steps"] - 1 for p in per)
     return {"model": model, "concurrency": n, "tpot_ms": float(np.median([p["tpot_ms"] for p in per])),
+            "step_ms": float(np.median([p["step_ms"] for p in per])),
             "tokens_per_step": sum(m - 1 for m in lengths) / steps, "decode_steps": steps,
             "decode_tokens": sum(m - 1 for m in lengths),
             "drafted": sum(p["drafted"] for p in per), "accepted": sum(p["accepted"] for p in per),
-            "steps": [s for p in per for s in p["steps"]], "tokens": [p["tokens"] for p in per]}
+            "steps": [s for p in per for s in p["steps"]], "requests": [(p["drafted"], p["accepted"]) for p in per],
+            "tokens": [p["tokens"] for p in per]}
 
 
 def acceptance(steps: Sequence[tuple[int, int]], k: int = K) -> dict[str, Any]:
@@ -114,12 +122,31 @@ def acceptance(steps: Sequence[tuple[int, int]], k: int = K) -> dict[str, Any]:
             "spread": (np.bincount(full, minlength=k + 1) / full.size).tolist(), "independent": geometric}
 
 
+def offline_steps(method: str = "ngram_bigram", k: int = K, n: int = 8, max_tokens: int = 48, prompt: int = 16,
+                  seed: int = 0) -> list[tuple[int, int]]:
+    """In process, without a server: the (drafted, accepted) pairs of the steps that verified a draft when
+    `n` greedy generations (the prompts and lengths `spec_round` sends with this `seed` at concurrency
+    n) run on the chapter's wide LM with `method`'s draft (see `lm.speculative.DRAFTS`) and up to `k`
+    draft tokens a step. The counts are the server's: the LM is exact and batch invariant, the drafts
+    read only each request's own tokens."""
+    lm = ToyLM(LMConfig(d_model=int(WIDE["d_model"]), d_ff=int(WIDE["d_ff"])))
+    batcher = ContinuousBatcher(lm, max_active=count("n", n), draft=method, num_speculative_tokens=k)
+    for i in range(n):
+        batcher.submit(Generation(lm, token_prompt(prompt, seed * 100 + i), max_tokens + i, ignore_eos=True))
+    steps = []
+    while batcher.has_work:
+        report = batcher.step()
+        emitted = collections.Counter(id(s) for s, _ in report.emitted)
+        steps += [(drafted, emitted[key] - 1) for key, drafted in report.drafted.items()]
+    return steps
+
+
 def spec_rounds(server: Any, models: Sequence[str] = tuple(VARIANTS), concurrencies: Sequence[int] = (1, 8),
                 rounds: int = 3, max_tokens: int = 48, prompts_per_round: int = 4) -> list[dict[str, Any]]:
     """Interleaved rounds at each concurrency, after one warm-up request per model. In a round every
     model serves the same batches of `concurrency` requests, at least `prompts_per_round` prompts in
     all (new each round), the models taking turns batch by batch (a slow spell of the shared machine
-    hits all alike); a model's round row: the mean of its batches' TPOTs, tokens per step over all
+    hits all alike); a model's round row: the mean of its batches' TPOTs and step durations, tokens per step over all
     its steps, the drafted and accepted totals, the steps and the tokens."""
     for m in models:
         spec_round(server, m, 1, max_tokens=8, seed=999)
@@ -140,10 +167,12 @@ def _merged(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     steps = sum(p["decode_steps"] for p in parts)
     return {"model": parts[0]["model"], "concurrency": parts[0]["concurrency"],
             "tpot_ms": float(np.mean([p["tpot_ms"] for p in parts])),
+            "step_ms": float(np.mean([p["step_ms"] for p in parts])),
             "tokens_per_step": sum(p["decode_tokens"] for p in parts) / steps, "decode_steps": steps,
             "decode_tokens": sum(p["decode_tokens"] for p in parts),
             "drafted": sum(p["drafted"] for p in parts), "accepted": sum(p["accepted"] for p in parts),
-            "steps": [s for p in parts for s in p["steps"]], "tokens": [t for p in parts for t in p["tokens"]]}
+            "steps": [s for p in parts for s in p["steps"]], "requests": [r for p in parts for r in p["requests"]],
+            "tokens": [t for p in parts for t in p["tokens"]]}
 
 
 def tpot_gain(rows: Sequence[Mapping[str, Any]], spec: str, base: str = "lm_wide") -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Lab 4 (连续批处理): the checks (the admission policy, chunked prefill's split, η, the config limits,
-the KV blocks a pool holds) and the lab's runs on the real server, each one round for
-`course.llm_serving.interleaved` (a dict of figures, the server's own where it sends them)."""
+the KV blocks a pool holds, speculative decoding's acceptance rule) and the lab's runs on the real
+server, each one round for `course.llm_serving.interleaved` (a dict of figures, the server's own
+where it sends them)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import numpy as np
 from batchlab.batching.blocks import BlockManager
 from batchlab.batching.policies import prefill_chunks
 from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE
+from batchlab.batching.speculative import accept as course_accept
 from batchlab.bench.continuous import source, workload
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.course import llm_serving as L
+from batchlab.course.speculative import spec_round
 from batchlab.labs._blocks import read_config
 from batchlab.labs._core import MARK_BAD, Grader, check
 from batchlab.labs.labkit import isolated, outside_names, waiting_request as _seq
@@ -247,6 +250,80 @@ def check_pool_blocks(g: Grader, fn: Callable[..., Any]) -> None:
         g.expect(not wrong, good, pool_mistake(*wrong[0], seen=seen) if wrong else "")
 
 
+def _accept_pair(g: Grader, fn: Callable[..., Any], draft: list[int], target: list[int]) -> tuple[Any, Any]:
+    """The learner's answer for one case as (accepted, next_token), else the check stops, naming why
+    (an IndexError: the usual off-by-one at the end of the lists)."""
+    value, raised = g.call_raw(fn, list(draft), list(target))
+    if raised is not None:
+        if raised.type_name == "NameError":
+            g.fail(outside_names("accept", raised.message.strip().splitlines()[0] if raised.message.strip() else ""))
+        hint = ("：下标差一。draft_tokens 有 k 个、target_argmax 有 k + 1 个，全部接受时下一个 token 是 "
+                "target_argmax[k]（最后一个），不是 draft_tokens[k]" if raised.type_name == "IndexError" else "")
+        g.fail(f"accept({draft}, {target}) 抛出了 {raised.short()}{hint}")
+    if value is None:
+        g.fail("accept 返回了 None：应返回 (accepted, next_token) 两个整数——接受了几个草稿 token，以及这一步最后出的那个 token")
+    try:
+        accepted, token = value
+    except (TypeError, ValueError):
+        g.fail(f"accept 应返回 (accepted, next_token) 两个数，收到的是 {value!r}"[:300])
+    return accepted, token
+
+
+def accept_mistake(draft: Sequence[int], target: Sequence[int], got: tuple[Any, Any]) -> str:
+    """What is wrong with `got` = (accepted, next_token) for this case, in Chinese: the typical mistake
+    it shows (accepting past the first mismatch, dropping the correction token, off by one), else the answer."""
+    want = course_accept(draft, target)
+    case = f"draft_tokens = {list(draft)}、target_argmax = {list(target)} 时应为 {want}，你的是 {tuple(got)}"
+    accepted, token = got
+    k, first = len(draft), want[0]
+    if not isinstance(accepted, (int, np.integer)) or isinstance(accepted, bool):
+        return f"{case}：accepted 应是一个整数（接受了几个草稿 token）"
+    matches = sum(d == t for d, t in zip(draft, target))
+    if accepted > first and first < k:
+        return (f"{case}：接受过了第一个不一致的位置。第 {first + 1} 个草稿 token {draft[first]} 和目标的 "
+                f"{target[first]} 不一样，它和它后面的草稿 token 都要丢掉——后面位置的 argmax 是接在错的 token 后面算出来的，"
+                "碰巧相同也不算" + ("（你数的是所有对上的位置）" if accepted == matches else ""))
+    if accepted == first == k and token != target[k]:
+        return (f"{case}：草稿全部接受时，这一步还白得目标在最后一个位置的 token target_argmax[{k}] = {target[k]}"
+                f"（一共 k + 1 = {k + 1} 个），它就是 next_token" + ("：你把它丢了" if token is None else ""))
+    if token is None or (accepted == first and first < k and token == draft[first] != target[first]):
+        return (f"{case}：丢了纠正 token。第一个不一致的位置要出目标模型自己的 token（target_argmax[accepted]），"
+                "不是被拒的草稿 token；所以每一步至少出 1 个 token，和不投机的贪心解码逐个相同")
+    if abs(accepted - first) == 1 or any(0 <= j < len(target) and token == target[j] != target[first]
+                                        for j in (first - 1, first + 1)):
+        return (f"{case}：差一。accepted 是从头起对上的草稿 token 个数（第一个就不对时是 0），next_token 是 "
+                "target_argmax[accepted]：target_argmax[j] 是目标看完前 j 个草稿 token 之后自己的 token")
+    return case
+
+
+@check("lab4.q6", points=5, title="投机解码：接受几个草稿 token", shortcuts=(course_accept,))
+def check_accept(g: Grader, fn: Callable[..., Any]) -> None:
+    """`fn(draft_tokens, target_argmax) -> (accepted, next_token)`, the greedy acceptance rule, run as
+    the model runs it: without the notebook's globals."""
+    fn = isolated(fn)
+    groups = [  # (cases, what the right answers show)
+        ([([5, 6, 7], [9, 6, 7, 4]), ([], [4])],
+         "第一个草稿 token 就不对：一个也不接受，出目标自己的 token（没有草稿时就是一步普通解码）"),
+        ([([5, 6, 7], [5, 6, 9, 4])], "前两个对上：接受 2 个，再出目标在第 3 个位置的 token 9（纠正 token）"),
+        ([([5, 6, 7], [5, 8, 7, 4]), ([3, 3, 3, 3], [3, 2, 3, 3, 3])],
+         "第一个不一致之后的一律不要，哪怕后面碰巧对上"),
+        ([([5, 6, 7], [5, 6, 7, 4]), ([8], [8, 2])], "全部接受：k 个草稿 token 再加目标在最后一个位置的 token，一步出 k + 1 个"),
+    ]
+    for cases, good in groups:
+        answers = [(d, t, _accept_pair(g, fn, d, t)) for d, t in cases]
+        wrong = [(d, t, got) for d, t, got in answers if tuple(got) != course_accept(d, t)]
+        g.expect(not wrong, good, accept_mistake(*wrong[0]) if wrong else "")
+    rng = np.random.default_rng(6)
+    cases = []
+    for _ in range(24):
+        k = int(rng.integers(1, 6))
+        target = rng.integers(0, 3, k + 1).tolist()   # three token ids: long matching runs are common
+        cases.append((rng.integers(0, 3, k).tolist(), target))
+    wrong = [(d, t, got) for d, t in cases if tuple(got := _accept_pair(g, fn, d, t)) != course_accept(d, t)]
+    g.expect(not wrong, f"{len(cases)} 组随机的草稿与目标（k = 1…5）都答对了",
+             accept_mistake(*wrong[0]) if wrong else "")
+
+
 # ---- the lab's runs on the real server: one round each (`L.interleaved` alternates the models) ----
 
 
@@ -355,6 +432,13 @@ def kv_round(server: Any, model: str, shared: int = 100, own: int = 20, n: int =
     return [steps[t] for t in sorted(steps)]
 
 
+def spec_runs(server: Any, models: Sequence[str], n: int = 4, max_tokens: int = 40) -> dict[str, dict[str, Any]]:
+    """The same `n` greedy generations (16-token prompts, `max_tokens` each) sent at once to each of
+    `models` in turn: model -> `course.speculative.spec_round`'s row (tokens, steps, each request's
+    drafted / accepted totals as the server reported them)."""
+    return {m: spec_round(server, m, n, max_tokens=max_tokens) for m in models}
+
+
 # ---- printing the runs (Chinese) ----
 
 
@@ -408,3 +492,12 @@ def show_audit(rows: Sequence[dict[str, Any]]) -> None:
             print(f"{r['run']:8} 第 {r['step']:2d} 步后 {held:22}  你算 {r['mine']:3}  服务器 KV_BLOCKS "
                   f"{r['KV_BLOCKS']:3}  KV_TOKENS {r['KV_TOKENS']:4}" + (f"  {MARK_BAD}" if wrong else ""))
         last = (r["run"], r["KV_BLOCKS"])
+
+
+def show_spec(rows: dict[str, dict[str, Any]]) -> None:
+    """One line per model of `spec_runs`: its decode steps, tokens per step and each request's
+    accepted / drafted totals (the server's ACCEPTED_TOKENS / DRAFTED_TOKENS)."""
+    for model, r in rows.items():
+        counts = "  ".join(f"{a}/{d}" for d, a in r["requests"]) if r["drafted"] else "不投机"
+        print(f"{model:19} 解码 {r['decode_steps']:3d} 步（各请求合计），每步 {r['tokens_per_step']:.2f} 个 token；"
+              f"各请求 接受/草稿 {counts}")

@@ -112,8 +112,9 @@ def stop(*things: Any) -> None:
 #: ``1/`` its source goes to. `admit(waiting, active, max_active, kv_token_budget)` chooses which waiting
 #: requests may start (the scheduler then gives each its blocks, stopping at the first that does not
 #: fit); `prefill_chunks(remaining, n_decoding, max_num_tokens)` chunked prefill's split (the model
-#: runs it when its config has step_policy chunked).
-LM_HOOKS = {"admit": "policy.py", "prefill_chunks": "chunks.py"}
+#: runs it when its config has step_policy chunked); `accept(draft_tokens, target_argmax)` speculative
+#: decoding's acceptance rule (run when its config sets a speculative_method).
+LM_HOOKS = {"admit": "policy.py", "prefill_chunks": "chunks.py", "accept": "accept.py"}
 
 
 class HookError(ValueError):
@@ -131,6 +132,8 @@ def _hook_samples(hook: str) -> tuple:
     """Arguments like those the model passes `hook` (a first run before the server does)."""
     if hook == "admit":
         return ([waiting_request(i, 16, 32) for i in range(3)], [waiting_request(9, 16, 32, 4)], 8, 4096)
+    if hook == "accept":
+        return ([5, 6, 7], [5, 6, 9, 4])
     return ([100, 5], 4, 32)
 
 
@@ -352,7 +355,7 @@ class Workspace:
 
 _LAB_MODEL = '''"""`lm_stream` running the lab's functions (written by labkit.Workspace.install), each when
 its file is here: `admit` from policy.py (who may start, in which order), `prefill_chunks` from
-chunks.py (chunked prefill's split)."""
+chunks.py (chunked prefill's split), `accept` from accept.py (speculative decoding's acceptance rule)."""
 
 import importlib.util
 import os
@@ -375,6 +378,7 @@ def _load(file, name):
 
 _admit = _load("policy.py", "admit")
 _chunks = _load("chunks.py", "prefill_chunks")
+_accept = _load("accept.py", "accept")
 
 
 class LabAdmission:
@@ -395,6 +399,10 @@ def _lab_split(remaining, n_decoding, max_num_tokens):
     return list(_chunks(list(remaining), n_decoding, max_num_tokens))
 
 
+def _lab_accept(draft_tokens, target_argmax):
+    return _accept(list(draft_tokens), list(target_argmax))
+
+
 class TritonPythonModel(_LMStream):
     def initialize(self, args):
         if _chunks is not None and not hasattr(_policies, "prefill_chunks"):
@@ -406,6 +414,8 @@ class TritonPythonModel(_LMStream):
             scheduler.admission = LabAdmission(scheduler.admission, scheduler.max_active, pool)
         if _chunks is not None:
             scheduler.prefill_split = _lab_split
+        if _accept is not None:
+            self.batcher.accept = _lab_accept
 '''
 
 

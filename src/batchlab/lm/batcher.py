@@ -14,6 +14,7 @@ from batchlab.batching.blocks import BLOCK_SIZE, BlockManager
 from batchlab.batching.policies import ADMISSION, AdmissionPolicy
 from batchlab.batching.request import GenerationRequest, StepPlan
 from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, Scheduler
+from batchlab.batching.speculative import accept
 from batchlab.lm.generation import Sequence, step_chunks
 from batchlab.lm.kvcache import KVPool, PagedKV
 from batchlab.lm.model import ToyLM
@@ -54,7 +55,8 @@ class ContinuousBatcher:
     when the pool runs out), `step_policy` the step's shape ("prefill_first", "mixed", "chunked",
     the last with `max_num_tokens`), `prefix_caching` whether full blocks are shared by hash.
     `draft` turns on speculative decoding: a `Draft` (or "bigram" / "ngram") proposes up to
-    `num_speculative_tokens` tokens for each greedy decoding sequence, verified in the next step.
+    `num_speculative_tokens` tokens for each greedy decoding sequence, verified in the next step by
+    the acceptance rule `self.accept` (`batching.speculative.accept`; a lab's model swaps in its own).
     A waiting queue bounded by `max_waiting`; `submit` and `cancel` may be called from other threads."""
 
     def __init__(self, lm: ToyLM, max_active: int = MAX_ACTIVE, kv_token_budget: int = KV_TOKEN_BUDGET,
@@ -65,6 +67,7 @@ class ContinuousBatcher:
         optional_count("max_waiting", max_waiting)
         self.num_speculative_tokens = count("num_speculative_tokens", num_speculative_tokens)
         self.draft = make_draft(draft, lm) if isinstance(draft, str) else draft
+        self.accept = accept
         optional_count("max_num_tokens", max_num_tokens)
         block_size = count("block_size", block_size)
         n_blocks = count("kv_token_budget", kv_token_budget) // block_size
@@ -162,7 +165,8 @@ class ContinuousBatcher:
         if batch:
             try:
                 sizes = [n for _, n in plan.work]
-                tokens = step_chunks(self.lm, batch, sizes, drafts) if any(drafts) else step_chunks(self.lm, batch, sizes)
+                tokens = (step_chunks(self.lm, batch, sizes, drafts, self.accept) if any(drafts)
+                          else step_chunks(self.lm, batch, sizes))
             finally:
                 with self._lock:
                     self._in_step = set()

@@ -4,7 +4,7 @@ through it), solo and static batches."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence as Seq
+from typing import Callable, Sequence as Seq
 
 import numpy as np
 
@@ -86,8 +86,13 @@ class Sequence:
         """Pick the next token from this sequence's logits row and update the finish state."""
         if self.done:
             raise ValueError("sequence already finished")
+        return self.take(sample(logits, self.temperature, self._rng))
+
+    def take(self, token: int) -> int:
+        """Append `token` (chosen outside, e.g. a verified draft token) and update the finish state."""
+        if self.done:
+            raise ValueError("sequence already finished")
         self._fed = True
-        token = sample(logits, self.temperature, self._rng)
         self.tokens.append(token)
         if token == EOS_ID and not self.ignore_eos:
             self.finish_reason = "eos"
@@ -125,14 +130,19 @@ def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
     return [s.accept(row) for s, row in zip(seqs, logits)]
 
 
+#: An acceptance rule: (draft tokens, the target's argmax after each verified position) ->
+#: (accepted, next_token), as `batching.speculative.accept`.
+AcceptRule = Callable[[list[int], list[int]], tuple[int, int]]
+
+
 def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int],
-                drafts: Seq[Seq[int]] | None = None) -> list[int | None | list[int]]:
+                drafts: Seq[Seq[int]] | None = None, rule: AcceptRule = accept) -> list[int | None | list[int]]:
     """One model execution in which sequence i computes its next `sizes[i]` positions of prompt +
     generated tokens (a prefill chunk, a recomputation, or 1 to decode); each whose input is then
     all computed picks its next token, the others (a prompt part-way) give None. A decoding
     sequence with `drafts[i]` (speculative decoding, greedy only) computes its last token and the
     draft tokens (``sizes[i] == 1 + len(drafts[i])``) and gives the list of tokens it keeps
-    (`verify`)."""
+    (`verify` with the acceptance `rule`)."""
     drafts = [list(d) for d in drafts] if drafts is not None else [[] for _ in seqs]
     chunks = []
     for s, n, draft in zip(seqs, sizes, drafts, strict=True):
@@ -151,21 +161,33 @@ def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int],
     for s, draft in zip(seqs, drafts):
         rows, first = logits[first:first + 1 + len(draft)], first + 1 + len(draft)
         if draft:
-            out.append(verify(s, draft, rows))
+            out.append(verify(s, draft, rows, rule))
         else:
             out.append(s.accept(rows[0]) if s.cache.length == s.prompt.size + len(s.tokens) else None)
     return out
 
 
-def verify(seq: Sequence, draft: Seq[int], rows: np.ndarray) -> list[int]:
+def verify(seq: Sequence, draft: Seq[int], rows: np.ndarray, rule: AcceptRule = accept) -> list[int]:
     """After a step that scored `seq`'s last token and its `draft` (`rows`: the logits after each of
-    those positions): the greedy acceptance rule (`batching.speculative.accept`) keeps the matching
-    draft tokens and the target's own next token; the sequence takes them (stopping early at <eos>
-    or max_tokens) and its cache forgets the positions past the ones it keeps."""
-    accepted, _ = accept(draft, [greedy(row) for row in rows])
+    those positions): the acceptance `rule` (greedy: `batching.speculative.accept`) says how many
+    draft tokens to keep and the next token; the sequence takes them (stopping early at <eos> or
+    max_tokens) and its cache forgets the positions past the ones it keeps. ValueError if the rule
+    answers something else than (0 … len(draft), a token id)."""
+    draft = [int(t) for t in draft]
+    answer = rule(list(draft), [greedy(row) for row in rows])
+    try:
+        accepted, token = answer
+        if int(accepted) != accepted or int(token) != token:
+            raise TypeError
+        accepted, token = int(accepted), int(token)
+    except (TypeError, ValueError):
+        raise ValueError(f"the acceptance rule must return (accepted, next_token), two ints; got {answer!r}"[:300]) from None
+    if not 0 <= accepted <= len(draft) or not 0 <= token < rows.shape[-1]:
+        raise ValueError(f"the acceptance rule returned ({accepted}, {token}) for {len(draft)} draft tokens: "
+                         f"accepted must be 0 … {len(draft)} and next_token a token id")
     kept = []
-    for row in rows[:accepted + 1]:  # greedy: each row's token is the draft token, the last the target's
-        kept.append(seq.accept(row))
+    for t in draft[:accepted] + [token]:
+        kept.append(seq.take(t))
         if seq.done:
             break
     seq.cache.truncate(seq.cache.length - len(draft) + len(kept) - 1)

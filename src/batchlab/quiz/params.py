@@ -120,6 +120,7 @@ _register(F.heavy_load_wait, "t_wait", b_size="batch_size")
 _register(F.tpot, "tpot_ms", e2e="e2e_s", ttft="ttft_s", n="n_tokens")
 _register(F.prefill_steps, "prefill_steps", P="prompt_tokens", M="max_num_tokens", d="decoding")
 _register(F.prefix_hit_tokens, "prefix_hit_tokens", s="shared_tokens", b="block_size")
+_register(F.speculative_tokens_per_step, "spec_tokens_per_step")
 
 
 @partial(_register, name="md1_wait")
