@@ -118,13 +118,14 @@ def test_chunked_steps_raise_goodput_in_the_simulator(cost):
 
 def _fake_stream(cost: TokenCost, step_policy: str = "mixed", max_num_tokens: int | None = None):
     """A `stream_requests` stand-in: the simulator (priced by `cost`) plays the server; every token's
-    T_NS is the end of its step, and the client gets it 0.5 ms later."""
+    T_NS is the end of its step (ACTIVE: the sequences in it), and the client gets it 0.5 ms later."""
     def stream(server, model, prompts, outs, arrivals, **kw):
         arr = np.asarray(arrivals, float)
         res = simulate_continuous(arr, [len(p) for p in prompts], outs, cost, max_active=8, warmup=0.0,
                                   record_token_times=True, step_policy=step_policy, max_num_tokens=max_num_tokens)
         times = res.extra["token_times"]
-        figures = [[{"T_NS": int(round(t * 1e9))} for t in ts] for ts in times]
+        active = {float(e): int(n) for e, n in zip(res.batches["end"], res.batches["size"])}   # the step's ACTIVE
+        figures = [[{"T_NS": int(round(t * 1e9)), "ACTIVE": active[t]} for t in ts] for ts in times]
         client = [[t + 5e-4 for t in ts] for ts in times]
         server_times = L.on_client_clock(client, [[f["T_NS"] / 1e9 for f in fs] for fs in figures])
         return SimpleNamespace(figures=figures, token_times=client, server_times=server_times, sent=arr,
@@ -146,12 +147,12 @@ def test_calibrate_cost_reads_the_step_cost_back_from_the_steps(monkeypatch):
 
 @pytest.mark.parametrize("policy, budget", [("mixed", None), ("chunked", 32), ("chunked", 128)])
 def test_mixed_round_counts_the_steps_a_long_prompt_waits(monkeypatch, policy, budget):
-    """In steps, a long prompt's TTFT is ⌈P/(M − d)⌉ (1 whole) plus the step running when it came."""
+    """In steps, a long prompt's prefill, from its admission to its first token, is ⌈P/(M − d)⌉ (1 whole)."""
     cost = TokenCost(prefill_per_token=600, decode_base=6000, decode_per_seq=1200)
     monkeypatch.setattr(L, "stream_requests", _fake_stream(cost, policy, budget))
     spacing = 1.2 * F.prefill_steps(320, 32, 4) * cost.iteration_time(28, 4)   # the chapter's load
     r = L.mixed_round(None, "m", decode_tokens=48, long_prompt=320, long_at=(0.03, 0.03 + spacing))
-    assert r["long_ttft_steps"] == (F.prefill_steps(320, budget, 4) if budget else 1) + 1
+    assert r["long_prefill_steps"] == (F.prefill_steps(320, budget, 4) if budget else 1)
 
 
 def test_fit_cost_takes_medians_and_says_what_is_missing():
@@ -224,7 +225,9 @@ def test_mixed_round_takes_itl_from_the_server_stamps(monkeypatch):
             t[5:] = [x + 0.2 for x in t[5:]]
         return SimpleNamespace(token_times=client_t, server_times=server_t if stamps else [[] for _ in range(n)],
                                sent=np.zeros(n), last=np.array([t[-1] for t in client_t]),
-                               server_ttft=np.array([t[0] for t in server_t]))
+                               server_ttft=np.array([t[0] for t in server_t]),
+                               figures=[[{"T_NS": int(t * 1e9), "ACTIVE": 4 + (i >= 4)} for t in ts]
+                                        for i, ts in enumerate(server_t)])
 
     monkeypatch.setattr(L, "stream_requests", fake)
     r = L.mixed_round(None, "m")

@@ -150,6 +150,19 @@ def step_figures(rec: Any) -> dict[str, np.ndarray]:
     return {k: np.array([r.get(k, 0) for r in rows], dtype=np.int64) for k in keys}
 
 
+def prefill_window(rec: Any, request: int, n_before: int) -> tuple[int, float]:
+    """Request `request`'s prefill as the server ran it: the steps from the one that admitted it (the
+    first whose ACTIVE exceeds the `n_before` sequences already running) to the one that sent its first
+    token, both counted, and the time from the end of the step before the first to that token (s).
+    Server-side: a busy client or a late gRPC delivery changes neither."""
+    steps = step_figures(rec)
+    first = rec.figures[request][0]["T_NS"]
+    end = int(np.searchsorted(steps["T_NS"], first))
+    start = next(k for k, n in enumerate(steps["ACTIVE"]) if n > n_before or k == end)
+    before = steps["T_NS"][start - 1] if start > 0 else first
+    return end - start + 1, float(first - before) / 1e9
+
+
 def final_figures(rec: Any) -> dict[str, np.ndarray]:
     """Per request, what its final response reported: CACHED_TOKENS, PREEMPTIONS, RECOMPUTED_TOKENS."""
     keys = ("CACHED_TOKENS", "PREEMPTIONS", "RECOMPUTED_TOKENS")
@@ -223,9 +236,8 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
     """Short-prompt sequences decoding from t = 0 while long prompts arrive at `long_at` (s): the
     decoders' ITL (pooled gaps) as the server sent the tokens (`itl_*`) and as the client got them
     (`client_itl_p99_ms`: plus the client's own stalls), and the long prompts' TTFT, server-side in
-    ms and, for the first, in steps (`long_ttft_steps`: the steps that ended between its send and its
-    first token, the one running when it came included; seen by the decoders' tokens, so counted
-    while they still run)."""
+    ms, and the first one's prefill in steps as the server ran it (`long_prefill_steps`, `prefill_window`:
+    from the step that admitted it to its first token; the decoders surely still run then)."""
     prompts = [token_prompt(8, seed * 100 + i) for i in range(n_decode)]
     prompts += [token_prompt(long_prompt, seed * 100 + 50 + j) for j in range(len(long_at))]
     outs = [decode_tokens] * n_decode + [4] * len(long_at)
@@ -234,13 +246,11 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
         raise RuntimeError(f"{model} sends no T_NS with its tokens: the server runs a batchlab older than this notebook's")
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)])
     client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
-    ends = np.unique(np.concatenate([np.asarray(t) for t in rec.server_times]))
-    first = n_decode  # the first long prompt: the decoders surely still run while it waits
     return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)) * 1e3,
             "itl_p99_ms": float(np.percentile(gaps, 99)) * 1e3,
             "client_itl_p99_ms": float(np.percentile(client_gaps, 99)) * 1e3,
             "long_ttft_p50_ms": float(np.median(rec.server_ttft[n_decode:])) * 1e3,
-            "long_ttft_steps": int(np.sum((ends > rec.sent[first]) & (ends <= rec.server_times[first][0]))),
+            "long_prefill_steps": prefill_window(rec, n_decode, n_decode)[0],
             "decode_e2e_ms": float(np.median(rec.last[:n_decode] - rec.sent[:n_decode])) * 1e3}
 
 

@@ -340,14 +340,10 @@ def chunk_round(server: Any, model: str, n_decode: int = 16, decode_tokens: int 
     at the client."""
     prompts = [L.token_prompt(8, seed * 100 + i) for i in range(n_decode)] + [L.token_prompt(long_prompt, seed * 100 + 99)]
     rec = L.stream_requests(server, model, prompts, [decode_tokens] * n_decode + [4], [0.0] * n_decode + [long_at])
-    steps = L.step_figures(rec)
-    first = rec.figures[-1][0]["T_NS"]
-    end = int(np.searchsorted(steps["T_NS"], first))
-    start = next(k for k, n in enumerate(steps["ACTIVE"]) if n > n_decode or k == end)
-    before = steps["T_NS"][start - 1] if start > 0 else first
+    n_steps, prefill_s = L.prefill_window(rec, n_decode, n_decode)
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)]) * 1e3
     return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
-            "prefill_ms": float(first - before) / 1e6, "prefill_steps": end - start + 1,
+            "prefill_ms": prefill_s * 1e3, "prefill_steps": n_steps,
             "long_ttft_ms": float(rec.token_times[-1][0] - rec.sent[-1]) * 1e3}
 
 
