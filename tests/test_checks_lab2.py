@@ -239,14 +239,6 @@ def test_sweep_rows_wrong(capsys) -> None:
     assert not r.passed and "workspace=ws" in capsys.readouterr().out
 
 
-def test_prediction_constants_are_the_simulators() -> None:
-    for (base, per), rate, oh, want in lab2._PREDICTION_CASES:
-        arrivals = unit_arrivals(3000, 0) / rate
-        for (d, p), (thr, p95, mean) in want.items():
-            s = simulate_dynamic(arrivals, Affine(base, per), 32, max_queue_delay_us=d, preferred_batch_sizes=p).summary()
-            assert (s["throughput_rps"], s["latency_ms"]["p95"] + oh, s["batch_size_mean"]) == pytest.approx((thr, p95, mean))
-
-
 def test_predictions(capsys) -> None:
     assert check_predict_sweep(predict).passed
     capsys.readouterr()
