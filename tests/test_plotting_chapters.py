@@ -117,14 +117,6 @@ def test_plot_kv_plan_counts_inside_the_axes() -> None:
     assert_clean(fig)
 
 
-def test_plot_cost_busy_and_wall_bars() -> None:
-    costs = K.cost_table(2.5, [{"label": "embed_nobatch", "n_requests": 900, "t_busy_s": 1.1, "t_wall_s": 1.2},
-                               {"label": "embed", "n_requests": 4200, "t_busy_s": 0.9, "t_wall_s": 1.2}])
-    fig = PE.plot_cost(costs)
-    assert legend_of(fig.axes[0]) == ["按繁忙时间（文章公式）", "按租用时长（实际账单）"]
-    assert_clean(fig)
-
-
 def test_plot_utilisation_readings_two_readings() -> None:
     fig = PC.plot_utilisation_readings(np.linspace(1, 16, 61), C.overhead_ratio(0.22), 295, C.ECOMMERCE)
     assert len(legend_of(fig.axes[0])) == 2
