@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -87,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, rate, m, d, pref, k, base, per in CONFIGS:
         a = workload.poisson(rate, args.requests, seed=42)
         svc = Affine(base, per)
-        t_fast, res = timed(lambda: simulate_dynamic(a, svc, m, d, pref, k), args.repeat)
-        t_sum, summ = timed(lambda: res.summary(), 1)
+        t_fast, res = timed(partial(simulate_dynamic, a, svc, m, d, pref, k), args.repeat)
+        t_sum, summ = timed(res.summary, 1)
         small = a[: args.simpy_requests]
-        t_ev, ev = timed(lambda: simulate_dynamic(small, svc, m, d, pref, k, engine="events"), 1)
-        t_sp, (_, sp_finish) = timed(lambda: simpy_dynamic.simulate_payloads(small, base, per, m, d, pref, k), 1)
+        t_ev, ev = timed(partial(simulate_dynamic, small, svc, m, d, pref, k, engine="events"), 1)
+        t_sp, (_, sp_finish) = timed(partial(simpy_dynamic.simulate_payloads, small, base, per, m, d, pref, k), 1)
         fast_small = simulate_dynamic(small, svc, m, d, pref, k)
         lat = [float(np.mean(x - small)) for x in (fast_small.records["finish"], ev.records["finish"], sp_finish)]
         rows.append(dict(

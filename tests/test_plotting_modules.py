@@ -131,12 +131,14 @@ def test_plot_slo_capacity_bars_best_in_red():
     assert_clean(ax)
 
 
-def test_plot_slo_capacity_marks_the_tie_band_and_titles_the_choice():
+def test_plot_slo_capacity_marks_the_tie_band_and_the_choice():
     labels = ["B=8 d=0us", "B=16 d=0us", "B=8 d=1000us", "B=4 d=0us"]
     rates = [419.0, 421.0, 418.0, 300.0]
     ax = TP.plot_slo_capacity(labels, rates, tie=0.02, title="p95 ≤ 30 ms")
     color_at = {round(b.get_y() + b.get_height() / 2): b.get_facecolor() for b in ax.patches}
     assert sorted(b.get_width() for b in ax.patches) == sorted(rates)
+    # the simplest config within 2 % of the best is chosen (B=8 d=0us), the rest of the band marked apart
+    assert color_at[1] == color_at[2] != color_at[0] and color_at[3] not in (color_at[0], color_at[1])
     assert_clean(ax)
 
 
@@ -146,7 +148,6 @@ def test_plot_slo_capacity_marks_the_tie_band_and_titles_the_choice():
 def test_plot_padded_batch_real_tokens_and_padding():
     lengths = [5, 12, 8, 3]
     ax = PP.plot_padded_batch(lengths)
-    eta = F.padding_efficiency(lengths)
     real, pad = ax.patches[:4], ax.patches[4:]
     assert len(ax.patches) == 8
     assert [b.get_width() for b in real] == lengths and all(b.get_x() == 0 for b in real)
