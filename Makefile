@@ -46,7 +46,7 @@ $(BOOK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,book]"
 	@touch $(BOOK_STAMP)
 
-test: $(STAMP) $(BOOK_STAMP) node
+test: $(STAMP) $(BOOK_STAMP) node lint
 	$(PYTEST) $(PYTEST_ARGS)
 
 # Python the linter reads ([tool.ruff] in pyproject.toml).
