@@ -41,7 +41,7 @@ from batchlab.labs.record_lab2 import fidelity  # noqa: E402
 from batchlab.labs.recorded import load  # noqa: E402
 from batchlab.sim import workload  # noqa: E402
 from batchlab.sim.dynamic import coincides, simulate_dynamic  # noqa: E402
-from batchlab.sim.rule import BatchRule  # noqa: E402
+from batchlab.batching import BatchRule  # noqa: E402
 from batchlab.sim.service import Affine  # noqa: E402
 
 CONFIGS = [

@@ -21,7 +21,7 @@ from batchlab.labs.record_lab2 import fidelity
 from batchlab.labs.recorded import load
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
-from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
+from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
 
 from lab_solutions import solution_namespace
 
