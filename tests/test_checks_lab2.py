@@ -13,14 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from batchlab.course.tuning import unit_arrivals
 from batchlab.labs import lab2
 from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_next_batch, check_predict_sweep,
                                 check_sweep_rows, recorded_patterns)
 from batchlab.labs.record_lab2 import fidelity
 from batchlab.labs.recorded import load
-from batchlab.probe import simulate_pattern
-from batchlab.sim import Affine, simulate_dynamic
 from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
 
 from lab_solutions import solution_namespace

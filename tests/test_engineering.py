@@ -60,7 +60,6 @@ def test_engineering_plots_draw():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from batchlab.course.capacity import cost_from_run
     from batchlab.plotting import engineering as P
     from batchlab.theory.kv import kv_plan_table
 

@@ -16,7 +16,6 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
-from batchlab.course import capacity as K  # noqa: E402
 from batchlab.course import cases as C  # noqa: E402
 from batchlab.course import engineering as E  # noqa: E402
 from batchlab.course import misconceptions as M  # noqa: E402

@@ -27,7 +27,6 @@ from batchlab.plotting import cjk_available  # noqa: E402
 from batchlab.sim import Affine, simulate_dynamic  # noqa: E402
 from batchlab.sim.workload import poisson  # noqa: E402
 from batchlab.theory import formulas as F  # noqa: E402
-from batchlab.theory import padding as P  # noqa: E402
 from plotting_check import assert_clean  # noqa: E402
 
 

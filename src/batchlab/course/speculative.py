@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab._validate import count
-from batchlab.course.llm_serving import interleaved, round_ratios, serving_server, stream_requests, token_prompt
+from batchlab.course.llm_serving import round_ratios, serving_server, stream_requests, token_prompt
 from batchlab.lm import ContinuousBatcher, LMConfig, Sequence as Generation, ToyLM
 from batchlab.server import TritonServer
 from batchlab.theory.formulas import speculative_tokens_per_step, tpot

@@ -61,7 +61,7 @@ def _guarded(fn: Callable[..., Any], limit: int) -> Callable[..., Decision]:
                                f"超过了 max_batch_size = {rule.max_batch_size}")
         if send == 0 and not saturated and not wake_at > now:
             raise _BadDecision(f"now = {now:.4f} s 时返回了 Decision(0, {wake_at!r})：不发，又要求在此刻或更早再问，"
-                               "批处理器会原地打转。" + (f"这里 max_queue_delay = 0：延时为 0 时不等，能装下的立即全发"
+                               "批处理器会原地打转。" + ("这里 max_queue_delay = 0：延时为 0 时不等，能装下的立即全发"
                                                          if rule.delay_s == 0 else
                                                          "等待时 wake_at 是最老请求的到达时间 + max_queue_delay"))
         return Decision(send, wake_at, saturated)
