@@ -19,7 +19,7 @@ TINY: dict[str, list[tuple[list[str], bool]]] = {
     "bench_lm.py": [(["--repeats", "1", "--no-server"], False),
                     (["--repeats", "1", "--duration", "0.5", "--clients", "2"], True)],
     "bench_sim.py": [(["--requests", "3000", "--simpy-requests", "300", "--repeat", "1", "--json"], False)],
-    "bench_speculative.py": [(["--rounds", "1", "--max-tokens", "4", "--prompts-per-round", "1",
+    "bench_speculative.py": [(["--rounds", "1", "--max-tokens", "16", "--prompts-per-round", "1",
                                "--concurrency", "1"], True)],
 }
 
