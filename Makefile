@@ -14,12 +14,13 @@ PYTEST := $(PY) -m pytest -n $(JOBS) --dist loadscope --no-loadscope-reorder
 # The edit loop: unit tests only (no server, notebook, browser or slow test).
 FAST   := not server and not slow and not browser and not notebook
 
-.PHONY: start test test-fast book venv node handout labs check-labs execute bench bench-record clean help
+.PHONY: start test test-fast lint book venv node handout labs check-labs execute bench bench-record clean help
 
 help:
 	@echo "make start   JupyterLab + the embedded Triton server (Ctrl-C stops both)"
 	@echo "make test    the whole suite: unit, real-server, every notebook under nbval"
-	@echo "make test-fast  unit tests only (no server, notebook, browser or slow test): the edit loop"
+	@echo "make test-fast  ruff, then unit tests only (no server, notebook, browser or slow test): the edit loop"
+	@echo "make lint    ruff check on src, tests, benchmarks and book"
 	@echo "make handout the learner release: labs/ from solutions/ (TODO stubs, nbgrader metadata)"
 	@echo "make check-labs  fail if labs/ or the solutions' nbgrader metadata is stale"
 	@echo "make execute NB=notebooks/02_dynamic_batching.ipynb   re-execute a notebook in place"
@@ -45,10 +46,16 @@ $(BOOK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,book]"
 	@touch $(BOOK_STAMP)
 
-test: $(STAMP) $(BOOK_STAMP) node
+test: $(STAMP) $(BOOK_STAMP) node lint
 	$(PYTEST) $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+# Python the linter reads ([tool.ruff] in pyproject.toml).
+LINT   := src tests benchmarks book
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT)
+
+test-fast: $(STAMP) lint
 	$(PYTEST) tests -m "$(FAST)" $(PYTEST_ARGS)
 
 book: $(BOOK_STAMP)

@@ -22,15 +22,16 @@ import time
 
 import numpy as np
 
-from batchlab.lm import LMConfig, ToyLM, blas, decode_step_times, fit_linear, kv_report
+from batchlab.lm import LMConfig, ToyLM, blas, decode_step_times, kv_report
 from batchlab.lm.vocab import ARTICLE, encode
+from batchlab.theory.formulas import fit_affine
 
 
 def decode_benchmark(repeats: int) -> dict:
     """t(B), the linear fit and the GEMV comparison, in milliseconds."""
     lm = ToyLM.default()
     times = decode_step_times(lm, repeats=repeats)
-    a, b = fit_linear(list(times), list(times.values()))
+    a, b = fit_affine(list(times), list(times.values()))
     gemv = decode_step_times(ToyLM(LMConfig(always_gemm=False)), [1], repeats=repeats)[1]
     return {
         "weights_MB": round(lm.weight_bytes / 1e6, 2),

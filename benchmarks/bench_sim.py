@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ from batchlab.labs.record_lab2 import fidelity  # noqa: E402
 from batchlab.labs.recorded import load  # noqa: E402
 from batchlab.sim import workload  # noqa: E402
 from batchlab.sim.dynamic import coincides, simulate_dynamic  # noqa: E402
-from batchlab.sim.rule import BatchRule  # noqa: E402
+from batchlab.batching import BatchRule  # noqa: E402
 from batchlab.sim.service import Affine  # noqa: E402
 
 CONFIGS = [
@@ -87,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, rate, m, d, pref, k, base, per in CONFIGS:
         a = workload.poisson(rate, args.requests, seed=42)
         svc = Affine(base, per)
-        t_fast, res = timed(lambda: simulate_dynamic(a, svc, m, d, pref, k), args.repeat)
-        t_sum, summ = timed(lambda: res.summary(), 1)
+        t_fast, res = timed(partial(simulate_dynamic, a, svc, m, d, pref, k), args.repeat)
+        t_sum, summ = timed(res.summary, 1)
         small = a[: args.simpy_requests]
-        t_ev, ev = timed(lambda: simulate_dynamic(small, svc, m, d, pref, k, engine="events"), 1)
-        t_sp, (_, sp_finish) = timed(lambda: simpy_dynamic.simulate_payloads(small, base, per, m, d, pref, k), 1)
+        t_ev, ev = timed(partial(simulate_dynamic, small, svc, m, d, pref, k, engine="events"), 1)
+        t_sp, (_, sp_finish) = timed(partial(simpy_dynamic.simulate_payloads, small, base, per, m, d, pref, k), 1)
         fast_small = simulate_dynamic(small, svc, m, d, pref, k)
         lat = [float(np.mean(x - small)) for x in (fast_small.records["finish"], ev.records["finish"], sp_finish)]
         rows.append(dict(

@@ -10,6 +10,7 @@ independent acceptance); whether every request got the same tokens with and with
 and the machine's load average before and after.
 
 Usage: python benchmarks/bench_speculative.py [--rounds 5] [--max-tokens 48] [--prompts-per-round 4]
+       [--concurrency 1 8]
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 from batchlab.course.speculative import K, VARIANTS, acceptance, same_tokens, spec_rounds, spec_server, tpot_gain
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds and print the JSON object (`--concurrency 1 --rounds 1 ...` for a smoke run)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--prompts-per-round", type=int, default=4)
-    args = parser.parse_args()
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args(argv)
     out: dict = {"load_before": os.getloadavg(), "k": K, "variants": VARIANTS}
     t0 = time.perf_counter()
     with spec_server() as server:
-        rows = spec_rounds(server, rounds=args.rounds, max_tokens=args.max_tokens,
+        rows = spec_rounds(server, concurrencies=args.concurrency, rounds=args.rounds, max_tokens=args.max_tokens,
                            prompts_per_round=args.prompts_per_round)
     out["seconds"] = time.perf_counter() - t0
     out["same_tokens"] = same_tokens(rows)
@@ -43,7 +47,8 @@ def main() -> None:
             out[model][f"tokens_per_step_all_c{c}"] = [r["tokens_per_step"] for r in mine]
     out["load_after"] = os.getloadavg()
     print(json.dumps(out, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

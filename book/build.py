@@ -186,11 +186,11 @@ def stage(src_root, stage_dir):
     toc += ["```", "", "```{toctree}", ":caption: 附录", ":maxdepth: 1", ""]
     toc += [f"{a.stem}" for a in appendices] + (["../solutions/exercises"] if exercises.exists() else [])
     toc += ["```", "", "```{toctree}", ":caption: 实验（学员版）", ":maxdepth: 1", ""]
-    toc += [f"../labs/{l.stem}" for l in labs]
+    toc += [f"../labs/{lab.stem}" for lab in labs]
     toc += ["```", "", "```{toctree}", ":caption: 测验与讲师", ":maxdepth: 1", ""]
     toc += ["../quiz/bank", "../quiz/quiz", "../docs/classroom", "../docs/open_in_jupyterlab"]
     toc += ["```", "", "```{toctree}", ":hidden:", ":caption: 参考答案", ""]
-    toc += [f"../solutions/{l.stem}" for l in labs]
+    toc += [f"../solutions/{lab.stem}" for lab in labs]
     toc += ["```"]
     index = stage_dir / "notebooks" / "index.ipynb"
     nb = json.loads(index.read_text(encoding="utf-8"))

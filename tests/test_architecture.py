@@ -180,7 +180,7 @@ def _reason_given(lines: list[str], node: ast.AST) -> bool:
 def test_imports_at_module_top():
     """An import inside a function or class carries a one-line reason (optional dependency, load order)."""
     bad = []
-    for module, path in MODULES.items():
+    for _module, path in MODULES.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
         lines = text.splitlines()
@@ -437,7 +437,7 @@ CONCEPTS = {
 
 def _concept_sites(detector: Callable[[ast.AST], list[int]]) -> dict[str, list[int]]:
     sites = {}
-    for module, path in MODULES.items():
+    for module, _path in MODULES.items():
         lines = detector(TREES[module])
         if lines:
             sites[module] = sorted(set(lines))

@@ -40,7 +40,7 @@ def test_dynamic_small(via_env) -> None:
     assert set(out["models"]["embed"]["results"]) == {"none", "dynamic", "delay_preferred"}
     assert set(out["models"]["decode"]["results"]) == {"none", "dynamic"}
     for fam in out["models"].values():
-        for name, r in fam["results"].items():
+        for _name, r in fam["results"].items():
             assert r["errors"] == 0 and r["requests"] > 0 and r["throughput_rps"] > 0
             assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
             assert r["overhead_cpu_ms_per_request"] is not None and r["overhead_cpu_ms_per_request"] >= 0

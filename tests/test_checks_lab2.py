@@ -13,15 +13,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from batchlab.course.tuning import unit_arrivals
 from batchlab.labs import lab2
 from batchlab.labs.lab2 import (check_best_under_slo, check_dynamic_batching_block, check_next_batch, check_predict_sweep,
                                 check_sweep_rows, recorded_patterns)
 from batchlab.labs.record_lab2 import fidelity
 from batchlab.labs.recorded import load
-from batchlab.probe import simulate_pattern
-from batchlab.sim import Affine, simulate_dynamic
-from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, next_batch
+from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
 
 from lab_solutions import solution_namespace
 
@@ -237,14 +234,6 @@ def test_sweep_rows_wrong(capsys) -> None:
     assert r.score == 2 and "不是在服务器上测出来的" in capsys.readouterr().out
     r = check_sweep_rows(measured, **GRID)
     assert not r.passed and "workspace=ws" in capsys.readouterr().out
-
-
-def test_prediction_constants_are_the_simulators() -> None:
-    for (base, per), rate, oh, want in lab2._PREDICTION_CASES:
-        arrivals = unit_arrivals(3000, 0) / rate
-        for (d, p), (thr, p95, mean) in want.items():
-            s = simulate_dynamic(arrivals, Affine(base, per), 32, max_queue_delay_us=d, preferred_batch_sizes=p).summary()
-            assert (s["throughput_rps"], s["latency_ms"]["p95"] + oh, s["batch_size_mean"]) == pytest.approx((thr, p95, mean))
 
 
 def test_predictions(capsys) -> None:

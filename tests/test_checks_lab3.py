@@ -187,7 +187,7 @@ def test_release_and_assign_number_events_alike(capsys) -> None:
     out = capsys.readouterr().out
     m = re.search(r"第 (\d+) 个事件（序列 (\d+) 的 (\w+)）", out)
     assert m, out
-    events, n = _ev("0s 1s 2s 3s 0e 1e 2e 3e"), 2
+    events = _ev("0s 1s 2s 3s 0e 1e 2e 3e")
     i = int(m.group(1)) - 1
     assert events[i] == (int(m.group(2)), m.group(3)), out  # the n-th event, counted from 1
 

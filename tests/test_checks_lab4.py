@@ -91,7 +91,7 @@ def test_admit_budget_boundary_and_outside_names(capsys) -> None:
 def with_limits(text, max_active, budget):
     for key, value in (("max_active", max_active), ("kv_token_budget", budget)):
         text = re.sub(r'(key:\s*"' + key + r'"(?:\s*#[^\n]*)?\s*value\s*\{\s*string_value:\s*")[^"]*(")',
-                      lambda m: m.group(1) + str(value) + m.group(2), text)
+                      lambda m, value=value: m.group(1) + str(value) + m.group(2), text)
     return text
 
 

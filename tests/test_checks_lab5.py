@@ -33,11 +33,11 @@ def burst(base, peak, start, length, duration, seed=0):
 def test_burst(capsys) -> None:
     assert check_burst(burst).passed
     capsys.readouterr()
-    even = lambda b, p, s, l, d, seed=0: np.sort(np.concatenate([np.arange(0, s, 1 / b), np.arange(s, s + l, 1 / p),
-                                                                  np.arange(s + l, d, 1 / b)]))
+    even = lambda b, p, s, n, d, seed=0: np.sort(np.concatenate([np.arange(0, s, 1 / b), np.arange(s, s + n, 1 / p),
+                                                                  np.arange(s + n, d, 1 / b)]))
     r = check_burst(even)
     assert r.score == 2 and "等间隔" in capsys.readouterr().out
-    r = check_burst(lambda b, p, s, l, d, seed=0: burst(b, b, s, l, d, seed))  # forgot the peak
+    r = check_burst(lambda b, p, s, n, d, seed=0: burst(b, b, s, n, d, seed))  # forgot the peak
     assert r.score == 2 and "到达率不对" in capsys.readouterr().out
 
 

@@ -12,6 +12,7 @@ from batchlab import config_pbtxt as cfg
 from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
 from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.paths import MODEL_REPOSITORY
+from tritonclient.utils import InferenceServerException
 
 COURSE_MODELS = sorted(d.name for d in MODEL_REPOSITORY.iterdir() if (d / "config.pbtxt").is_file())
 
@@ -192,7 +193,7 @@ def test_triton_agrees_misplaced_refused_and_zero_batches_one(tmp_path: Path):
     cfg.stage_model(tmp_path, "noop_mbs0", cfg.to_text(zero), "noop")
     with TritonServer(tmp_path, models=["noop_mbs0"], stop_grace=10) as server:
         client = server.http_client()
-        with pytest.raises(Exception):
+        with pytest.raises(InferenceServerException):
             client.load_model("bad_mbs")
         assert 'has no field named "max_batch_size"' in server.log()
         pool = server.http_client(concurrency=16)

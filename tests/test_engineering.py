@@ -60,7 +60,6 @@ def test_engineering_plots_draw():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from batchlab.course.capacity import cost_from_run
     from batchlab.plotting import engineering as P
     from batchlab.theory.kv import kv_plan_table
 
@@ -133,15 +132,6 @@ def test_engineering_plots_draw():
     assert texts(ax.texts) == [str(r["max_sequences"]) for r in plan]
     plt.close(fig)
 
-    costs = [cost_from_run("a", 1.0, 10, 1.0, 2.0), cost_from_run("b", 1.0, 20, 1.0, 2.0)]
-    fig = P.plot_cost(costs)
-    (ax,) = fig.axes
-    assert ax.get_ylabel() == "每千请求成本 ($)" and texts(ax.get_xticklabels()) == ["a", "b"]
-    assert texts(ax.get_legend().get_texts()) == ["按繁忙时间（文章公式）", "按租用时长（实际账单）"]
-    heights = [b.get_height() for b in ax.patches]
-    assert heights == pytest.approx([c.per_request_busy * 1e3 for c in costs] + [c.per_request_wall * 1e3 for c in costs])
-    assert heights[1] < heights[0]  # twice the requests in the same time: half the cost each
-    plt.close(fig)
 
 
 @pytest.mark.server

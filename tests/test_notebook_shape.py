@@ -118,7 +118,7 @@ def test_module_aliases_follow_the_convention(path: Path) -> None:
         for name in sorted(_other_bindings(tree) & RESERVED):
             problems.append(f"cell {i}: {name} is a module alias, but assigned here")
     for i, source in _cells(path, "markdown"):  # code shown in prose follows the same rule
-        for module, name in re.findall(r"from (batchlab\.plotting)\.\w+ import \w+ as (\w+)", source):
+        for _module, name in re.findall(r"from (batchlab\.plotting)\.\w+ import \w+ as (\w+)", source):
             if name != PLOTS:
                 problems.append(f"markdown cell {i}: a plotting module shown as {name}")
     assert not problems, f"{path.name}:\n" + "\n".join(problems)

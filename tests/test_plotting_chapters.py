@@ -16,7 +16,6 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
-from batchlab.course import capacity as K  # noqa: E402
 from batchlab.course import cases as C  # noqa: E402
 from batchlab.course import engineering as E  # noqa: E402
 from batchlab.course import misconceptions as M  # noqa: E402
@@ -114,14 +113,6 @@ def test_plot_kv_plan_counts_inside_the_axes() -> None:
     xs, ys = [r["seq_len"] for r in plan], [r["max_sequences"] for r in plan]
     assert ax.get_xlim()[0] < min(xs) and max(xs) * 1.5 < ax.get_xlim()[1]     # room for the counts
     assert ax.get_ylim()[0] < min(ys) and max(ys) * 2 < ax.get_ylim()[1]
-    assert_clean(fig)
-
-
-def test_plot_cost_busy_and_wall_bars() -> None:
-    costs = K.cost_table(2.5, [{"label": "embed_nobatch", "n_requests": 900, "t_busy_s": 1.1, "t_wall_s": 1.2},
-                               {"label": "embed", "n_requests": 4200, "t_busy_s": 0.9, "t_wall_s": 1.2}])
-    fig = PE.plot_cost(costs)
-    assert legend_of(fig.axes[0]) == ["按繁忙时间（文章公式）", "按租用时长（实际账单）"]
     assert_clean(fig)
 
 

@@ -76,7 +76,7 @@ def _refused_then_served(server: srv.TritonServer, grpc: bool) -> None:
         "log settings": lambda: other.update_log_settings({"log_verbose_level": 1}),
         "trace settings": lambda: other.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
     }
-    for what, call in attempts.items():
+    for _what, call in attempts.items():
         _refused(call, grpc)
     wrong = {(srv.GRPC_KEY_HEADER if grpc else srv.KEY_HEADER): "not-the-key"}
     _refused(lambda: other.load_model("echo", headers=wrong), grpc)

@@ -15,7 +15,7 @@ import pytest
 from batchlab.batching.dynamic import TAKEN, WAITING, DynamicBatcher, Payload
 from batchlab.sim import workload as wl
 from batchlab.sim.dynamic import coincides, simulate_dynamic
-from batchlab.sim.rule import BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
+from batchlab.sim import BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
 from batchlab.sim.service import Affine, Table
 
 INF = float("inf")

@@ -8,7 +8,7 @@ import pytest
 from batchlab.config_pbtxt import load_config_text, parse_config, with_batcher
 from batchlab.theory.queueing import batch_queue
 from batchlab.sim.service import Affine
-from batchlab.sim.rule import BatchRule
+from batchlab.batching import BatchRule
 from batchlab.course.tuning import (
     as_matrix,
     capacity_under_slo,

@@ -107,12 +107,12 @@ def test_lane_from_result_refuses_unknown_results() -> None:
 def test_demo_is_seeded_and_tells_the_story() -> None:
     lanes = run_demo(DemoParams(rate=4.0, n_requests=40))
     again = run_demo(DemoParams(rate=4.0, n_requests=40))
-    assert [l.kind for l in lanes] == ["static", "static", "continuous"]
+    assert [lane.kind for lane in lanes] == ["static", "static", "continuous"]
     for x, y in zip(lanes, again):
         np.testing.assert_array_equal(x.finish, y.finish)
     nob, dyn, con = lanes
     assert np.all(nob.b_size == 1) and dyn.b_size.max() > 1
-    lat = [np.mean(l.finish - l.arrival) for l in lanes]
+    lat = [np.mean(lane.finish - lane.arrival) for lane in lanes]
     assert lat[0] > lat[1] > lat[2]  # one pot per dish is slowest, continuous batching fastest
     h = default_horizon(lanes)
     assert dyn.end <= h <= 1.5 * nob.arrival.max() + 1e-9

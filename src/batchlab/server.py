@@ -824,7 +824,7 @@ class TritonServer(_Clients):
         env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
         env.pop("PYTHONHOME", None)
         # Each stub's OpenBLAS would start one thread per core, only for the model to set its own
-        # `blas_threads` (default 1) right after: starting with one saves ~0.07 s of CPU per stub.
+        # `blas_threads` (default 1) right after: starting with one saves those threads' start-up.
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         reset = self._workdir / "stub-env.sh"
         before = env.get("GLIBC_TUNABLES")

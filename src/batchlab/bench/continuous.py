@@ -53,10 +53,10 @@ WIDTH_KEYS = ("d_model", "d_ff")
 
 LM_WHY = (
     "a continuous way streams a response per token per sequence (Python backend IPC, a gRPC message, the "
-    "client's callback, all on the same cores). With the course's default LM (13 MB of weights, within the CPU "
+    "client's callback, all on the same cores). With the course's default LM (its weights within the CPU "
     "caches) its step is so cheap that this decides the comparison (continuous_default_lm.json). An LLM's "
     "decode step is weight-bound: a 7B model's reads 14 GB of weights, about 7 ms even at an A100's 2 TB/s. "
-    "The `decode` model's width (52 MB of weights, beyond the caches) restores that proportion on a CPU. "
+    "The `decode` model's width (weights beyond the caches; `weights_mb` below) restores that proportion on a CPU. "
     "--lm default measures the course's own models")
 
 

@@ -133,7 +133,7 @@ def embed_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer
         arrivals = poisson_arrivals(rate, duration=level_s, seed=seed + k)
         segs = segments(arrivals, rounds, level_s)
 
-        def run(send: np.ndarray, j: int, x: str, name: str = name) -> Any:
+        def run(send: np.ndarray, j: int, x: str, name: str = name, k: int = k) -> Any:
             return require_answers(run_open_loop(server, EMBED, src, arrivals=send, warmup_s=WARMUP_S,
                                                  seed=seed + 100 * k + j, progress=False, warn=False,
                                                  label=f"{name} {x}"), f"{name}: run {x}{j}")
@@ -288,7 +288,8 @@ def lm_part(server: Any, level_s: float, rounds: int, seed: int, clock: Timer) -
         prompts, lengths = lm_workload(arrivals.size, seed + 10 + k)
         segs = segments(arrivals, rounds, level_s)
 
-        def run(send: np.ndarray, j: int, x: str, name: str = name) -> Any:
+        def run(send: np.ndarray, j: int, x: str, name: str = name, k: int = k, segs: list = segs,
+                prompts: list = prompts, lengths: np.ndarray = lengths) -> Any:
             s = segs[j]
             return lm_run(server, [prompts[i] for i in s], lengths[s], arrivals=send, warmup_s=WARMUP_S,
                           seed=seed + 100 * k + j, warn=False, label=f"{name} {x}{j}")[0]

@@ -16,7 +16,7 @@ from batchlab.models.requests import random_embed_inputs
 from batchlab.sim import workload as W
 from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
-from batchlab.sim.rule import QueuePolicy
+from batchlab.sim import QueuePolicy
 from batchlab.sim.service import Affine
 
 

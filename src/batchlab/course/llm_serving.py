@@ -22,7 +22,6 @@ from batchlab.models.requests import generate_inputs
 from batchlab.server import TritonServer
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
-from batchlab.theory.formulas import fit_affine
 
 #: The step policies the chapter compares: name -> `simulate_continuous` settings (and lm_stream's).
 STEP_SETTINGS: dict[str, dict[str, Any]] = {

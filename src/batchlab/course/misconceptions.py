@@ -74,8 +74,12 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
     return rows
 
 
+#: Prompt and output lengths of `combination_comparison`'s requests (tokens).
+COMBINATION_LENGTHS = (uniform(50, 400), capped_exponential(150, 600))
+
+
 def combination_comparison(rate: float, cost: TokenCost, n: int = 2000, max_batch_size: int = 8,
-                           lengths=(uniform(50, 400), capped_exponential(150, 600)),
+                           lengths=COMBINATION_LENGTHS,
                            overload_rate: float | None = None, seed: int = 4) -> list[dict[str, Any]]:
     """The same requests under ``dynamic_only`` (padded request-level batches), ``sequence_only``
     (the same with early returns: the article's 「序列模式」) and ``combined`` (continuous batching,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from batchlab.sim.service import Affine, TokenCost
 
-#: t(B) = 4000 + 1300·B µs, the shape of the course's CPU `embed` model (chapter 09 re-measures it).
+#: t(B) = 4000 + 1300·B µs: a chosen preset in round numbers with the shape of the course's CPU `embed`
+#: model (an affine t(B)), not a measurement; chapter 09 measures the real one on the learner's machine.
 EMBED_LIKE = Affine(4000.0, 1300.0)
 
 #: One forward pass of an 8B-class model on an H100-class GPU, µs (roofline orders of magnitude:

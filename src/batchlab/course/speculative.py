@@ -3,12 +3,12 @@
 server (its T_NS stamps), and the acceptance the server reports (DRAFTED per step, DRAFTED_TOKENS and
 ACCEPTED_TOKENS per request) against the expected tokens per step (1 − α^(k+1)) / (1 − α).
 
-The LM is the `decode` model's width (d_model 512, d_ff 2048: 52 MB of weights): one sequence's
-decode step then costs what going through the weights costs, so scoring k + 1 = 4 positions instead
-of 1 costs only ~1.3× as much, while 8 sequences' 32 positions cost ~2.2× what their 8 do: the gain
-that batching eats. At the default width (13 MB) the extra positions are cheap too, but because a
-step is mostly Python overhead per layer, not for the reason a GPU server has. Every function
-returns rows (dicts).
+The LM is the `decode` model's width (d_model 512, d_ff 2048, weights beyond the CPU caches): one
+sequence's decode step then costs what going through the weights costs, so scoring k + 1 = 4
+positions costs little more than 1, while 8 sequences' 32 positions cost clearly more than their 8:
+the gain that batching eats (benchmarks/bench_speculative.py and chapter 11 measure both). At the
+default width the extra positions are cheap too, but because a step is mostly Python overhead per
+layer, not for the reason a GPU server has. Every function returns rows (dicts).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab._validate import count
-from batchlab.course.llm_serving import interleaved, round_ratios, serving_server, stream_requests, token_prompt
+from batchlab.course.llm_serving import round_ratios, serving_server, stream_requests, token_prompt
 from batchlab.lm import ContinuousBatcher, LMConfig, Sequence as Generation, ToyLM
 from batchlab.server import TritonServer
 from batchlab.theory.formulas import speculative_tokens_per_step, tpot

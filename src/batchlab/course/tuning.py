@@ -12,7 +12,7 @@ import numpy as np
 
 from batchlab._validate import count, positive
 from batchlab.sim.dynamic import simulate_dynamic, simulate_rule
-from batchlab.sim.rule import BatchRule
+from batchlab.batching import BatchRule
 from batchlab.sim.workload import poisson
 from batchlab.theory.formulas import heavy_load_wait
 from batchlab.theory.queueing import batch_queue, little_wait

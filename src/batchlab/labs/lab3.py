@@ -208,7 +208,7 @@ def check_release(g: Grader, fn: Callable[..., Any]) -> None:
     free = [x for x in free if isinstance(x, int)]
     lowest = heapq.heappop(free) if free else None
     g.expect(lowest == 0, "没人等时槽位回到空槽位堆：按 2、0、1 的顺序空出，下一个新序列拿到最低的 0",
-             f"没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 里"
+             "没人等，槽位按 2、0、1 的顺序空出后，heapq.heappop(free) 应给出 0，你的 free 里"
              + (f"弹出的是 {lowest}" if free or lowest is not None else "什么也没有")
              + "：空出的槽位要用 heapq.heappush(free, slot) 放回堆里，新序列才总是拿到编号最低的空槽位"
              "（不是最先或最后空出的那个）")

@@ -71,12 +71,6 @@ def all_patterns(seed: int = 0, count: int = RANDOM_COUNT) -> list[Pattern]:
     return chapter_patterns() + extra_patterns() + random_patterns(seed, count)
 
 
-def service_table(service_ms: Mapping[Any, float]) -> Table:
-    """The simulator's service model from recorded one-execution times (ms per batch size)."""
-    ms = {int(b): float(t) for b, t in service_ms.items()}  # JSON keys are strings
-    return Table(tuple(sorted(ms)), tuple(ms[b] for b in sorted(ms)), unit="ms")
-
-
 def recorded_service(data: Mapping[str, Any]) -> Table:
     """The service model of the recordings: per batch size, the median over the recordings of the
     server's time per execution (its statistics, batches of one-row requests as the patterns formed

@@ -108,10 +108,6 @@ class ContinuousBatcher:
         """True while anything waits or runs."""
         return self.scheduler.has_work
 
-    def request_of(self, seq: Sequence) -> GenerationRequest | None:
-        """The scheduler's `GenerationRequest` of a waiting or running sequence (its counters), else None."""
-        return self._requests.get(id(seq))
-
     def submit(self, seq: Sequence) -> GenerationRequest:
         """Queue a sequence; ValueError if the pool could never hold it or the queue is full."""
         if seq.done:

@@ -1,4 +1,4 @@
-"""Measure the LM's decode-step time t(B) and fit t(B) = a + b·B."""
+"""Measure the LM's decode-step time t(B) (`batchlab.theory.formulas.fit_affine` fits t(B) = a + b·B)."""
 
 from __future__ import annotations
 

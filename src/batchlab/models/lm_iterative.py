@@ -99,7 +99,7 @@ class TritonPythonModel(LMModelBase):
             tokens = step(self.lm, [b[3] for b in batch])
         except Exception as exc:
             with self.lock:
-                for _, sender, corr, seq in batch:
+                for _, _sender, corr, seq in batch:
                     self.states.pop(corr, None)
                     seq.release()
             for _, sender, *_ in batch:

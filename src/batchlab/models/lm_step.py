@@ -155,7 +155,7 @@ class TritonPythonModel(LMModelBase):
         try:
             logits = self.lm.forward([w[2].cache for w in work], [w[3] for w in work])
         except Exception as exc:
-            for i, corr, *_ in work:
+            for i, _corr, *_ in work:
                 responses[i] = error(f"lm_step failed: {one_line(exc)}")
             with self.lock:
                 for _, corr, *_rest in work:
@@ -164,7 +164,7 @@ class TritonPythonModel(LMModelBase):
         now = time.monotonic()
         tokens = []
         with self.lock:
-            for (i, corr, state, chunk, end, start), row in zip(work, logits):
+            for (_i, corr, state, _chunk, end, _start), row in zip(work, logits):
                 token = sample(row, state.temperature, state.rng)
                 state.last_token = token
                 state.last_used = now
@@ -175,7 +175,7 @@ class TritonPythonModel(LMModelBase):
                     self.states[corr] = state
             live = len(self.states)
             kv = sum(s.cache.length for s in self.states.values())
-        for (i, corr, state, chunk, end, start), token in zip(work, tokens):
+        for (i, _corr, state, _chunk, _end, _start), token in zip(work, tokens):
             responses[i] = ok({"TOKEN": np.array([[token]], np.int32),
                                "LENGTH": np.array([[state.cache.length]], np.int32),
                                "BATCH_SIZE": np.array([[len(work)]], np.int32),

@@ -80,16 +80,3 @@ def plot_kv_plan(rows: Sequence[dict[str, Any]]) -> Figure:
            xlim=(min(xs) / 1.4, max(xs) * 2.0), ylim=(max(min(ys), 1) / 2, max(ys) * 3))   # the counts stay inside
     legend(ax)
     return fig
-
-
-def plot_cost(items: Sequence[Any], unit: str = "$") -> Figure:
-    """Cost per 1000 requests, busy-time (the article's formula) and wall-time views, per run
-    (`batchlab.course.capacity.CostBreakdown` objects)."""
-    x = np.arange(len(items))
-    fig, ax = figure(figsize=(6.2, 3.4))
-    ax.bar(x - 0.2, [c.per_request_busy * 1e3 for c in items], 0.4, label=zh("按繁忙时间（文章公式）", "busy time (article)"))
-    ax.bar(x + 0.2, [c.per_request_wall * 1e3 for c in items], 0.4, label=zh("按租用时长（实际账单）", "wall time (bill)"))
-    ax.set_xticks(x, [c.label for c in items])
-    ax.set_ylabel(zh(f"每千请求成本 ({unit})", f"cost per 1000 requests ({unit})"))
-    legend(ax, outside="below")  # bars of any height: the legend never sits on one
-    return fig

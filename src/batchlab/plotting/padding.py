@@ -26,27 +26,6 @@ def plot_padded_batch(lengths: Sequence[int], ax: Any = None, title: str | None 
     return ax
 
 
-def plot_scheme_bars(names: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str,
-                     ax: Any = None, fmt: str = "{:.0f}") -> Any:
-    """Grouped bars: one group per scheme, one bar per series, each labelled with its value; NaN
-    bars are skipped."""
-    ax = new_axes(ax)
-    x, w = np.arange(len(names)), 0.8 / max(len(series), 1)
-    for i, (label, vals) in enumerate(series.items()):
-        v = np.asarray(vals, dtype=float)
-        ok = ~np.isnan(v)
-        bars = ax.bar((x - 0.4 + w * (i + 0.5))[ok], v[ok], w, label=label, color=f"C{i}")
-        ax.bar_label(bars, [fmt.format(val) for val in v[ok]], fontsize=7)
-    ax.set_xticks(x, list(names))
-    ax.set_ylabel(ylabel)
-    top = np.nanmax([np.nanmax(np.asarray(v, float)) for v in series.values()] + [0.0])
-    if top > 0:
-        ax.set_ylim(0, top * 1.15)                      # the value labels stay inside
-    legend(ax, fontsize=8)
-    ax.grid(axis="x", visible=False)
-    return ax
-
-
 def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax: Any = None,
                       title: str | None = None) -> Any:
     """KV-cache bytes per token of several models, log scale, labelled in KiB / MiB (`title` on top)."""

@@ -71,8 +71,8 @@ class BatchTimes:
         """Rows of B, min / median compute, median infer and latency (ms), and the number of executions."""
         mn, mc, mi, ml = self.minimum("compute"), self.median("compute"), self.median("infer"), self.median("latency")
         return [{"B": b, "compute_min_ms": float(m), "compute_ms": float(c), "infer_ms": float(i),
-                 "latency_ms": float(l), "n": int(self.compute_ms[b].size)}
-                for b, m, c, i, l in zip(self.sizes, mn, mc, mi, ml)]
+                 "latency_ms": float(lat), "n": int(self.compute_ms[b].size)}
+                for b, m, c, i, lat in zip(self.sizes, mn, mc, mi, ml)]
 
 
 def _settled(client: Any, model: str, base: ModelStats, expect: int) -> ModelStats:

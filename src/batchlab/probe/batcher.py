@@ -24,7 +24,7 @@ from batchlab.load.transport import infer_inputs
 from batchlab.probe.batch_time import _settled
 from batchlab.server import TritonServer
 from batchlab.sim.dynamic import Decide, simulate_rule
-from batchlab.sim.rule import BatchRule, next_batch
+from batchlab.batching.dynamic import BatchRule, next_batch
 
 
 class ProbeError(RuntimeError):

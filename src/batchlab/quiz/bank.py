@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 # jsonschema's optional "iri" format check imports rfc3987_syntax, which compiles a Lark grammar
-# on import (~2 s of CPU); a bank uses no formats, so that module is kept out of this import.
+# on import (seconds of CPU); a bank uses no formats, so that module is kept out of this import.
 _BLOCK = "rfc3987_syntax" not in sys.modules
 if _BLOCK:
     sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]

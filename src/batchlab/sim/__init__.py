@@ -2,8 +2,8 @@
 
 * `workload` / `lengths` — arrival times and token lengths;
 * `service` — execution-time models: `Affine`, `Table` (one batch), `TokenCost` (one forward pass);
-* `rule` — the queue policy (`QueuePolicy`), and re-exported from `batchlab.batching.dynamic` the
-  dynamic batcher's decision (`next_batch`) and settings (`BatchRule`); `dynamic` drives the batcher;
+* `dynamic` drives Triton's dynamic batcher (`batchlab.batching.dynamic`; its decision `next_batch` and
+  settings `BatchRule` re-exported here) behind the queue policy (`QueuePolicy`, ``ModelQueuePolicy``);
 * `batchlab.batching.slots` (re-exported here) — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
 * `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
   `sequence`, `continuous`;
@@ -13,9 +13,9 @@ Nothing here plots. Command line: ``python -m batchlab.sim dynamic --rate R --ma
 """
 
 from .continuous import simulate_continuous
-from .dynamic import simulate_dynamic, simulate_rule
+from .dynamic import QueuePolicy, simulate_dynamic, simulate_rule
 from .results import BATCH_DTYPE, RECORD_DTYPE, SimResult
-from .rule import BatchRule, Decision, QueuePolicy, QueuedRequest, next_batch
+from batchlab.batching.dynamic import BatchRule, Decision, QueuedRequest, next_batch
 from .sequence import simulate_sequence
 from batchlab.batching.slots import SequenceSlots, SlotControl
 from .service import Affine, Table, TokenCost

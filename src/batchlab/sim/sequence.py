@@ -20,8 +20,8 @@ import numpy as np
 from batchlab._validate import choice, integer, int_array, non_negative, real, rng_of, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
-from .rule import BatchRule, QueuedRequest, next_batch
 from .service import BatchService, check_batch_service, service_times
+from batchlab.batching.dynamic import BatchRule, QueuedRequest, next_batch
 from batchlab.batching.slots import SequenceRequest, SequenceSlots
 
 _SEND, _DONE, _WAKE, _IDLE = 0, 1, 2, 3  # event kinds: a client sends, an execution ends, a timer, the reaper

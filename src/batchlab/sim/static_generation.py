@@ -11,9 +11,9 @@ from typing import Sequence
 import numpy as np
 
 from batchlab._validate import integer, int_array, times_array
-from .dynamic import run_events
+from batchlab.batching.dynamic import BatchRule, QueuedRequest
+from .dynamic import QueuePolicy, run_events
 from .results import SimResult
-from .rule import BatchRule, QueuedRequest, QueuePolicy
 from .service import TokenCost
 
 

@@ -129,7 +129,7 @@ def expected_eta(dist: Any, batch_size: int, exact: bool = False) -> float | Fra
         vals, p = pmf.values, pmf.exact
         up = [c ** (b - 1) for c in itertools.accumulate(p)]
         q = [up[0]] + [up[i] - up[i - 1] for i in range(1, len(up))]
-        return sum(pl * sum(qm * Fraction(l, max(l, m)) for qm, m in zip(q, vals)) for pl, l in zip(p, vals))
+        return sum(pl * sum(qm * Fraction(n, max(n, m)) for qm, m in zip(q, vals)) for pl, n in zip(p, vals))
     v = np.asarray(pmf.values, dtype=float)
     p = np.asarray(pmf.probs)
     q = _max_pmf(np.cumsum(p), b - 1)

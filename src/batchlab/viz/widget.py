@@ -20,9 +20,9 @@ from batchlab.viz.scenario import DemoParams, run_demo
 class BatchingAnimation:
     """The animated side-by-side view of no batching, dynamic batching and continuous batching."""
 
-    def __init__(self, params: DemoParams = DemoParams(), n_frames: int = 60, interval_ms: int = 600) -> None:
+    def __init__(self, params: DemoParams | None = None, n_frames: int = 60, interval_ms: int = 600) -> None:
         count("n_frames", n_frames, lo=2)
-        self.params, self.n_frames = params, n_frames
+        self.params, self.n_frames = params or DemoParams(), n_frames
         self._fig: Figure | None = None
         self._cache: dict[int, str] = {}   # base64 PNG of each frame drawn
         self.play = W.Play(value=0, min=0, max=n_frames - 1, step=1, interval=interval_ms,
