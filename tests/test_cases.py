@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from batchlab.course import cases as C
+from batchlab.sim import workload as W
+from batchlab.sim.dynamic import simulate_dynamic
+from batchlab.sim.service import Affine
 from batchlab.theory import formulas as F
 
 matplotlib.use("Agg")
@@ -22,8 +25,12 @@ def test_article_figures_are_kept_verbatim():
 
 
 def test_closed_forms():
-    assert C.fill_time_s(8, 5000) == pytest.approx(0.0016)
-    assert C.replicas_where_delay_matters(5000, 8, 0.05) == pytest.approx(31.25)
+    assert C.fill_time_s(8, 5000) == pytest.approx(0.0014)  # 7 arrivals after the oldest
+    assert C.fill_time_s(1, 5000) == 0.0
+    n = C.replicas_where_delay_matters(5000, 8, 0.05)
+    assert n == pytest.approx(250 / 7)
+    assert C.fill_time_s(8, 5000 / n) == pytest.approx(0.05)  # at the threshold a replica fills in 50 ms
+    assert C.replicas_where_delay_matters(5000, 1, 0.05) == math.inf
     assert F.littles_law_l(5000, 2.0) == 10_000
     assert F.instances_needed(5000, 8, 2.0) == 1250
     assert F.instances_needed(5000, 8, 2.0, busy=0.67) == math.ceil(1250 / 0.67)
@@ -37,6 +44,19 @@ def test_closed_forms():
     assert F.affine_speedup(b, r, 1) == pytest.approx(0.67 / 0.22)  # util ∝ throughput per GPU
     assert C.compute_utilisation_at_batch(8, 295) == pytest.approx(8 / 295)
     assert C.compute_utilisation_at_batch(1000, 295) == 1.0
+
+
+def test_fill_time_is_the_age_the_delay_clock_reads():
+    """The course's Triton batcher, a long delay, an always idle instance: each batch of 8 leaves
+    when its 8th request arrives, and its oldest request has then waited (8 − 1)/λ, not 8/λ."""
+    arr = W.poisson(5000.0, 16_000, seed=np.random.default_rng(1))
+    res = simulate_dynamic(arr, Affine(1.0, 0.0), max_batch_size=8, max_queue_delay_us=50_000, warmup=0)
+    rec = res.records
+    assert set(res.batches["size"]) == {8}
+    first = np.unique(rec["batch_id"], return_index=True)[1]
+    oldest_wait = rec["start"][first] - rec["arrival"][first]
+    assert oldest_wait.mean() == pytest.approx(C.fill_time_s(8, 5000), rel=0.03)
+    assert oldest_wait.mean() < 0.9 * 8 / 5000
 
 
 @pytest.mark.parametrize("call", [

@@ -43,6 +43,12 @@ def test_llm_sweep_memory_grows_and_saturates():
     assert rows[0]["preemptions"] == 0 and rows[2]["preemptions"] > 0
     assert rows[2]["kv_peak_gib"] <= 20.0 + 1e-9
     assert rows[0]["itl_ms"] < rows[1]["itl_ms"]
+    # running while KV is full: what the budget holds (more than the per-iteration mean, which
+    # counts ramp-up and drain); a cap the budget never reaches has no such phase
+    assert rows[0]["running_kv_full"] is None
+    fit = 20 * 2**30 / (need[0] * 2**30 / 16)  # sequences of the mean full length the budget holds
+    assert rows[2]["running_kv_full"] > rows[2]["mean_running"]
+    assert 0.8 * fit < rows[2]["running_kv_full"] < 1.5 * fit
 
 
 def test_combination_beats_either_part():

@@ -28,18 +28,22 @@ ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0
 
 
 def fill_time_s(batch: int, rate_per_s: float) -> float:
-    """Mean time for `batch` Poisson arrivals at `rate_per_s` to gather: batch / rate."""
+    """Mean age of the oldest request when a batch of `batch` has gathered from Poisson arrivals at
+    `rate_per_s`: (batch − 1)/rate. Triton's delay clock is that age (core `GetDynamicBatch`:
+    ``delay_ns = now_ns - queue_.OldestEnqueueTime()``): it starts at the batch's first request,
+    and the batch is full after the batch − 1 arrivals that follow."""
     if batch < 1 or rate_per_s <= 0:
         raise ValueError("batch must be >= 1 and rate_per_s > 0")
-    return batch / rate_per_s
+    return (batch - 1) / rate_per_s
 
 
 def replicas_where_delay_matters(rate_per_s: float, batch: int, delay_s: float) -> float:
-    """rate·delay/batch: above this many replicas sharing `rate_per_s`, a full batch (N·batch/rate
-    to gather) takes longer than `delay_s`, so the delay, not the batch size, fires."""
+    """rate·delay/(batch − 1): above this many replicas sharing `rate_per_s`, a replica's batch
+    takes longer than `delay_s` to fill after its first request (`fill_time_s` at rate/N), so the
+    delay, not the batch size, sends it. A batch of 1 is full at once: the delay never matters (inf)."""
     if batch < 1 or rate_per_s <= 0 or delay_s <= 0:
         raise ValueError("batch must be >= 1, rate_per_s and delay_s > 0")
-    return rate_per_s * delay_s / batch
+    return math.inf if batch == 1 else rate_per_s * delay_s / (batch - 1)
 
 
 def overhead_ratio(util_at_batch1: float, busy: float = 1.0) -> float:

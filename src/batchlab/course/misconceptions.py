@@ -25,6 +25,8 @@ from batchlab.theory.kv import kv_bytes_for
 
 #: An LLM workload with long contexts: prompts 500–2500 tokens, outputs ~ 400 (capped at 1500).
 LONG_CHAT = (uniform(500, 2500), capped_exponential(400, 1500))
+#: KV counts as full from this fraction of the budget (`llm_batch_sweep`'s running_kv_full)
+KV_FULL = 0.9
 
 
 def _lat(s: dict[str, Any], key: str = "p99") -> float | None:
@@ -51,7 +53,10 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
                     kv_budget_bytes: float | None, overload_rate: float = 30.0, n: int = 600,
                     lengths=LONG_CHAT, kv_policy: str = "on_demand", seed: int = 2) -> list[dict[str, Any]]:
     """Continuous batching offered more than it can serve, per cap on running sequences. Rows
-    include itl_ms (mean iteration time) and kv_need_gib (max_active mean-length sequences)."""
+    include itl_ms (mean iteration time), kv_need_gib (max_active sequences of the mean full
+    length, prompt + output), mean_running (mean over iterations, ramp-up and drain included) and
+    running_kv_full (time-weighted mean running while KV holds >= `KV_FULL` of the budget; None
+    if it never does)."""
     rng = np.random.default_rng(seed)
     arr = W.poisson(overload_rate, n, seed=rng)
     p = lengths[0].sample(n, rng)
@@ -64,9 +69,12 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
         s = res.summary()
         bt = res.batches
         itl = float(np.mean(bt["end"] - bt["start"])) * 1e3 if bt.size else None
+        full = np.zeros(bt.size, bool) if budget_tok is None else bt["kv_tokens"] >= KV_FULL * budget_tok
+        dt = (bt["end"] - bt["start"])[full]
+        running_full = float(np.average(bt["size"][full], weights=dt)) if dt.sum() > 0 else None
         need = m * per_seq * kv_bytes_per_token
         rows.append({"max_active": int(m), "tokens_per_s": s["tokens_per_s"], "itl_ms": itl,
-                     "mean_running": s["batch_size_mean"],
+                     "mean_running": s["batch_size_mean"], "running_kv_full": running_full,
                      "kv_peak_gib": s["kv_high_water"] * kv_bytes_per_token / 2**30,
                      "kv_need_gib": need / 2**30,
                      "fits": None if kv_budget_bytes is None else bool(need <= kv_budget_bytes),
