@@ -64,6 +64,14 @@ def test_counter_rates(capsys) -> None:
     assert r.score == 2 and "重启" in capsys.readouterr().out
     r = check_counter_rates(lambda t, c: np.asarray(c[1:]) / np.asarray(t[1:]))
     assert r.score == 0
+    capsys.readouterr()
+
+    def evenly_spaced(t, c):  # divides every increment by the first interval
+        c = np.asarray(c, float)
+        d = np.diff(c)
+        return np.where(d < 0, c[1:], d) / (t[1] - t[0])
+    r = check_counter_rates(evenly_spaced)
+    assert r.score == 1 and "0.2 s 和 0.8 s" in capsys.readouterr().out
 
 
 @pytest.mark.server

@@ -189,8 +189,9 @@ def check_counter_rates(g: Grader, fn: Callable[..., Any]) -> None:
     r = arr(g.call(fn, times, counts), 3)
     g.expect(np.allclose(r, [100, 0, 200]), "速率 = 计数的增量 ÷ 时间的增量：[100, 0, 200] 次/秒",
              f"应为 [100, 0, 200]（Δcount / Δt），你的是 {r.tolist()}")
-    r = arr(g.call(fn, [0.0, 1.0, 2.0], [0, 30, 90]), 2)
-    g.expect(np.allclose(r, [30, 60]), "采样间隔不均匀也对", f"应为 [30, 60]，你的是 {r.tolist()}")
+    r = arr(g.call(fn, [0.0, 0.2, 1.0], [0, 30, 90]), 2)
+    g.expect(np.allclose(r, [150, 75]), "采样间隔不均匀也对：0.2 s 与 0.8 s 各除以自己的 Δt，[150, 75]",
+             f"采样间隔是 0.2 s 和 0.8 s，每段要除以它自己的 Δt：应为 [150, 75]，你的是 {r.tolist()}")
     r = arr(g.call(fn, [0.0, 1.0, 2.0, 3.0], [500, 520, 10, 40]), 3)
     if np.allclose(r, [20, -510, 30]):
         g.expect(False, "", "计数器变小说明服务器（或模型）重启过、从 0 重新计数：这一段的增量就是新的计数本身（10），不是负数")
