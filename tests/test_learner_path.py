@@ -72,7 +72,7 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
     }, "wrong2": {
         2: ("sid = first_id + i", "sid = first_id", "序列 ID 混用"),
         4: ("time.sleep(idle_s)", "time.sleep(0.01)", "函数返回了 None"),
-        6: ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "中间一步（step）跑完并不让出槽位"),
+        6: ('if kind in ("end", "idle"):', 'if kind in ("end", "idle", "step"):', "只有 END 让出槽位"),
     }},
     "lab4": {"wrong": {
         1: ("kv_token_budget:\n            break", "kv_token_budget:\n            continue", "插了队"),
