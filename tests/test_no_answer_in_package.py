@@ -83,7 +83,7 @@ def test_no_public_function_earns_full_marks() -> None:
             for name, fn in functions:
                 if not _bindable(fn, n):
                     continue
-                signal.setitimer(signal.ITIMER_REAL, 1.5)
+                signal.setitimer(signal.ITIMER_REAL, 0.75)  # an experiment run with wrong arguments: not an answer
                 try:
                     with contextlib.redirect_stdout(io.StringIO()):
                         result = check(fn)
