@@ -280,13 +280,48 @@ def _compute_infer_lookup(tree: ast.AST) -> list[int]:
 
 
 def _settle_loop(tree: ast.AST) -> list[int]:
-    """A loop that sleeps until the statistics' counts (success, inference/execution counts) reach a goal."""
+    """Waiting until the statistics' counts (success, inference/execution counts) reach a goal: a loop
+    that sleeps, or a function that polls (`poll`, `wait_for`), reading those counts."""
     counts = {"success", "inference_count", "execution_count", "batch_executions"}
     out = []
     for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For, ast.AsyncFor))):
         sleeps = any(c.endswith("sleep") for c in _calls(loop))
         if sleeps and any(isinstance(n, ast.Attribute) and n.attr in counts for n in ast.walk(loop)):
             out.append(loop.lineno)
+    for fn in _functions(tree):
+        polls = any(c.split(".")[-1] in ("poll", "wait_for") for c in _calls(fn))
+        if polls and any(isinstance(n, ast.Attribute) and n.attr in counts for n in ast.walk(fn)):
+            out.append(fn.lineno)
+    return out
+
+
+_CLOCKS = ("monotonic", "perf_counter", "time")
+
+
+def _deadline_poll(tree: ast.AST) -> list[int]:
+    """Polling until a deadline: a loop that sleeps and reads a clock or a ``deadline``."""
+    out = []
+    for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))):
+        calls = _calls(loop)
+        clock = any(c.startswith("time.") and c.split(".")[-1] in _CLOCKS for c in calls) or any(
+            isinstance(n, ast.Name) and "deadline" in n.id for n in ast.walk(loop))
+        if clock and any(c.endswith("sleep") and not c.startswith("asyncio") for c in calls):
+            out.append(loop.lineno)
+    return out
+
+
+def _notebook_reader(tree: ast.AST) -> list[int]:
+    """Reading a notebook file: `nbformat.read(s)`, or a function that json-loads and names a notebook's
+    parts ("cells", "nbformat", ".ipynb") or is named for one."""
+    out = [n.lineno for n in ast.walk(tree) if _call_name(n) in ("nbformat.read", "nbformat.reads")]
+    for fn in _functions(tree):
+        if not any(c in ("json.load", "json.loads") for c in _calls(fn)):
+            continue
+        named = "notebook" in fn.name or fn.name.startswith("nb") or any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and (n.value in ("cells", "nbformat") or n.value.endswith(".ipynb")) for n in ast.walk(fn))
+        if named:
+            out.append(fn.lineno)
     return out
 
 
@@ -321,18 +356,16 @@ def _startup_timeout(tree: ast.AST) -> list[int]:
     return out
 
 
+_QUANTILE_FUNCTIONS = ("percentile", "nanpercentile", "quantile", "nanquantile", "quantiles")
+
+
 def _percentile_summary(tree: ast.AST) -> list[int]:
-    """A function naming percentiles ``p50``/``p99``... from np.percentile / np.quantile."""
-    out = []
-    for fn in _functions(tree):
-        if not any(c.endswith(("percentile", "quantile")) for c in _calls(fn)):
-            continue
-        keys = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) in (2, 3)
-                   and n.value.startswith("p") and n.value[1:].isdigit() for n in ast.walk(fn))
-        fkeys = any(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant)
-                    and n.values[0].value == "p" for n in ast.walk(fn))
-        if keys or fkeys:
-            out.append(fn.lineno)
+    """Computing a latency percentile by hand: a call of np.percentile / np.quantile / statistics.quantiles
+    (any library's), or a tuple of percentile levels named like ``PERCENTILES``."""
+    out = [n.lineno for n in ast.walk(tree)
+           if "." in _call_name(n) and _call_name(n).rsplit(".", 1)[1] in _QUANTILE_FUNCTIONS]
+    out += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id.endswith("PERCENTILES") for t in n.targets)]
     return out
 
 
@@ -418,8 +451,15 @@ CONCEPTS = {
     "server startup timeout": ("batchlab.server", _startup_timeout,
                                "def go(m):\n    return TritonServer(models=m, startup_timeout=180)\n"),
     "latency percentile summary": ("batchlab.sim.summary", _percentile_summary,
-                                   "import numpy as np\ndef pct(x):\n"
-                                   "    return {'p50': np.percentile(x, 50), 'p99': np.percentile(x, 99)}\n"),
+                                   "import numpy as np\ndef tail(lat):\n"
+                                   "    return {'tail_s': float(np.percentile(lat, 99))}\n"),
+    "the percentile set": ("batchlab.sim.summary", _percentile_summary, "SLO_PERCENTILES = (50, 95, 99)\n"),
+    "polling until a deadline": ("batchlab.server", _deadline_poll,
+                                 "import time\ndef wait(ready, timeout):\n    deadline = time.monotonic() + timeout\n"
+                                 "    while time.monotonic() < deadline:\n        if ready():\n            return\n"
+                                 "        time.sleep(0.1)\n"),
+    "reading a notebook": ("batchlab.paths", _notebook_reader,
+                           "import json\ndef cells_of(path):\n    return json.loads(open(path).read())['cells']\n"),
     "JSON cleaning": ("batchlab.load.report", _json_cleaner,
                       "import math\ndef clean(v):\n    if isinstance(v, dict):\n"
                       "        return {k: clean(x) for k, x in v.items()}\n"

@@ -38,7 +38,7 @@ import urllib.request
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import psutil
@@ -47,6 +47,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
 from batchlab.paths import MODEL_REPOSITORY, cache_dir
+
+_T = TypeVar("_T")
 
 LOOPBACK = "127.0.0.1"
 
@@ -286,6 +288,19 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
     return json.loads(body or b"[]")
 
 
+def poll(probe: Callable[[], _T], timeout: float, interval: float = 0.1,
+         done: Callable[[_T], bool] = bool) -> _T:
+    """Call `probe()` every `interval` s until `done(result)` or `timeout` s have passed; the last result.
+
+    The course's one wait-until-a-deadline loop: a caller raises (or reports) when the result is not done."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
 def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
                      key: str | None = None, own: bool = False, silent_s: float | None = None) -> list[str]:
     """Poll until the server and every loaded model are READY; return the ready models' names.
@@ -297,40 +312,43 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
     headers = {KEY_HEADER: key} if key else None
     port = int(http_url.rpartition(":")[2])
     t0 = time.monotonic()
-    deadline = t0 + timeout
-    last, answered = "no answer yet", False
-    while time.monotonic() < deadline:
-        if silent_s is not None and not answered and time.monotonic() - t0 > silent_s:
-            break
+    state = {"last": "no answer yet", "answered": False}
+
+    def ready() -> list[str] | None:
+        if silent_s is not None and not state["answered"] and time.monotonic() - t0 > silent_s:
+            raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({state['last']})")
         if alive is not None and not alive():
             raise ServerError("exited")
         try:
             code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
-            answered = True
-            if code == 200:
-                code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
-                if code == 403 and own:
-                    raise _port_in_use("http", port, by="another Triton server (it refuses our key)")
-                if code == 403:
-                    raise ServerError(f"the server at {http_url} restricts its repository API: "
-                                      f"set {KEY_ENV} to its key")
-                if code != 200:
-                    last = f"repository index answered HTTP {code}"
-                    time.sleep(0.1)
-                    continue
-                index = json.loads(body or b"[]")
-                pending = [m["name"] for m in index if m.get("state") not in ("READY", "UNAVAILABLE", None)]
-                if not pending:
-                    if own and _http("POST", f"http://{http_url}/v2/repository/index")[0] != 403:
-                        raise _port_in_use("http", port, by="another Triton server (it answers without our key)")
-                    return sorted({m["name"] for m in index if m.get("state") == "READY"})
-                last = f"models still loading: {', '.join(pending)}"
-            else:
-                last = f"/v2/health/ready answered HTTP {code}"
+            state["answered"] = True
+            if code != 200:
+                state["last"] = f"/v2/health/ready answered HTTP {code}"
+                return None
+            code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
+            if code == 403 and own:
+                raise _port_in_use("http", port, by="another Triton server (it refuses our key)")
+            if code == 403:
+                raise ServerError(f"the server at {http_url} restricts its repository API: set {KEY_ENV} to its key")
+            if code != 200:
+                state["last"] = f"repository index answered HTTP {code}"
+                return None
+            index = json.loads(body or b"[]")
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = str(exc)
-        time.sleep(0.1)
-    raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({last})")
+            state["last"] = str(exc)
+            return None
+        pending = [m["name"] for m in index if m.get("state") not in ("READY", "UNAVAILABLE", None)]
+        if pending:
+            state["last"] = f"models still loading: {', '.join(pending)}"
+            return None
+        if own and _http("POST", f"http://{http_url}/v2/repository/index")[0] != 403:
+            raise _port_in_use("http", port, by="another Triton server (it answers without our key)")
+        return sorted({m["name"] for m in index if m.get("state") == "READY"})
+
+    names = poll(ready, timeout, interval=0.1, done=lambda v: v is not None)
+    if names is None:
+        raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({state['last']})")
+    return names
 
 
 _LOAD_FAIL = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
@@ -411,10 +429,14 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
     _kill_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    deadline = time.monotonic() + 5
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        _kill_group(proc.pid, signal.SIGKILL)
-        time.sleep(0.05)
+
+    def gone() -> bool:
+        if _group_alive(proc.pid):
+            _kill_group(proc.pid, signal.SIGKILL)
+            return False
+        return True
+
+    poll(gone, timeout=5, interval=0.05)
 
 
 def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:

@@ -18,6 +18,7 @@ from batchlab.classroom.notebook import GradedQuestion, questions, rebuild
 from batchlab.classroom.sandbox import SANDBOX_DIR, Sandbox, run
 from batchlab.labs import load_checks
 from batchlab.labs._core import EVIDENCE_MIME, Raised, ReplayError, Result, replay
+from batchlab.paths import NotebookError, read_notebook
 
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
@@ -50,16 +51,9 @@ class LearnerGrade:
 def read_submission(path: Path) -> dict[str, Any]:
     """A notebook file as a dict; UnreadableSubmission (one line) if it is not one."""
     try:
-        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            raise UnreadableSubmission(f"{path}: larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB")
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnreadableSubmission(f"{path}: cannot be read ({type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise UnreadableSubmission(f"{path}: not a notebook (JSON error at line {exc.lineno})") from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
-        raise UnreadableSubmission(f"{path}: not an nbformat 4 notebook")
-    return nb
+        return read_notebook(path, MAX_NOTEBOOK_BYTES)
+    except NotebookError as exc:
+        raise UnreadableSubmission(str(exc)) from None
 
 
 def release_notebook(release_dir: Path, lab: str) -> tuple[Path, dict[str, Any]]:

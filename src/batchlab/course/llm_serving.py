@@ -23,6 +23,7 @@ from batchlab.server import TritonServer
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
 from batchlab.theory.formulas import fit_affine
+from batchlab.sim.summary import percentile
 
 #: The step policies the chapter compares: name -> `simulate_continuous` settings (and lm_stream's).
 STEP_SETTINGS: dict[str, dict[str, Any]] = {
@@ -236,9 +237,9 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
     client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
     ends = np.unique(np.concatenate([np.asarray(t) for t in rec.server_times]))
     first = n_decode  # the first long prompt: the decoders surely still run while it waits
-    return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)) * 1e3,
-            "itl_p99_ms": float(np.percentile(gaps, 99)) * 1e3,
-            "client_itl_p99_ms": float(np.percentile(client_gaps, 99)) * 1e3,
+    return {"model": model, "itl_p50_ms": percentile(gaps, 50, 1e3),
+            "itl_p99_ms": percentile(gaps, 99, 1e3),
+            "client_itl_p99_ms": percentile(client_gaps, 99, 1e3),
             "long_ttft_p50_ms": float(np.median(rec.server_ttft[n_decode:])) * 1e3,
             "long_ttft_steps": int(np.sum((ends > rec.sent[first]) & (ends <= rec.server_times[first][0]))),
             "decode_e2e_ms": float(np.median(rec.last[:n_decode] - rec.sent[:n_decode])) * 1e3}
@@ -305,7 +306,7 @@ def slo_attainment(ttft_s: Sequence[float], token_times: Sequence[Sequence[float
     ok = []
     for ttft, times in zip(ttft_s, token_times):
         gaps = np.diff(np.asarray(times, float))
-        itl = float(np.percentile(gaps, 99)) if gaps.size else 0.0
+        itl = percentile(gaps, 99, empty=0.0)
         ok.append(ttft * 1e3 <= slo["ttft_ms"] and itl * 1e3 <= slo["itl_p99_ms"])
     return float(np.mean(ok)) if ok else float("nan")
 
@@ -349,9 +350,9 @@ def sim_goodput(rates: Sequence[float], cost: TokenCost, slo: Mapping[str, float
         arr = poisson_arrivals(rate, n=n, seed=seed + 1)
         for policy in policies:
             ttft, times = _simulate(arr, prompts, outs, cost, policy)
-            itl = [np.percentile(np.diff(t), 99) for t in times if len(t) > 1]
+            itl = [percentile(np.diff(t), 99) for t in times if len(t) > 1]
             rows.append({"policy": policy, "rate": float(rate), "attainment": slo_attainment(ttft, times, slo),
-                         "ttft_p90_ms": float(np.percentile(ttft, 90)) * 1e3,
+                         "ttft_p90_ms": percentile(ttft, 90, 1e3),
                          "itl_p99_median_ms": float(np.median(itl)) * 1e3})
     return rows
 
@@ -366,12 +367,12 @@ def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mappin
     prompts = [token_prompt(int(k), seed * 1000 + i) for i, k in enumerate(lens)]
     arr = np.concatenate([[0.0], poisson_arrivals(rate, n=n - 1, seed=seed + 11)])
     rec = stream_requests(server, model, prompts, [int(o) for o in outs], arr)
-    itl = [np.percentile(np.diff(t), 99) for t in rec.server_times if len(t) > 1]
+    itl = [percentile(np.diff(t), 99) for t in rec.server_times if len(t) > 1]
     sim_ttft, sim_times = _simulate(rec.sent - rec.sent.min(), lens, outs, cost, policy)
     return {"model": model, "policy": policy, "rate": float(rate),
             "attainment": slo_attainment(rec.server_ttft, rec.server_times, slo),
             "predicted": slo_attainment(sim_ttft, sim_times, slo),
-            "ttft_p90_ms": float(np.percentile(rec.server_ttft, 90)) * 1e3,
+            "ttft_p90_ms": percentile(rec.server_ttft, 90, 1e3),
             "itl_p99_median_ms": float(np.median(itl)) * 1e3}
 
 
@@ -418,7 +419,7 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
     step_ms = (b["end"] - b["start"]) * 1e3
     gaps = np.concatenate([np.diff(t) for t in res.extra["token_times"][:n_decode]]) * 1e3
     return {"max_num_tokens": max_num_tokens or 0, "step_policy": policy, "step_max_ms": float(step_ms.max()),
-            "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
+            "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99),
             "long_ttft_p50_ms": float(np.median(r["first_token"][n_decode:] - r["arrival"][n_decode:])) * 1e3,
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
@@ -497,7 +498,7 @@ def disaggregation(rate: float, transfer_ms: float, cost: TokenCost, n: int = 40
 def _latency_row(label: str, first: np.ndarray, arrival: np.ndarray, times: Sequence[Sequence[float]],
                  output: int) -> dict[str, float]:
     """TTFT p99, TPOT p99, the pooled ITL p99 and the longest gap (ms) of requests with these token times."""
-    p99 = lambda x: float(np.percentile(x, 99)) * 1e3  # noqa: E731
+    p99 = lambda x: percentile(x, 99, 1e3)  # noqa: E731
     last = np.array([t[-1] for t in times])
     gaps = np.concatenate([np.diff(t) for t in times])
     return {f"{label}_ttft_p99_ms": p99(first - arrival), f"{label}_tpot_p99_ms": p99((last - first) / (output - 1)),

@@ -23,6 +23,7 @@ from batchlab.labs._core import MARK_BAD, Grader, check
 from batchlab.labs.labkit import isolated, outside_names, waiting_request as _seq
 from batchlab.load import RequestSpec, run_closed_loop
 from batchlab.sim.lengths import capped_exponential
+from batchlab.sim.summary import percentile
 
 
 def _call(g: Grader, fn: Callable[..., Any], name: str, *args: Any) -> Any:
@@ -346,7 +347,7 @@ def chunk_round(server: Any, model: str, n_decode: int = 16, decode_tokens: int 
     start = next(k for k, n in enumerate(steps["ACTIVE"]) if n > n_decode or k == end)
     before = steps["T_NS"][start - 1] if start > 0 else first
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)]) * 1e3
-    return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
+    return {"model": model, "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99),
             "prefill_ms": float(first - before) / 1e6, "prefill_steps": end - start + 1,
             "long_ttft_ms": float(rec.token_times[-1][0] - rec.sent[-1]) * 1e3}
 

@@ -5,9 +5,10 @@ request of a batch the whole batch's time; `batch_stats` counts batches.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from batchlab.server import poll as wait_for
 
 PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -158,14 +159,12 @@ def settle(read: Callable[[], ModelStats], before: ModelStats, requests: int, ex
     `executions` more executions than `before` *and* two reads in a row agree on the counts (Triton
     counts a request after its answer is out); after `timeout` s the last read is returned.
     """
-    deadline = time.monotonic() + timeout
-    prev = None
-    while True:
-        after = read()
+    prev: list[tuple[int, int, int] | None] = [None]
+
+    def settled(after: ModelStats) -> bool:
         d = after - before
         key = (after.inference_count, after.execution_count, after.batch_executions)
-        if (d.success >= requests and d.batch_executions >= executions and key == prev) \
-                or time.monotonic() > deadline:
-            return after
-        prev = key
-        time.sleep(poll)
+        same, prev[0] = key == prev[0], key
+        return d.success >= requests and d.batch_executions >= executions and same
+
+    return wait_for(read, timeout, interval=poll, done=settled)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from batchlab.labs import load_checks
+from batchlab.paths import NotebookError, read_notebook
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?:<!--\s*)?### BEGIN SOLUTION\b(?P<hint>.*?)(?:\s*-->)?\s*$")
 END = re.compile(r"^[ \t]*(?:<!--\s*)?### END SOLUTION\b.*$")
@@ -159,7 +160,7 @@ def annotate_solutions(solutions: Path) -> list[Path]:
     """Write the derived nbgrader metadata into every solution notebook; the paths changed."""
     changed = []
     for path in sorted(Path(solutions).glob(LAB_GLOB)):
-        nb = read_notebook(path)
+        nb = _read(path)
         for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(nb, path.name)):
             cell.setdefault("metadata", {})["nbgrader"] = meta
         text = dumps(nb)
@@ -200,12 +201,12 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     return Lab(nb, questions)
 
 
-def read_notebook(path: Path) -> dict[str, Any]:
-    """A notebook file as a plain dict (no validation, no id rewriting)."""
+def _read(path: Path) -> dict[str, Any]:
+    """A notebook file as a plain dict (`batchlab.paths.read_notebook`); LabgenError if it is not one."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LabgenError(f"{path}: not a valid notebook (JSON error at line {exc.lineno})") from None
+        return read_notebook(path)
+    except NotebookError as exc:
+        raise LabgenError(str(exc)) from None
 
 
 def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
@@ -213,13 +214,13 @@ def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
         raise LabgenError(f"solutions folder {solutions} does not exist")
-    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob(LAB_GLOB))}
+    return {labs / p.name: dumps(make_lab(_read(p), p.name).notebook) for p in sorted(solutions.glob(LAB_GLOB))}
 
 
 def _is_generated(path: Path) -> bool:
     try:
-        return GENERATED_KEY in json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError):
+        return GENERATED_KEY in read_notebook(path).get("metadata", {})
+    except NotebookError:
         return False
 
 
@@ -232,7 +233,7 @@ def stale(solutions: Path, labs: Path) -> list[str]:
     wanted = generate_labs(solutions, labs)
     problems = [f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)"
                 for path in sorted(Path(solutions).glob(LAB_GLOB))
-                if (found := metadata_problems(read_notebook(path), path.name))]
+                if (found := metadata_problems(_read(path), path.name))]
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")
