@@ -622,3 +622,57 @@ def test_the_scheduler_modules_are_short(module):
 def test_the_scheduler_length_check_finds_a_planted_long_function():
     planted = "def f(x):\n" + "    x += 1\n" * SCHEDULER_MAX_FUNCTION + "    return x\n"
     assert [fn for fn in _functions(ast.parse(planted)) if fn.end_lineno - fn.lineno + 1 > SCHEDULER_MAX_FUNCTION]
+
+
+# --------------------------------------------------------------------------- defaults: one source of truth
+#
+# The models' knobs have their defaults in Python (the scheduler's, the generation limits, the LM's
+# shape); the model repository's config.pbtxt files spell them as strings. Each string must equal its
+# Python default, so a changed default cannot leave a stale copy in a config.
+
+def _knob_defaults() -> dict[str, int]:
+    # imported here: the rest of this file reads the source without importing it
+    from batchlab.batching.blocks import BLOCK_SIZE
+    from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
+    from batchlab.models._gen_inputs import DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_TOKENS_LIMIT
+    return {"max_active": MAX_ACTIVE, "kv_token_budget": KV_TOKEN_BUDGET, "max_waiting": MAX_WAITING,
+            "block_size": BLOCK_SIZE, "max_tokens_limit": DEFAULT_MAX_TOKENS_LIMIT,
+            "max_prompt_tokens": DEFAULT_MAX_PROMPT_TOKENS}
+
+
+def _stale_defaults(text: str, defaults: dict[str, int], width: int) -> list[str]:
+    """The knobs of one config.pbtxt whose value differs from its Python default, and an embedding
+    output (dims of EMBEDDING) not as wide as the LM's d_model."""
+    from batchlab.config_pbtxt import parse_config  # imported here: protobuf, only this test needs it
+    cfg = parse_config(text)
+    out = [f"{k} = {v.string_value!r}, the default is {defaults[k]}" for k, v in cfg.parameters.items()
+           if k in defaults and v.string_value != str(defaults[k])]
+    dims = {"d_model": int(cfg.parameters["d_model"].string_value)} if "d_model" in cfg.parameters else {}
+    out += [f"EMBEDDING dims {list(o.dims)}, the LM's d_model is {dims.get('d_model', width)}"
+            for o in cfg.output if o.name == "EMBEDDING" and list(o.dims) != [dims.get("d_model", width)]]
+    return out
+
+
+def test_the_model_configs_spell_the_python_defaults():
+    from batchlab.lm.config import LMConfig  # imported here, as above
+    configs = sorted((PKG / "model_repository").glob("*/config.pbtxt"))
+    assert configs
+    bad = {p.parent.name: s for p in configs
+           if (s := _stale_defaults(p.read_text(encoding="utf-8"), _knob_defaults(), LMConfig().d_model))}
+    assert bad == {}, "change the config.pbtxt (or the default) so they agree: " + str(bad)
+
+
+def test_the_defaults_check_finds_a_planted_stale_value():
+    planted = ('name: "m"\nbackend: "python"\nparameters { key: "max_active" value { string_value: "16" } }\n'
+               'output [ { name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 128 ] } ]\n')
+    found = _stale_defaults(planted, _knob_defaults(), 256)
+    assert len(found) == 2 and "max_active" in found[0] and "EMBEDDING" in found[1], found
+
+
+# --------------------------------------------------------------------------- no answer to import
+
+def test_no_public_reference_function():
+    """A public ``reference_*`` function answers a lab question for whoever imports it (issue 44)."""
+    found = [f"{m}.{n.name}" for m, tree in TREES.items() for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith("reference_")]
+    assert found == []

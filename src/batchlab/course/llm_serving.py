@@ -444,7 +444,7 @@ def sim_preemption(kv_policy: str, cost: TokenCost, budget: int = 256, n: int = 
                    max_tokens: int = 64) -> dict[str, Any]:
     """`preemption_round`'s load in the simulator under `kv_policy` and a pool of `budget` tokens."""
     res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
-                              kv_budget_tokens=budget, kv_policy=kv_policy, warmup=0.0)
+                              kv_token_budget=budget, kv_policy=kv_policy, warmup=0.0)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
     return {"kv_policy": kv_policy, "budget": budget,
