@@ -676,3 +676,20 @@ def test_no_public_reference_function():
     found = [f"{m}.{n.name}" for m, tree in TREES.items() for n in ast.walk(tree)
              if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith("reference_")]
     assert found == []
+
+
+def _branches_on_chinese(tree: ast.AST) -> list[int]:
+    """A test of whether Chinese text is in a message (``"字段" in exc.hint``): an explanation keyed by its
+    wording instead of by its kind (`ConfigError.kind`)."""
+    cjk = lambda v: isinstance(v, ast.Constant) and isinstance(v.value, str) and any(  # noqa: E731
+        "\u4e00" <= c <= "\u9fff" for c in v.value)
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Compare) and cjk(n.left)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops)
+            and any(isinstance(c, ast.Attribute) for c in n.comparators)]
+
+
+def test_no_explanation_branches_on_its_chinese_wording():
+    bad = {m: lines for m, tree in TREES.items() if (lines := _branches_on_chinese(tree))}
+    assert bad == {}, f"branch on the error's kind, not on its Chinese text: {bad}"
+    planted = "def explain(exc):\n    return exc.hint if '字段' in exc.hint else exc.message\n"
+    assert _branches_on_chinese(ast.parse(planted)) == [2]

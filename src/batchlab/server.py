@@ -46,6 +46,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
+from batchlab.config_pbtxt import ConfigError
 from batchlab.paths import MODEL_REPOSITORY, cache_dir
 
 _T = TypeVar("_T")
@@ -366,7 +367,7 @@ def diagnose(log: str) -> tuple[type[ServerError], str]:
         first = detail.splitlines()[0] if detail else "unknown error"
         failures.append(f"model '{m.group(1)}' failed to load: {first}")
     proto = next(filter(None, map(_PROTO.search, lines)), None)
-    where = f" (line {proto.group(1)}, column {proto.group(2)}: {proto.group(3)})" if proto else ""
+    where = f" ({ConfigError.from_parser(proto.group(3), int(proto.group(1)), int(proto.group(2)))})" if proto else ""
     for m in filter(None, map(_POLL_FAIL.search, lines)):
         failures.append(f"model '{m.group(1)}': {m.group(2)}{where}")
     if failures:
