@@ -310,6 +310,14 @@ def _deadline_poll(tree: ast.AST) -> list[int]:
     return out
 
 
+def _stats_reader(tree: ast.AST) -> list[int]:
+    """Reading the statistics extension: ``client.get_inference_statistics`` or a ``…/stats`` URL."""
+    out = [n.lineno for n in ast.walk(tree) if _call_name(n).endswith("get_inference_statistics")]
+    out += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) and any(
+        isinstance(v, ast.Constant) and str(v.value).endswith("/stats") for v in n.values)]
+    return out
+
+
 def _notebook_reader(tree: ast.AST) -> list[int]:
     """Reading a notebook file: `nbformat.read(s)`, or a function that json-loads and names a notebook's
     parts ("cells", "nbformat", ".ipynb") or is named for one."""
@@ -458,6 +466,9 @@ CONCEPTS = {
                                  "import time\ndef wait(ready, timeout):\n    deadline = time.monotonic() + timeout\n"
                                  "    while time.monotonic() < deadline:\n        if ready():\n            return\n"
                                  "        time.sleep(0.1)\n"),
+    "reading the statistics": ("batchlab.load.stats", _stats_reader,
+                               "import json, urllib.request\ndef stats(url, m):\n"
+                               "    return json.loads(urllib.request.urlopen(f'http://{url}/v2/models/{m}/stats').read())\n"),
     "reading a notebook": ("batchlab.paths", _notebook_reader,
                            "import json\ndef cells_of(path):\n    return json.loads(open(path).read())['cells']\n"),
     "JSON cleaning": ("batchlab.load.report", _json_cleaner,

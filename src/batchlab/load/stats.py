@@ -5,6 +5,9 @@ request of a batch the whole batch's time; `batch_stats` counts batches.
 
 from __future__ import annotations
 
+import json
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -144,9 +147,16 @@ class ModelStats:
         }
 
 
-def read_stats(client: Any, model: str) -> ModelStats:
-    """A snapshot of `model`'s statistics from a synchronous tritonclient (gRPC or HTTP) client."""
-    if ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
+def read_stats(client: Any, model: str, timeout: float = 10.0) -> ModelStats:
+    """A snapshot of `model`'s statistics: the course's one reader of the statistics extension.
+
+    `client`: a synchronous tritonclient (gRPC or HTTP) client, or a server's HTTP address ("host:port",
+    read with ``GET /v2/models/<model>/stats``: no client object, so safe from any thread)."""
+    if isinstance(client, str):
+        url = f"http://{client}/v2/models/{urllib.parse.quote(model)}/stats"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            js = json.loads(resp.read())
+    elif ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
         js = client.get_inference_statistics(model)
     else:
         js = client.get_inference_statistics(model, as_json=True)
