@@ -310,6 +310,12 @@ def _deadline_poll(tree: ast.AST) -> list[int]:
     return out
 
 
+def _server_constructor(tree: ast.AST) -> list[int]:
+    """Getting a server other than through `server.connect`: constructing a TritonServer / ExternalServer."""
+    return [n.lineno for n in ast.walk(tree)
+            if _call_name(n).rsplit(".", 1)[-1] in ("TritonServer", "ExternalServer")]
+
+
 def _stats_reader(tree: ast.AST) -> list[int]:
     """Reading the statistics extension: ``client.get_inference_statistics`` or a ``…/stats`` URL."""
     out = [n.lineno for n in ast.walk(tree) if _call_name(n).endswith("get_inference_statistics")]
@@ -466,6 +472,8 @@ CONCEPTS = {
                                  "import time\ndef wait(ready, timeout):\n    deadline = time.monotonic() + timeout\n"
                                  "    while time.monotonic() < deadline:\n        if ready():\n            return\n"
                                  "        time.sleep(0.1)\n"),
+    "getting a server (one path, one stop policy)": ("batchlab.server", _server_constructor,
+                                                     "def mine(models):\n    return TritonServer(models=models).start()\n"),
     "reading the statistics": ("batchlab.load.stats", _stats_reader,
                                "import json, urllib.request\ndef stats(url, m):\n"
                                "    return json.loads(urllib.request.urlopen(f'http://{url}/v2/models/{m}/stats').read())\n"),

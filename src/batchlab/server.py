@@ -675,7 +675,7 @@ class TritonServer(_Clients):
 
     `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
     "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
-    `extra_args` go to tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
+    `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
     clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
     """
 
@@ -692,8 +692,10 @@ class TritonServer(_Clients):
         stop_grace: float = 10.0,
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
+        owns_repo: bool = False,
     ) -> None:
         self.repo = Path(repo).resolve() if repo is not None else MODEL_REPOSITORY
+        self.owns_repo = owns_repo
         if model_control not in ("none", "explicit", "poll"):
             raise ValueError(f"model_control must be 'none', 'explicit' or 'poll', not {model_control!r}")
         if models and model_control == "none":
@@ -918,6 +920,8 @@ class TritonServer(_Clients):
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
+            if self.owns_repo:
+                shutil.rmtree(self.repo, ignore_errors=True)
 
     def __repr__(self) -> str:
         state = f"running on {self.http_url}" if self.running else "stopped"
@@ -981,10 +985,14 @@ class ExternalServer(_Clients):
 
 
 def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
-            **kwargs: Any) -> TritonServer | ExternalServer:
-    """The external server named by TRITON_URL (it must serve `models`), else an embedded one on
-    `repo` loading `models` (default: all) with `kwargs`; a context manager that stops only its own."""
-    external = ExternalServer.from_env(needs=models or ())
+            private: bool = False, **kwargs: Any) -> TritonServer | ExternalServer:
+    """The course's one way to get a server: the external server named by TRITON_URL (it must serve
+    `models`), unless `private`, else an embedded one on `repo` loading `models` (default: all) with `kwargs`.
+
+    One stop policy: use it as a context manager, or `.start()` it and `.stop()` it when done; stopping
+    stops only what this call started (never the TRITON_URL server) and, with ``owns_repo=True``
+    (a `TritonServer` keyword), also removes `repo` (a staged temporary repository)."""
+    external = None if private else ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
     return TritonServer(repo, models=models, **kwargs)

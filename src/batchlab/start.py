@@ -18,8 +18,8 @@ import urllib.request
 from typing import Sequence
 
 from batchlab.paths import cache_dir, repo_root
-from batchlab.server import (DEFAULT_STARTUP_TIMEOUT_S, KEY_ENV, Interrupted, ServerError, TritonServer,
-                             check_port_free, free_port, poll, spawn, stop_group, stop_on_signals)
+from batchlab.server import (DEFAULT_STARTUP_TIMEOUT_S, KEY_ENV, Interrupted, ServerError, check_port_free, connect,
+                             free_port, poll, spawn, stop_group, stop_on_signals)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -85,8 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ServerError:
                 lab_port = free_port()
         print("starting the embedded Triton server with the course models ...", flush=True)
-        server = TritonServer(startup_timeout=args.timeout)
-        server.start()
+        server = connect(private=True, startup_timeout=args.timeout).start()
     except (ServerError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

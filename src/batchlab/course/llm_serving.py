@@ -6,11 +6,9 @@ Splitwise). Every function returns rows (dicts)."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -19,11 +17,11 @@ from batchlab._validate import count
 from batchlab.batching.scheduler import MAX_ACTIVE
 from batchlab.load import RequestSpec, poisson_arrivals, run_open_loop
 from batchlab.models.requests import generate_inputs
-from batchlab.server import TritonServer
+from batchlab.server import TritonServer, connect
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
-from batchlab.theory.formulas import fit_affine
 from batchlab.sim.summary import percentile
+from batchlab.theory.formulas import fit_affine
 
 #: The step policies the chapter compares: name -> `simulate_continuous` settings (and lm_stream's).
 STEP_SETTINGS: dict[str, dict[str, Any]] = {
@@ -61,25 +59,13 @@ def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] =
     return Path(dest)
 
 
-@contextlib.contextmanager
 def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()
-                   ) -> Iterator[TritonServer]:
-    """A private embedded server with the variants (and `models`) staged in a temporary repository
-    (stopped on exit)."""
-    with tempfile.TemporaryDirectory(prefix="batchlab-ch11-") as tmp:
-        with TritonServer(stage_variants(tmp, variants, models)) as server:
-            yield server
-
-
-def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()) -> TritonServer:
-    """`serving_server` for a notebook: started now, stopped (and its repository removed) by `stop_server`."""
-    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)).start()
-
-
-def stop_server(server: TritonServer) -> None:
-    """Stop a server from `start_server` and remove its staged repository."""
-    server.stop()
-    shutil.rmtree(server.repo, ignore_errors=True)
+                   ) -> TritonServer:
+    """A private embedded server (not started) with the variants (and `models`) staged in a temporary
+    repository: ``with serving_server() as server``, or ``.start()`` it and ``.stop()`` it (the staged
+    repository goes with it)."""
+    repo = stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)
+    return connect(repo, private=True, owns_repo=True)
 
 
 def token_prompt(n: int, salt: int = 0) -> np.ndarray:

@@ -252,7 +252,7 @@ class Workspace:
         if self.server is not None and self.server.running:
             return self.server
         load = list(models) if models is not None else self.models
-        self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
+        self.server = connect(self.repo, private=True, model_control="explicit", models=load, **kwargs).start()
         for model in load:
             self._segment(model, open_new=True)
         return self.server

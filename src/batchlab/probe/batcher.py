@@ -22,7 +22,7 @@ from batchlab.load import RequestSpec, run_open_loop
 from batchlab.load.stats import read_stats, settle
 from batchlab.load.transport import infer_inputs
 from batchlab.probe.batch_time import _settled
-from batchlab.server import TritonServer
+from batchlab.server import connect
 from batchlab.sim.dynamic import Decide, simulate_rule
 from batchlab.sim.rule import BatchRule, next_batch
 
@@ -152,7 +152,7 @@ def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
     if getattr(server, "model_control", None) == "explicit":
         yield server
         return
-    with TritonServer(models=list(models)) as private:
+    with connect(models=list(models), private=True) as private:
         yield private
 
 
