@@ -430,14 +430,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
     _kill_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-
-    def gone() -> bool:
-        if _group_alive(proc.pid):
-            _kill_group(proc.pid, signal.SIGKILL)
-            return False
-        return True
-
-    poll(gone, timeout=5, interval=0.05)
+    # SIGKILL again until the whole group is gone (up to 5 s): _kill_group returns None, so it keeps polling
+    poll(lambda: not _group_alive(proc.pid) or _kill_group(proc.pid, signal.SIGKILL), timeout=5, interval=0.05)
 
 
 def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:

@@ -28,12 +28,11 @@ def percentile(x: Any, q: float, scale: float = 1.0, empty: float | None = None)
 
 def percentile_summary(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
     """mean, p50/p90/p95/p99 and max of the finite values of ``x`` times ``scale`` (s -> ms); NaN if none."""
-    x = np.asarray(x, dtype=float)
+    x = np.asarray(x, dtype=float).ravel()
     x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": math.nan, **{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
-    return {"mean": float(x.mean() * scale), **{f"p{q}": percentile(x, q, scale) for q in PERCENTILES},
-            "max": float(x.max() * scale)}
+    return {"mean": float(x.mean() * scale) if x.size else math.nan,
+            **{f"p{q}": percentile(x, q, scale, math.nan) for q in PERCENTILES},
+            "max": float(x.max() * scale) if x.size else math.nan}
 
 
 def _stats_ms(x: np.ndarray) -> dict[str, float] | None:

@@ -160,7 +160,7 @@ def annotate_solutions(solutions: Path) -> list[Path]:
     """Write the derived nbgrader metadata into every solution notebook; the paths changed."""
     changed = []
     for path in sorted(Path(solutions).glob(LAB_GLOB)):
-        nb = _read(path)
+        nb = read_notebook(path)
         for cell, meta in zip(nb.get("cells", []), nbgrader_metadata(nb, path.name)):
             cell.setdefault("metadata", {})["nbgrader"] = meta
         text = dumps(nb)
@@ -201,20 +201,12 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     return Lab(nb, questions)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """A notebook file as a plain dict (`batchlab.paths.read_notebook`); LabgenError if it is not one."""
-    try:
-        return read_notebook(path)
-    except NotebookError as exc:
-        raise LabgenError(str(exc)) from None
-
-
 def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     """{lab path: text} for every `*.ipynb` in `solutions` (nothing is written)."""
     solutions, labs = Path(solutions), Path(labs)
     if not solutions.is_dir():
         raise LabgenError(f"solutions folder {solutions} does not exist")
-    return {labs / p.name: dumps(make_lab(_read(p), p.name).notebook) for p in sorted(solutions.glob(LAB_GLOB))}
+    return {labs / p.name: dumps(make_lab(read_notebook(p), p.name).notebook) for p in sorted(solutions.glob(LAB_GLOB))}
 
 
 def _is_generated(path: Path) -> bool:
@@ -233,7 +225,7 @@ def stale(solutions: Path, labs: Path) -> list[str]:
     wanted = generate_labs(solutions, labs)
     problems = [f"{path} ({len(found)} cells without their nbgrader metadata: run labgen --annotate)"
                 for path in sorted(Path(solutions).glob(LAB_GLOB))
-                if (found := metadata_problems(_read(path), path.name))]
+                if (found := metadata_problems(read_notebook(path), path.name))]
     for path, text in wanted.items():
         if not path.exists():
             problems.append(f"{path} (missing)")
@@ -287,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not written:
             print("labs/ already up to date")
         return 0
-    except LabgenError as exc:
+    except (LabgenError, NotebookError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
