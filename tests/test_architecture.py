@@ -472,11 +472,11 @@ CONCEPTS = {
                                  "import time\ndef wait(ready, timeout):\n    deadline = time.monotonic() + timeout\n"
                                  "    while time.monotonic() < deadline:\n        if ready():\n            return\n"
                                  "        time.sleep(0.1)\n"),
-    "getting a server (one path, one stop policy)": ("batchlab.server", _server_constructor,
-                                                     "def mine(models):\n    return TritonServer(models=models).start()\n"),
+    "getting a server (one path, one stop policy)": (
+        "batchlab.server", _server_constructor, "def mine(models):\n    return TritonServer(models=models).start()\n"),
     "reading the statistics": ("batchlab.load.stats", _stats_reader,
-                               "import json, urllib.request\ndef stats(url, m):\n"
-                               "    return json.loads(urllib.request.urlopen(f'http://{url}/v2/models/{m}/stats').read())\n"),
+                               "import json, urllib.request\ndef stats(url, m):\n    u = f'http://{url}/v2/models/{m}/stats'\n"
+                               "    return json.loads(urllib.request.urlopen(u).read())\n"),
     "reading a notebook": ("batchlab.paths", _notebook_reader,
                            "import json\ndef cells_of(path):\n    return json.loads(open(path).read())['cells']\n"),
     "JSON cleaning": ("batchlab.load.report", _json_cleaner,

@@ -76,24 +76,17 @@ FIELD_NOTES: dict[str, str] = {
 
 
 class ConfigError(ValueError):
-    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), the parser's `message`, its
-    `kind` ("unknown_field", "misplaced_field", "oneof", "unclosed", or "syntax") and a Chinese `hint`."""
+    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), the protobuf text-format
+    parser's `message`, its `kind` ("unknown_field", "misplaced_field", "oneof", "unclosed", or "syntax")
+    and a Chinese `hint`, both worked out from the message here."""
 
-    def __init__(self, message: str, line: int = 0, column: int = 0, hint: str = "", kind: str = "syntax") -> None:
-        self.message = message
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        self.message = message.strip().rstrip(".")
         self.line = line
         self.column = column
-        self.hint = hint
-        self.kind = kind
+        self.kind, self.hint = _hint(self.message)
         where = f"line {line}, column {column}: " if line else ""
-        super().__init__(f"{where}{message}" + (f" — {hint}" if hint else ""))
-
-    @classmethod
-    def from_parser(cls, message: str, line: int = 0, column: int = 0) -> ConfigError:
-        """The error for one protobuf text-format parser `message`, its kind and hint worked out here."""
-        body = message.strip().rstrip(".")
-        kind, hint = _hint(body)
-        return cls(body, line, column, hint, kind)
+        super().__init__(f"{where}{self.message}" + (f" — {self.hint}" if self.hint else ""))
 
     def explanation(self) -> str:
         """The course's one Chinese explanation of this error (no position): what is wrong and what to do."""
@@ -209,7 +202,7 @@ def _parse_into(text: str, msg: Any) -> Any:
         raw = str(exc)
         m = _POS.match(raw)
         line, col, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (0, 0, raw)
-        raise ConfigError.from_parser(body, line, col) from None
+        raise ConfigError(body, line, col) from None
     return msg
 
 

@@ -44,9 +44,8 @@ class NotebookError(ValueError):
 
 
 def read_notebook(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, Any]:
-    """A notebook file as a plain dict (no id rewriting): the course's one notebook reader.
-
-    NotebookError when it is larger than `max_bytes`, unreadable, not JSON or not nbformat 4."""
+    """A notebook file as a plain dict (the course's one notebook reader); NotebookError when it is larger
+    than `max_bytes`, unreadable, not JSON or not nbformat 4."""
     path = Path(path)
     try:
         if max_bytes is not None and path.stat().st_size > max_bytes:

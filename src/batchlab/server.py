@@ -291,9 +291,8 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
 
 def poll(probe: Callable[[], _T], timeout: float, interval: float = 0.1,
          done: Callable[[_T], bool] = bool) -> _T:
-    """Call `probe()` every `interval` s until `done(result)` or `timeout` s have passed; the last result.
-
-    The course's one wait-until-a-deadline loop: a caller raises (or reports) when the result is not done."""
+    """Call `probe()` every `interval` s until `done(result)` or `timeout` s have passed; the last result
+    (the course's one wait-until-a-deadline loop: the caller raises when it is not done)."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -321,18 +320,16 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
         if alive is not None and not alive():
             raise ServerError("exited")
         try:
-            code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
+            what, (code, body) = "/v2/health/ready", _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
             state["answered"] = True
-            if code != 200:
-                state["last"] = f"/v2/health/ready answered HTTP {code}"
-                return None
-            code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
-            if code == 403 and own:
-                raise _port_in_use("http", port, by="another Triton server (it refuses our key)")
+            if code == 200:
+                what, (code, body) = "repository index", _http("POST", f"http://{http_url}/v2/repository/index",
+                                                               headers=headers)
             if code == 403:
-                raise ServerError(f"the server at {http_url} restricts its repository API: set {KEY_ENV} to its key")
+                raise (_port_in_use("http", port, by="another Triton server (it refuses our key)") if own else
+                       ServerError(f"the server at {http_url} restricts its repository API: set {KEY_ENV} to its key"))
             if code != 200:
-                state["last"] = f"repository index answered HTTP {code}"
+                state["last"] = f"{what} answered HTTP {code}"
                 return None
             index = json.loads(body or b"[]")
         except (OSError, urllib.error.URLError, ValueError) as exc:
@@ -367,7 +364,7 @@ def diagnose(log: str) -> tuple[type[ServerError], str]:
         first = detail.splitlines()[0] if detail else "unknown error"
         failures.append(f"model '{m.group(1)}' failed to load: {first}")
     proto = next(filter(None, map(_PROTO.search, lines)), None)
-    where = f" ({ConfigError.from_parser(proto.group(3), int(proto.group(1)), int(proto.group(2)))})" if proto else ""
+    where = f" ({ConfigError(proto.group(3), int(proto.group(1)), int(proto.group(2)))})" if proto else ""
     for m in filter(None, map(_POLL_FAIL.search, lines)):
         failures.append(f"model '{m.group(1)}': {m.group(2)}{where}")
     if failures:
@@ -669,7 +666,8 @@ class TritonServer(_Clients):
 
     `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
     "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
-    `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
+    `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to
+    tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
     clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
     """
 
@@ -980,12 +978,9 @@ class ExternalServer(_Clients):
 
 def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
             private: bool = False, **kwargs: Any) -> TritonServer | ExternalServer:
-    """The course's one way to get a server: the external server named by TRITON_URL (it must serve
-    `models`), unless `private`, else an embedded one on `repo` loading `models` (default: all) with `kwargs`.
-
-    One stop policy: use it as a context manager, or `.start()` it and `.stop()` it when done; stopping
-    stops only what this call started (never the TRITON_URL server) and, with ``owns_repo=True``
-    (a `TritonServer` keyword), also removes `repo` (a staged temporary repository)."""
+    """The course's one way to get a server: the TRITON_URL server (it must serve `models`) unless `private`,
+    else an embedded one on `repo` loading `models` (default: all) with `kwargs` (``owns_repo=True``: a staged
+    repository, removed on stop). Use it in ``with``, or `.start()` then `.stop()`: stops only its own."""
     external = None if private else ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external

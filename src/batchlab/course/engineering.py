@@ -42,8 +42,7 @@ def _class_rows(policy: str, res: SimResult, prio: np.ndarray, warmup: float = 0
         wait = r["start"][ok] - r["arrival"][ok]
         out.append({"policy": policy, "class": name, "n": int(m.sum()),
                     "served": int(ok.sum()), "dropped_pct": 100.0 * float(dropped.mean()) if m.any() else 0.0,
-                    "queue_p50_ms": percentile(wait, 50, 1e3),
-                    "queue_p99_ms": percentile(wait, 99, 1e3),
+                    "queue_p50_ms": percentile(wait, 50, 1e3), "queue_p99_ms": percentile(wait, 99, 1e3),
                     "queue_max_ms": float(wait.max()) * 1e3 if wait.size else None})
     return out
 

@@ -62,8 +62,7 @@ def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] =
 def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()
                    ) -> TritonServer:
     """A private embedded server (not started) with the variants (and `models`) staged in a temporary
-    repository: ``with serving_server() as server``, or ``.start()`` it and ``.stop()`` it (the staged
-    repository goes with it)."""
+    repository: ``with serving_server() as server``, or `.start()` then `.stop()` (the repository goes too)."""
     repo = stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)
     return connect(repo, private=True, owns_repo=True)
 
@@ -223,8 +222,7 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
     client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
     ends = np.unique(np.concatenate([np.asarray(t) for t in rec.server_times]))
     first = n_decode  # the first long prompt: the decoders surely still run while it waits
-    return {"model": model, "itl_p50_ms": percentile(gaps, 50, 1e3),
-            "itl_p99_ms": percentile(gaps, 99, 1e3),
+    return {"model": model, "itl_p50_ms": percentile(gaps, 50, 1e3), "itl_p99_ms": percentile(gaps, 99, 1e3),
             "client_itl_p99_ms": percentile(client_gaps, 99, 1e3),
             "long_ttft_p50_ms": float(np.median(rec.server_ttft[n_decode:])) * 1e3,
             "long_ttft_steps": int(np.sum((ends > rec.sent[first]) & (ends <= rec.server_times[first][0]))),
@@ -336,11 +334,15 @@ def sim_goodput(rates: Sequence[float], cost: TokenCost, slo: Mapping[str, float
         arr = poisson_arrivals(rate, n=n, seed=seed + 1)
         for policy in policies:
             ttft, times = _simulate(arr, prompts, outs, cost, policy)
-            itl = [percentile(np.diff(t), 99) for t in times if len(t) > 1]
             rows.append({"policy": policy, "rate": float(rate), "attainment": slo_attainment(ttft, times, slo),
-                         "ttft_p90_ms": percentile(ttft, 90, 1e3),
-                         "itl_p99_median_ms": float(np.median(itl)) * 1e3})
+                         **_tails(ttft, times)})
     return rows
+
+
+def _tails(ttft_s: Sequence[float], token_times: Sequence[Sequence[float]]) -> dict[str, float]:
+    """TTFT p90 and the median of the requests' ITL p99 (ms)."""
+    itl = [percentile(np.diff(t), 99) for t in token_times if len(t) > 1]
+    return {"ttft_p90_ms": percentile(ttft_s, 90, 1e3), "itl_p99_median_ms": float(np.median(itl)) * 1e3}
 
 
 def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mapping[str, float], n: int = 8,
@@ -353,13 +355,10 @@ def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mappin
     prompts = [token_prompt(int(k), seed * 1000 + i) for i, k in enumerate(lens)]
     arr = np.concatenate([[0.0], poisson_arrivals(rate, n=n - 1, seed=seed + 11)])
     rec = stream_requests(server, model, prompts, [int(o) for o in outs], arr)
-    itl = [percentile(np.diff(t), 99) for t in rec.server_times if len(t) > 1]
     sim_ttft, sim_times = _simulate(rec.sent - rec.sent.min(), lens, outs, cost, policy)
     return {"model": model, "policy": policy, "rate": float(rate),
             "attainment": slo_attainment(rec.server_ttft, rec.server_times, slo),
-            "predicted": slo_attainment(sim_ttft, sim_times, slo),
-            "ttft_p90_ms": percentile(rec.server_ttft, 90, 1e3),
-            "itl_p99_median_ms": float(np.median(itl)) * 1e3}
+            "predicted": slo_attainment(sim_ttft, sim_times, slo), **_tails(rec.server_ttft, rec.server_times)}
 
 
 def interleaved(fn: Callable[..., dict[str, Any]], server: Any, models: Sequence[str], rounds: int = 3,

@@ -54,7 +54,8 @@ _OTHER = {  # a model unlike embed: no batching, two instance groups of 2 and 1,
                        {"name": "other_1", "kind": "KIND_CPU", "count": 1}],
 }
 _EXPECTED = {
-    "embed": {"max_batch_size": _BATCH, "inputs": {"TOKENS": [_LENGTH]}, "outputs": {"EMBEDDING": [_WIDTH], "BATCH_SIZE": [1]},
+    "embed": {"max_batch_size": _BATCH, "inputs": {"TOKENS": [_LENGTH]},
+              "outputs": {"EMBEDDING": [_WIDTH], "BATCH_SIZE": [1]},
               "dynamic_batching": True, "instances": 1},
     "other": {"max_batch_size": 0, "inputs": {"A": [3, 4], "B": [-1]}, "outputs": {"Y": [3]},
               "dynamic_batching": False, "instances": 3},

@@ -148,10 +148,8 @@ class ModelStats:
 
 
 def read_stats(client: Any, model: str, timeout: float = 10.0) -> ModelStats:
-    """A snapshot of `model`'s statistics: the course's one reader of the statistics extension.
-
-    `client`: a synchronous tritonclient (gRPC or HTTP) client, or a server's HTTP address ("host:port",
-    read with ``GET /v2/models/<model>/stats``: no client object, so safe from any thread)."""
+    """A snapshot of `model`'s statistics (the one reader of the extension) from a synchronous tritonclient
+    (gRPC or HTTP) client, or from a server's HTTP address "host:port" (plain urllib: safe from any thread)."""
     if isinstance(client, str):
         url = f"http://{client}/v2/models/{urllib.parse.quote(model)}/stats"
         with urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -145,15 +145,12 @@ def _grpc(server: Any) -> Any:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
-@contextlib.contextmanager
-def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
+def reloadable(server: Any, models: Sequence[str]) -> contextlib.AbstractContextManager[Any]:
     """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs with
     explicit model control, else a private embedded one (stopped on exit); a shared one is untouched."""
     if getattr(server, "model_control", None) == "explicit":
-        yield server
-        return
-    with connect(models=list(models), private=True) as private:
-        yield private
+        return contextlib.nullcontext(server)
+    return connect(models=list(models), private=True)
 
 
 @contextlib.contextmanager

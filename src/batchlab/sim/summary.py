@@ -18,9 +18,8 @@ PERCENTILES = (50, 90, 95, 99)
 
 
 def percentile(x: Any, q: float, scale: float = 1.0, empty: float | None = None) -> float | None:
-    """The ``q``-th percentile of the finite values of ``x`` times ``scale``; ``empty`` if there are none.
-
-    The one place the course computes a latency percentile: every table, simulated or measured, calls it."""
+    """The ``q``-th percentile of the finite values of ``x`` times ``scale``, ``empty`` if none: the one place
+    the course computes a latency percentile (every table, simulated or measured, calls it)."""
     v = np.asarray(x, dtype=float).ravel()
     v = v[np.isfinite(v)]
     return float(np.percentile(v, q)) * scale if v.size else empty
