@@ -280,13 +280,62 @@ def _compute_infer_lookup(tree: ast.AST) -> list[int]:
 
 
 def _settle_loop(tree: ast.AST) -> list[int]:
-    """A loop that sleeps until the statistics' counts (success, inference/execution counts) reach a goal."""
+    """Waiting until the statistics' counts (success, inference/execution counts) reach a goal: a loop
+    that sleeps, or a function that polls (`poll`, `wait_for`), reading those counts."""
     counts = {"success", "inference_count", "execution_count", "batch_executions"}
     out = []
     for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For, ast.AsyncFor))):
         sleeps = any(c.endswith("sleep") for c in _calls(loop))
         if sleeps and any(isinstance(n, ast.Attribute) and n.attr in counts for n in ast.walk(loop)):
             out.append(loop.lineno)
+    for fn in _functions(tree):
+        polls = any(c.split(".")[-1] in ("poll", "wait_for") for c in _calls(fn))
+        if polls and any(isinstance(n, ast.Attribute) and n.attr in counts for n in ast.walk(fn)):
+            out.append(fn.lineno)
+    return out
+
+
+_CLOCKS = ("monotonic", "perf_counter", "time")
+
+
+def _deadline_poll(tree: ast.AST) -> list[int]:
+    """Polling until a deadline: a loop that sleeps and reads a clock or a ``deadline``."""
+    out = []
+    for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))):
+        calls = _calls(loop)
+        clock = any(c.startswith("time.") and c.split(".")[-1] in _CLOCKS for c in calls) or any(
+            isinstance(n, ast.Name) and "deadline" in n.id for n in ast.walk(loop))
+        if clock and any(c.endswith("sleep") and not c.startswith("asyncio") for c in calls):
+            out.append(loop.lineno)
+    return out
+
+
+def _server_constructor(tree: ast.AST) -> list[int]:
+    """Getting a server other than through `server.connect`: constructing a TritonServer / ExternalServer."""
+    return [n.lineno for n in ast.walk(tree)
+            if _call_name(n).rsplit(".", 1)[-1] in ("TritonServer", "ExternalServer")]
+
+
+def _stats_reader(tree: ast.AST) -> list[int]:
+    """Reading the statistics extension: ``client.get_inference_statistics`` or a ``…/stats`` URL."""
+    out = [n.lineno for n in ast.walk(tree) if _call_name(n).endswith("get_inference_statistics")]
+    out += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) and any(
+        isinstance(v, ast.Constant) and str(v.value).endswith("/stats") for v in n.values)]
+    return out
+
+
+def _notebook_reader(tree: ast.AST) -> list[int]:
+    """Reading a notebook file: `nbformat.read(s)`, or a function that json-loads and names a notebook's
+    parts ("cells", "nbformat", ".ipynb") or is named for one."""
+    out = [n.lineno for n in ast.walk(tree) if _call_name(n) in ("nbformat.read", "nbformat.reads")]
+    for fn in _functions(tree):
+        if not any(c in ("json.load", "json.loads") for c in _calls(fn)):
+            continue
+        named = "notebook" in fn.name or fn.name.startswith("nb") or any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and (n.value in ("cells", "nbformat") or n.value.endswith(".ipynb")) for n in ast.walk(fn))
+        if named:
+            out.append(fn.lineno)
     return out
 
 
@@ -321,18 +370,16 @@ def _startup_timeout(tree: ast.AST) -> list[int]:
     return out
 
 
+_QUANTILE_FUNCTIONS = ("percentile", "nanpercentile", "quantile", "nanquantile", "quantiles")
+
+
 def _percentile_summary(tree: ast.AST) -> list[int]:
-    """A function naming percentiles ``p50``/``p99``... from np.percentile / np.quantile."""
-    out = []
-    for fn in _functions(tree):
-        if not any(c.endswith(("percentile", "quantile")) for c in _calls(fn)):
-            continue
-        keys = any(isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) in (2, 3)
-                   and n.value.startswith("p") and n.value[1:].isdigit() for n in ast.walk(fn))
-        fkeys = any(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant)
-                    and n.values[0].value == "p" for n in ast.walk(fn))
-        if keys or fkeys:
-            out.append(fn.lineno)
+    """Computing a latency percentile by hand: a call of np.percentile / np.quantile / statistics.quantiles
+    (any library's), or a tuple of percentile levels named like ``PERCENTILES``."""
+    out = [n.lineno for n in ast.walk(tree)
+           if "." in _call_name(n) and _call_name(n).rsplit(".", 1)[1] in _QUANTILE_FUNCTIONS]
+    out += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id.endswith("PERCENTILES") for t in n.targets)]
     return out
 
 
@@ -418,8 +465,20 @@ CONCEPTS = {
     "server startup timeout": ("batchlab.server", _startup_timeout,
                                "def go(m):\n    return TritonServer(models=m, startup_timeout=180)\n"),
     "latency percentile summary": ("batchlab.sim.summary", _percentile_summary,
-                                   "import numpy as np\ndef pct(x):\n"
-                                   "    return {'p50': np.percentile(x, 50), 'p99': np.percentile(x, 99)}\n"),
+                                   "import numpy as np\ndef tail(lat):\n"
+                                   "    return {'tail_s': float(np.percentile(lat, 99))}\n"),
+    "the percentile set": ("batchlab.sim.summary", _percentile_summary, "SLO_PERCENTILES = (50, 95, 99)\n"),
+    "polling until a deadline": ("batchlab.server", _deadline_poll,
+                                 "import time\ndef wait(ready, timeout):\n    deadline = time.monotonic() + timeout\n"
+                                 "    while time.monotonic() < deadline:\n        if ready():\n            return\n"
+                                 "        time.sleep(0.1)\n"),
+    "getting a server (one path, one stop policy)": (
+        "batchlab.server", _server_constructor, "def mine(models):\n    return TritonServer(models=models).start()\n"),
+    "reading the statistics": ("batchlab.load.stats", _stats_reader,
+                               "import json, urllib.request\ndef stats(url, m):\n    u = f'http://{url}/v2/models/{m}/stats'\n"
+                               "    return json.loads(urllib.request.urlopen(u).read())\n"),
+    "reading a notebook": ("batchlab.paths", _notebook_reader,
+                           "import json\ndef cells_of(path):\n    return json.loads(open(path).read())['cells']\n"),
     "JSON cleaning": ("batchlab.load.report", _json_cleaner,
                       "import math\ndef clean(v):\n    if isinstance(v, dict):\n"
                       "        return {k: clean(x) for k, x in v.items()}\n"
@@ -582,3 +641,74 @@ def test_the_scheduler_modules_are_short(module):
 def test_the_scheduler_length_check_finds_a_planted_long_function():
     planted = "def f(x):\n" + "    x += 1\n" * SCHEDULER_MAX_FUNCTION + "    return x\n"
     assert [fn for fn in _functions(ast.parse(planted)) if fn.end_lineno - fn.lineno + 1 > SCHEDULER_MAX_FUNCTION]
+
+
+# --------------------------------------------------------------------------- defaults: one source of truth
+#
+# The models' knobs have their defaults in Python (the scheduler's, the generation limits, the LM's
+# shape); the model repository's config.pbtxt files spell them as strings. Each string must equal its
+# Python default, so a changed default cannot leave a stale copy in a config.
+
+def _knob_defaults() -> dict[str, int]:
+    # imported here: the rest of this file reads the source without importing it
+    from batchlab.batching.blocks import BLOCK_SIZE
+    from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
+    from batchlab.models._gen_inputs import DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_TOKENS_LIMIT
+    return {"max_active": MAX_ACTIVE, "kv_token_budget": KV_TOKEN_BUDGET, "max_waiting": MAX_WAITING,
+            "block_size": BLOCK_SIZE, "max_tokens_limit": DEFAULT_MAX_TOKENS_LIMIT,
+            "max_prompt_tokens": DEFAULT_MAX_PROMPT_TOKENS}
+
+
+def _stale_defaults(text: str, defaults: dict[str, int], width: int) -> list[str]:
+    """The knobs of one config.pbtxt whose value differs from its Python default, and an embedding
+    output (dims of EMBEDDING) not as wide as the LM's d_model."""
+    from batchlab.config_pbtxt import parse_config  # imported here: protobuf, only this test needs it
+    cfg = parse_config(text)
+    out = [f"{k} = {v.string_value!r}, the default is {defaults[k]}" for k, v in cfg.parameters.items()
+           if k in defaults and v.string_value != str(defaults[k])]
+    dims = {"d_model": int(cfg.parameters["d_model"].string_value)} if "d_model" in cfg.parameters else {}
+    out += [f"EMBEDDING dims {list(o.dims)}, the LM's d_model is {dims.get('d_model', width)}"
+            for o in cfg.output if o.name == "EMBEDDING" and list(o.dims) != [dims.get("d_model", width)]]
+    return out
+
+
+def test_the_model_configs_spell_the_python_defaults():
+    from batchlab.lm.config import LMConfig  # imported here, as above
+    configs = sorted((PKG / "model_repository").glob("*/config.pbtxt"))
+    assert configs
+    bad = {p.parent.name: s for p in configs
+           if (s := _stale_defaults(p.read_text(encoding="utf-8"), _knob_defaults(), LMConfig().d_model))}
+    assert bad == {}, "change the config.pbtxt (or the default) so they agree: " + str(bad)
+
+
+def test_the_defaults_check_finds_a_planted_stale_value():
+    planted = ('name: "m"\nbackend: "python"\nparameters { key: "max_active" value { string_value: "16" } }\n'
+               'output [ { name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 128 ] } ]\n')
+    found = _stale_defaults(planted, _knob_defaults(), 256)
+    assert len(found) == 2 and "max_active" in found[0] and "EMBEDDING" in found[1], found
+
+
+# --------------------------------------------------------------------------- no answer to import
+
+def test_no_public_reference_function():
+    """A public ``reference_*`` function answers a lab question for whoever imports it (issue 44)."""
+    found = [f"{m}.{n.name}" for m, tree in TREES.items() for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith("reference_")]
+    assert found == []
+
+
+def _branches_on_chinese(tree: ast.AST) -> list[int]:
+    """A test of whether Chinese text is in a message (``"字段" in exc.hint``): an explanation keyed by its
+    wording instead of by its kind (`ConfigError.kind`)."""
+    cjk = lambda v: isinstance(v, ast.Constant) and isinstance(v.value, str) and any(  # noqa: E731
+        "\u4e00" <= c <= "\u9fff" for c in v.value)
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Compare) and cjk(n.left)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops)
+            and any(isinstance(c, ast.Attribute) for c in n.comparators)]
+
+
+def test_no_explanation_branches_on_its_chinese_wording():
+    bad = {m: lines for m, tree in TREES.items() if (lines := _branches_on_chinese(tree))}
+    assert bad == {}, f"branch on the error's kind, not on its Chinese text: {bad}"
+    planted = "def explain(exc):\n    return exc.hint if '字段' in exc.hint else exc.message\n"
+    assert _branches_on_chinese(ast.parse(planted)) == [2]

@@ -153,7 +153,7 @@ def test_assign_solution_and_recorded_data(capsys) -> None:
     data = recorded.load("lab3_slots")
     assert len(data["timelines"]) >= 6 and any(("idle" in (k for _, k in t["events"])) for t in data["timelines"])
     for t in data["timelines"]:  # the server's slots are chapter 03's SequenceSlots'
-        assert record_lab3.reference_slots(t["events"], t["n_slots"]) == t["slots"], t["name"]
+        assert record_lab3._reference_slots(t["events"], t["n_slots"]) == t["slots"], t["name"]
     assert {t["n_slots"] for t in data["timelines"]} >= {2, 3, 4}
 
 
@@ -217,7 +217,7 @@ def test_a_raising_release_is_blamed_on_question_5(capsys) -> None:
 
 
 def test_assign_shortcut_and_wrong_type(capsys) -> None:
-    r = check_assign(lambda events, n: record_lab3.reference_slots(events, n))
+    r = check_assign(lambda events, n: record_lab3._reference_slots(events, n))
     assert r.score == 0 and "现成的" in capsys.readouterr().out
     r = check_assign(lambda events, n: [{"wrong": 1}])
     assert r.score == 0 and "列表" in capsys.readouterr().out

@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 from batchlab import config_pbtxt as cfg
-from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, MAX_WAITING
-from batchlab.models._gen_inputs import DEFAULT_MAX_TOKENS_LIMIT
 from batchlab.paths import MODEL_REPOSITORY
 from tritonclient.utils import InferenceServerException
 
@@ -53,6 +51,19 @@ def test_misplaced_max_batch_size_is_a_parse_error_with_position_and_hint():
     assert err.line == 5 and err.column > 0
     assert 'no field named "max_batch_size"' in err.message
     assert "顶层" in err.hint
+    assert err.kind == "misplaced_field" and err.explanation() == err.hint
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("max_batch_sise: 8", "unknown_field"),
+    ("max_batch_size: 8\ndynamic_batching { }\nsequence_batching { direct { } }", "oneof"),
+    ("max_batch_size: 8.5", "syntax"),
+])
+def test_a_config_error_says_its_kind_and_explains_itself_in_chinese(text: str, kind: str):
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.parse_config(text)
+    assert info.value.kind == kind
+    assert re.search("[\u4e00-\u9fff]", info.value.explanation()), info.value.explanation()
 
 
 def test_both_schedulers_in_one_config_are_refused():
@@ -211,10 +222,3 @@ def test_triton_agrees_misplaced_refused_and_zero_batches_one(tmp_path: Path):
         assert st.inference_count == st.execution_count == 64
         assert set(st.batch_histogram()) == {1}
 
-
-def test_lm_stream_config_agrees_with_the_python_defaults() -> None:
-    """The config.pbtxt spells out lm_stream's defaults; they must be the ones its model falls back to."""
-    params = {k: v.string_value for k, v in cfg.parse_config(cfg.load_config_text("lm_stream")).parameters.items()}
-    assert {k: int(params[k]) for k in ("max_active", "kv_token_budget", "max_waiting", "max_tokens_limit")} == {
-        "max_active": MAX_ACTIVE, "kv_token_budget": KV_TOKEN_BUDGET, "max_waiting": MAX_WAITING,
-        "max_tokens_limit": DEFAULT_MAX_TOKENS_LIMIT}

@@ -39,7 +39,7 @@ def test_plan_kv_arithmetic():
     p = kv.plan_kv(gpu_bytes=10_000, weight_bytes=2_000, bytes_per_token=10, tokens_per_sequence=50,
                   fraction=0.5, reserve_bytes=1_000)
     assert p.kv_budget_bytes == pytest.approx(3_500)
-    assert p.kv_budget_tokens == 350
+    assert p.kv_token_budget == 350
     assert p.max_sequences == 7          # 3500 // (10 * 50)
     assert p.bytes_per_sequence == 500
     with pytest.raises(ValueError, match="leave no memory"):

@@ -162,7 +162,7 @@ def test_simulator_preempts_where_the_real_path_does(lm, monkeypatch):
                      max_active=4, kv_token_budget=96, kv_policy="on_demand")
     real_rows, rows[:] = list(rows), []
     res = simulate_continuous(np.zeros(5), plens, max_tokens, TokenCost(1, 10, 1), max_active=4,
-                              kv_budget_tokens=96, kv_policy="on_demand", warmup=0.0)
+                              kv_token_budget=96, kv_policy="on_demand", warmup=0.0)
     assert rows == real_rows and sum(len(r.preempted) for r in reports) == res.summary()["preemptions"] > 0
     assert sum(r.recomputed_tokens for r in reports) == res.summary()["recomputed_tokens"] > 0
 

@@ -322,7 +322,7 @@ def _simulated_steps(prompts, max_tokens, **sim_kwargs):
     ([3, 5, 2, 4, 6], [6, 2, 4, 1, 3], dict(max_active=2), dict(max_active=2)),
     # the pool binds: 3 blocks of 16, each reserves prompt + max_tokens = 20 tokens (2 blocks)
     ([4, 4, 4, 4], [16, 16, 16, 16], dict(max_active=8, kv_token_budget=48),
-     dict(max_active=8, kv_budget_tokens=48)),
+     dict(max_active=8, kv_token_budget=48)),
     # max_num_tokens binds: whole prompts start only while the step's tokens fit
     ([6, 5, 7, 3, 8], [4, 6, 2, 5, 3], dict(max_active=8, max_num_tokens=12), dict(max_active=8, max_num_tokens=12)),
 ])

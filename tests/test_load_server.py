@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from batchlab.load import (ClientFellBehind, RequestSpec, SequenceSpec, fetch_stats, poisson_arrivals,
+from batchlab.load import (ClientFellBehind, RequestSpec, SequenceSpec, read_stats, poisson_arrivals,
                            run_closed_loop, run_open_loop, scrape, settle)
 from batchlab.server import TritonServer
 
@@ -178,9 +178,9 @@ def test_runs_inside_a_running_event_loop(server) -> None:
 
 
 def test_server_side_readers(server) -> None:
-    before = fetch_stats(server.http_url, "echo")
+    before = read_stats(server.http_url, "echo")
     run_closed_loop(server, "echo", echo_spec, concurrency=1, n_requests=3, stats=False)
-    st = settle(lambda: fetch_stats(server.http_url, "echo"), before, 3)
+    st = settle(lambda: read_stats(server.http_url, "echo"), before, 3)
     assert st.model == "echo" and (st - before).success == 3 and st.inference_count >= 3
     m = scrape(server.metrics_url)
     assert "nv_inference_count" in m.samples

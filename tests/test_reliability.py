@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from batchlab.bench.common import embed_prompts
-from batchlab.load import RequestSpec, fetch_stats, run_closed_loop, run_open_loop
+from batchlab.load import RequestSpec, read_stats, run_closed_loop, run_open_loop
 
 pytestmark = pytest.mark.server
 
@@ -74,7 +74,7 @@ def test_5000_requests_64_clients_all_answered_correctly(triton, prompts_and_emb
 
 def test_overload_is_rejected_cleanly_and_the_server_stays_healthy(triton, prompts_and_embeddings) -> None:
     prompts, expected = prompts_and_embeddings
-    before = fetch_stats(triton.http_url, "embed_queue")
+    before = read_stats(triton.http_url, "embed_queue")
     # ~5x what one instance can serve, for 1.5 s: the 16-place queue overflows at once
     rep = run_open_loop(triton, "embed_queue", checked(prompts, expected), rate=3000.0, duration_s=1.5,
                         seed=3, request_timeout_s=30.0, metrics=True)
@@ -86,7 +86,7 @@ def test_overload_is_rejected_cleanly_and_the_server_stays_healthy(triton, promp
     assert "UNAVAILABLE" in msg and "Exceeds maximum queue size" in msg and count == s["rejected"]
     assert s["latency_ms"]["max"] < 30_000  # nothing waited for the client timeout
     assert s["server"]["success"] == s["ok"]  # every answered request was served exactly once
-    after = fetch_stats(triton.http_url, "embed_queue")
+    after = read_stats(triton.http_url, "embed_queue")
     assert (after - before).success == s["ok"]
     client = triton.grpc_client()
     assert client.is_server_ready() and client.is_model_ready("embed_queue")

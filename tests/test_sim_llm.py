@@ -38,7 +38,7 @@ def test_eta_continuous_near_one_static_near_half(offline_batch):
 
 def test_recompute_preemption_costs_eta_but_not_much(offline_batch):
     a, p, o = offline_batch
-    res = simulate_continuous(a, p, o, COST, max_active=16, kv_budget_tokens=8500, kv_policy="on_demand")
+    res = simulate_continuous(a, p, o, COST, max_active=16, kv_token_budget=8500, kv_policy="on_demand")
     s = res.summary(warmup=0)
     assert s["preemptions"] > 0
     assert 0.95 <= s["eta"] < 1.0
@@ -90,7 +90,7 @@ def test_kv_reserve_policy_never_exceeds_budget():
     n = 400
     a = wl.poisson(20.0, n, seed=6)
     p, o = wl.uniform(64, 256).sample(n, 7), wl.uniform(16, 256).sample(n, 8)
-    res = simulate_continuous(a, p, o, COST, max_active=64, kv_budget_tokens=4000, kv_policy="reserve")
+    res = simulate_continuous(a, p, o, COST, max_active=64, kv_token_budget=4000, kv_policy="reserve")
     s = res.summary(warmup=0)
     assert s["kv_high_water"] <= 4000 and s["preemptions"] == 0
     # the budget, not max_active, limits concurrency here
@@ -116,7 +116,7 @@ def test_overload_flags_unstable_and_light_load_stable():
 
 
 @pytest.mark.parametrize("kwargs, msg", [
-    (dict(kv_budget_tokens=100), "needs .* KV tokens"),
+    (dict(kv_token_budget=100), "needs .* KV tokens"),
     (dict(step_policy="chunked"), "needs max_num_tokens"),
     (dict(step_policy="whole"), "step_policy"),
     (dict(max_num_tokens=64), "exceeds max_num_tokens"),

@@ -108,7 +108,7 @@ def test_search_prefers_batching_and_the_simplest_of_ties():
 
 def test_bad_slo_arguments():
     with pytest.raises(ValueError, match="percentile"):
-        capacity_under_slo(BatchRule(4), SVC, slo_ms=10, percentile=90)
+        capacity_under_slo(BatchRule(4), SVC, slo_ms=10, percentile=97)
     with pytest.raises(ValueError, match="slo_ms"):
         capacity_under_slo(BatchRule(4), SVC, slo_ms=-1)
     with pytest.raises(ValueError, match="rate"):

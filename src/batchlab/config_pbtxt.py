@@ -76,15 +76,23 @@ FIELD_NOTES: dict[str, str] = {
 
 
 class ConfigError(ValueError):
-    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), `message`, Chinese `hint`."""
+    """A config Triton would refuse: `line`/`column` (1-based, 0 if unknown), the protobuf text-format
+    parser's `message`, its `kind` ("unknown_field", "misplaced_field", "oneof", "unclosed", or "syntax")
+    and a Chinese `hint`, both worked out from the message here."""
 
-    def __init__(self, message: str, line: int = 0, column: int = 0, hint: str = "") -> None:
-        self.message = message
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        self.message = message.strip().rstrip(".")
         self.line = line
         self.column = column
-        self.hint = hint
+        self.kind, self.hint = _hint(self.message)
         where = f"line {line}, column {column}: " if line else ""
-        super().__init__(f"{where}{message}" + (f" — {hint}" if hint else ""))
+        super().__init__(f"{where}{self.message}" + (f" — {self.hint}" if self.hint else ""))
+
+    def explanation(self) -> str:
+        """The course's one Chinese explanation of this error (no position): what is wrong and what to do."""
+        if self.kind in ("unknown_field", "misplaced_field"):
+            return self.hint
+        return "。".join(x for x in (translate_error(self.message), self.hint) if x)
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,8 @@ _MSG_PATH = {"ModelConfig": "", "ModelDynamicBatching": "dynamic_batching",
              "ModelInstanceGroup": "instance_group", "ModelInput": "input", "ModelOutput": "output"}
 
 
-def _hint(message: str) -> str:
+def _hint(message: str) -> tuple[str, str]:
+    """(kind, Chinese hint) of a parser message; ("syntax", "") when there is nothing to add."""
     m = _NO_FIELD.search(message)
     if m:
         msg_type, fieldname = m.groups()
@@ -144,19 +153,19 @@ def _hint(message: str) -> str:
             homes = []
         where = f"`{here}` 里" if here else "顶层"
         if not homes:
-            return f"`{fieldname}` 不是 ModelConfig 的字段（拼写？），Triton 拒绝加载该模型"
+            return "unknown_field", f"`{fieldname}` 不是 ModelConfig 的字段（拼写？），Triton 拒绝加载该模型"
         shown = "、".join("顶层（模型级）" if "." not in h else f"`{h}`" for h in homes[:4])
-        return (f"{where}没有 `{fieldname}` 这个字段；它应写在 {shown}。"
-                "Triton 按 model_config.proto 解析，放错位置的字段是解析错误，模型加载失败")
+        return "misplaced_field", (f"{where}没有 `{fieldname}` 这个字段；它应写在 {shown}。"
+                                   "Triton 按 model_config.proto 解析，放错位置的字段是解析错误，模型加载失败")
     m = _ONEOF.search(message)
     if m:
         a, b = m.groups()
-        return (f"`{a}` 与 `{b}` 同属 oneof scheduling_choice：一个模型只能有一种调度器。"
-                "想在序列上合批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
+        return "oneof", (f"`{a}` 与 `{b}` 同属 oneof scheduling_choice：一个模型只能有一种调度器。"
+                         "想在序列上合批，用 sequence_batching 的 oldest 策略（它内置动态批处理）")
     m = _EXPECTED_CLOSE.search(message)
     if m:
-        return f"有一节没有用 `{m.group(1)}` 闭合：每个 `{{` 要有配对的 `}}`，每个 `[` 要有配对的 `]`"
-    return ""
+        return "unclosed", f"有一节没有用 `{m.group(1)}` 闭合：每个 `{{` 要有配对的 `}}`，每个 `[` 要有配对的 `]`"
+    return "syntax", ""
 
 
 _TRANSLATIONS = [
@@ -193,8 +202,7 @@ def _parse_into(text: str, msg: Any) -> Any:
         raw = str(exc)
         m = _POS.match(raw)
         line, col, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (0, 0, raw)
-        body = body.strip().rstrip(".")
-        raise ConfigError(body, line, col, _hint(body)) from None
+        raise ConfigError(body, line, col) from None
     return msg
 
 

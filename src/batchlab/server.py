@@ -38,7 +38,7 @@ import urllib.request
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import psutil
@@ -46,7 +46,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import triton_to_np_dtype
 
+from batchlab.config_pbtxt import ConfigError
 from batchlab.paths import MODEL_REPOSITORY, cache_dir
+
+_T = TypeVar("_T")
 
 LOOPBACK = "127.0.0.1"
 
@@ -286,6 +289,18 @@ def repository_index(http_url: str, key: str | None = None) -> list[dict[str, An
     return json.loads(body or b"[]")
 
 
+def poll(probe: Callable[[], _T], timeout: float, interval: float = 0.1,
+         done: Callable[[_T], bool] = bool) -> _T:
+    """Call `probe()` every `interval` s until `done(result)` or `timeout` s have passed; the last result
+    (the course's one wait-until-a-deadline loop: the caller raises when it is not done)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
 def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | None = None,
                      key: str | None = None, own: bool = False, silent_s: float | None = None) -> list[str]:
     """Poll until the server and every loaded model are READY; return the ready models' names.
@@ -297,40 +312,41 @@ def wait_until_ready(http_url: str, timeout: float, alive: Callable[[], bool] | 
     headers = {KEY_HEADER: key} if key else None
     port = int(http_url.rpartition(":")[2])
     t0 = time.monotonic()
-    deadline = t0 + timeout
-    last, answered = "no answer yet", False
-    while time.monotonic() < deadline:
-        if silent_s is not None and not answered and time.monotonic() - t0 > silent_s:
-            break
+    state = {"last": "no answer yet", "answered": False}
+
+    def ready() -> list[str] | None:
+        if silent_s is not None and not state["answered"] and time.monotonic() - t0 > silent_s:
+            raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({state['last']})")
         if alive is not None and not alive():
             raise ServerError("exited")
         try:
-            code, _ = _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
-            answered = True
+            what, (code, body) = "/v2/health/ready", _http("GET", f"http://{http_url}/v2/health/ready", timeout=1.0)
+            state["answered"] = True
             if code == 200:
-                code, body = _http("POST", f"http://{http_url}/v2/repository/index", headers=headers)
-                if code == 403 and own:
-                    raise _port_in_use("http", port, by="another Triton server (it refuses our key)")
-                if code == 403:
-                    raise ServerError(f"the server at {http_url} restricts its repository API: "
-                                      f"set {KEY_ENV} to its key")
-                if code != 200:
-                    last = f"repository index answered HTTP {code}"
-                    time.sleep(0.1)
-                    continue
-                index = json.loads(body or b"[]")
-                pending = [m["name"] for m in index if m.get("state") not in ("READY", "UNAVAILABLE", None)]
-                if not pending:
-                    if own and _http("POST", f"http://{http_url}/v2/repository/index")[0] != 403:
-                        raise _port_in_use("http", port, by="another Triton server (it answers without our key)")
-                    return sorted({m["name"] for m in index if m.get("state") == "READY"})
-                last = f"models still loading: {', '.join(pending)}"
-            else:
-                last = f"/v2/health/ready answered HTTP {code}"
+                what, (code, body) = "repository index", _http("POST", f"http://{http_url}/v2/repository/index",
+                                                               headers=headers)
+            if code == 403:
+                raise (_port_in_use("http", port, by="another Triton server (it refuses our key)") if own else
+                       ServerError(f"the server at {http_url} restricts its repository API: set {KEY_ENV} to its key"))
+            if code != 200:
+                state["last"] = f"{what} answered HTTP {code}"
+                return None
+            index = json.loads(body or b"[]")
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = str(exc)
-        time.sleep(0.1)
-    raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({last})")
+            state["last"] = str(exc)
+            return None
+        pending = [m["name"] for m in index if m.get("state") not in ("READY", "UNAVAILABLE", None)]
+        if pending:
+            state["last"] = f"models still loading: {', '.join(pending)}"
+            return None
+        if own and _http("POST", f"http://{http_url}/v2/repository/index")[0] != 403:
+            raise _port_in_use("http", port, by="another Triton server (it answers without our key)")
+        return sorted({m["name"] for m in index if m.get("state") == "READY"})
+
+    names = poll(ready, timeout, interval=0.1, done=lambda v: v is not None)
+    if names is None:
+        raise TimeoutError(f"server not ready after {time.monotonic() - t0:.0f} s ({state['last']})")
+    return names
 
 
 _LOAD_FAIL = re.compile(r"failed to load '([^']+)' version \d+: (.*?)\"?$")
@@ -348,7 +364,7 @@ def diagnose(log: str) -> tuple[type[ServerError], str]:
         first = detail.splitlines()[0] if detail else "unknown error"
         failures.append(f"model '{m.group(1)}' failed to load: {first}")
     proto = next(filter(None, map(_PROTO.search, lines)), None)
-    where = f" (line {proto.group(1)}, column {proto.group(2)}: {proto.group(3)})" if proto else ""
+    where = f" ({ConfigError(proto.group(3), int(proto.group(1)), int(proto.group(2)))})" if proto else ""
     for m in filter(None, map(_POLL_FAIL.search, lines)):
         failures.append(f"model '{m.group(1)}': {m.group(2)}{where}")
     if failures:
@@ -411,10 +427,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
     _kill_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    deadline = time.monotonic() + 5
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        _kill_group(proc.pid, signal.SIGKILL)
-        time.sleep(0.05)
+    # SIGKILL again until the whole group is gone (up to 5 s): _kill_group returns None, so it keeps polling
+    poll(lambda: not _group_alive(proc.pid) or _kill_group(proc.pid, signal.SIGKILL), timeout=5, interval=0.05)
 
 
 def _point_args_at_env(proc: subprocess.Popen[bytes], nargs: int, hidden: Mapping[int, str]) -> None:
@@ -652,7 +666,8 @@ class TritonServer(_Clients):
 
     `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
     "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
-    `extra_args` go to tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
+    `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to
+    tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
     clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
     """
 
@@ -669,8 +684,10 @@ class TritonServer(_Clients):
         stop_grace: float = 10.0,
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
+        owns_repo: bool = False,
     ) -> None:
         self.repo = Path(repo).resolve() if repo is not None else MODEL_REPOSITORY
+        self.owns_repo = owns_repo
         if model_control not in ("none", "explicit", "poll"):
             raise ValueError(f"model_control must be 'none', 'explicit' or 'poll', not {model_control!r}")
         if models and model_control == "none":
@@ -895,6 +912,8 @@ class TritonServer(_Clients):
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
+            if self.owns_repo:
+                shutil.rmtree(self.repo, ignore_errors=True)
 
     def __repr__(self) -> str:
         state = f"running on {self.http_url}" if self.running else "stopped"
@@ -958,10 +977,11 @@ class ExternalServer(_Clients):
 
 
 def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str] | None = None,
-            **kwargs: Any) -> TritonServer | ExternalServer:
-    """The external server named by TRITON_URL (it must serve `models`), else an embedded one on
-    `repo` loading `models` (default: all) with `kwargs`; a context manager that stops only its own."""
-    external = ExternalServer.from_env(needs=models or ())
+            private: bool = False, **kwargs: Any) -> TritonServer | ExternalServer:
+    """The course's one way to get a server: the TRITON_URL server (it must serve `models`) unless `private`,
+    else an embedded one on `repo` loading `models` (default: all) with `kwargs` (``owns_repo=True``: a staged
+    repository, removed on stop). Use it in ``with``, or `.start()` then `.stop()`: stops only its own."""
+    external = None if private else ExternalServer.from_env(needs=models or ())
     if external is not None:
         return external
     return TritonServer(repo, models=models, **kwargs)

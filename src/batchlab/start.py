@@ -14,25 +14,24 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from typing import Sequence
 
 from batchlab.paths import cache_dir, repo_root
-from batchlab.server import (DEFAULT_STARTUP_TIMEOUT_S, KEY_ENV, Interrupted, ServerError, TritonServer,
-                             check_port_free, free_port, spawn, stop_group, stop_on_signals)
+from batchlab.server import (DEFAULT_STARTUP_TIMEOUT_S, KEY_ENV, Interrupted, ServerError, check_port_free, connect,
+                             free_port, poll, spawn, stop_group, stop_on_signals)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"JupyterLab exited with code {proc.returncode}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+            return True
+        return False
+
+    if not poll(answers, timeout, interval=0.2):
+        raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s")
 
 
 #: JupyterLab settings: never ask learners about, or fetch, Jupyter news and updates.
@@ -86,8 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ServerError:
                 lab_port = free_port()
         print("starting the embedded Triton server with the course models ...", flush=True)
-        server = TritonServer(startup_timeout=args.timeout)
-        server.start()
+        server = connect(private=True, startup_timeout=args.timeout).start()
     except (ServerError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

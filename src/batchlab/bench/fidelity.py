@@ -211,7 +211,7 @@ def fit_step_cost(steps: np.ndarray) -> TokenCost:
 def lm_simulate(arrivals: np.ndarray, prompts: list[np.ndarray], lengths: np.ndarray, cost: TokenCost,
                 policy: Mapping[str, int]) -> Any:
     return simulate_continuous(arrivals, [len(p) for p in prompts], lengths, cost, max_active=policy["max_active"],
-                               kv_budget_tokens=policy["kv_token_budget"], kv_policy="reserve", warmup=0.0)
+                               kv_token_budget=policy["kv_token_budget"], kv_policy="reserve", warmup=0.0)
 
 
 def lm_workload(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:

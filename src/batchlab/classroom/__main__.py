@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from batchlab.classroom.grade import GradeRun, UnreadableSubmission, grade
+from batchlab.classroom.grade import GradeRun, grade
+from batchlab.paths import NotebookError
 from batchlab.classroom.sandbox import SANDBOX_KINDS, SandboxError, pick
 
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         grades, bad = grade(job, args.csv, feedback, jobs=args.jobs,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
-    except UnreadableSubmission as exc:
+    except NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for g in grades:

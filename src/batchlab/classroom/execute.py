@@ -16,9 +16,11 @@ from typing import Sequence
 import nbformat
 import psutil
 from nbclient import NotebookClient
+from nbformat.v4.rwbase import rejoin_lines
 from nbclient.exceptions import DeadKernelError
 
 from batchlab.labs._core import GRADING_ENV
+from batchlab.paths import read_notebook
 
 
 def _tree(root: int) -> tuple[list[psutil.Process], float]:
@@ -50,7 +52,7 @@ def _watch(client: NotebookClient, limit_mb: float, state: dict, stop: threading
 
 def execute_notebook(src: Path, dst: Path, cell_timeout: int, memory_mb: float) -> dict:
     """Run `src`, write the executed notebook to `dst`, return the summary."""
-    nb = nbformat.read(src, as_version=4)
+    nb = rejoin_lines(nbformat.from_dict(read_notebook(src)))  # as nbformat.read: sources as strings
     os.environ[GRADING_ENV] = "1"
     client = NotebookClient(nb, timeout=cell_timeout, interrupt_on_timeout=True, allow_errors=True,
                             kernel_name="python3", resources={"metadata": {"path": str(src.parent)}},

@@ -18,12 +18,13 @@ from batchlab.classroom.notebook import GradedQuestion, questions, rebuild
 from batchlab.classroom.sandbox import SANDBOX_DIR, Sandbox, run
 from batchlab.labs import load_checks
 from batchlab.labs._core import EVIDENCE_MIME, Raised, ReplayError, Result, replay
+from batchlab.paths import NotebookError, read_notebook
 
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
 
 
-class UnreadableSubmission(ValueError):
+class UnreadableSubmission(NotebookError):
     """A submission that cannot be read as a notebook."""
 
 
@@ -47,27 +48,12 @@ class LearnerGrade:
         return sum(q.max_score for q in self.questions)
 
 
-def read_submission(path: Path) -> dict[str, Any]:
-    """A notebook file as a dict; UnreadableSubmission (one line) if it is not one."""
-    try:
-        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            raise UnreadableSubmission(f"{path}: larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB")
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnreadableSubmission(f"{path}: cannot be read ({type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise UnreadableSubmission(f"{path}: not a notebook (JSON error at line {exc.lineno})") from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
-        raise UnreadableSubmission(f"{path}: not an nbformat 4 notebook")
-    return nb
-
-
 def release_notebook(release_dir: Path, lab: str) -> tuple[Path, dict[str, Any]]:
     """The released notebook of `lab` (e.g. labs/lab2_dynamic_batching.ipynb)."""
     found = sorted(Path(release_dir).glob(f"{lab}_*.ipynb")) + sorted(Path(release_dir).glob(f"{lab}.ipynb"))
     if len(found) != 1:
         raise UnreadableSubmission(f"no single release notebook for {lab} in {release_dir} (found {len(found)})")
-    nb = read_submission(found[0])
+    nb = read_notebook(found[0], MAX_NOTEBOOK_BYTES)
     if not questions(nb):
         raise UnreadableSubmission(f"{found[0]} carries no nbgrader grade cells: run `make handout`")
     return found[0], nb
@@ -136,8 +122,8 @@ class GradeRun:
 
 
 def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], qs: list[GradedQuestion]) -> LearnerGrade:
-    """Rebuild, execute in the sandbox, score. Raises UnreadableSubmission when `path` is not a notebook."""
-    submission = read_submission(path)
+    """Rebuild, execute in the sandbox, score. Raises NotebookError when `path` is not a notebook."""
+    submission = read_notebook(path, MAX_NOTEBOOK_BYTES)
     nb = rebuild(release, submission)
     work = Path(tempfile.mkdtemp(prefix=f"batchlab-grade-{job.lab}-"))
     try:
@@ -148,8 +134,8 @@ def grade_one(job: GradeRun, learner: str, path: Path, release: dict[str, Any], 
         executed_path = work / "executed.ipynb"
         grade = LearnerGrade(learner, job.lab)
         try:
-            executed = read_submission(executed_path)
-        except UnreadableSubmission:
+            executed = read_notebook(executed_path, MAX_NOTEBOOK_BYTES)
+        except NotebookError:
             executed = {"cells": [], "metadata": {"batchlab_execution": {
                 "reason": "整个提交运行超时" if code == -9 else f"执行器没有写出结果（退出码 {code}）"}}}
             grade.note = tail.strip().splitlines()[-1] if tail.strip() else ""
@@ -207,7 +193,7 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
             return LearnerGrade(folder.name, job.lab, [Result(q.qid, 0, q.points, ["未提交"]) for q in qs], "未提交")
         try:
             g = grade_one(job, folder.name, path, release, qs)
-        except UnreadableSubmission as exc:
+        except NotebookError as exc:
             bad.append(str(exc))
             return None
         log(f"{folder.name}: {g.total}/{g.max_total}")

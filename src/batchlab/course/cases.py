@@ -21,6 +21,7 @@ from batchlab.sim.lengths import LengthDist, capped_exponential, fixed, uniform
 from batchlab.sim.results import SimResult
 from batchlab.sim.service import Affine, TokenCost
 from batchlab.sim.static_generation import simulate_static_generation
+from batchlab.sim.summary import percentile
 
 #: The article's case 1, exactly as stated.
 ECOMMERCE = {"rate_qps": 5000.0, "max_batch_size": 8, "max_queue_delay_ms": 50.0,
@@ -268,16 +269,10 @@ def per_group_latency(res: SimResult, groups: np.ndarray, names: Sequence[str],
     keep &= ~(r["rejected"] | r["timed_out"]) & ~np.isnan(r["finish"])
     rows = []
     for j, name in enumerate(names):
-        m = keep & (g == j)
-        if not m.any():
-            rows.append({"group": name, "n": 0, "p50_s": None, "p99_s": None, "ttft_p99_s": None})
-            continue
-        lat = r["finish"][m] - r["arrival"][m]
-        ft = r["first_token"][m] - r["arrival"][m]
-        ft = ft[~np.isnan(ft)]
-        rows.append({"group": name, "n": int(m.sum()), "p50_s": float(np.percentile(lat, 50)),
-                     "p99_s": float(np.percentile(lat, 99)),
-                     "ttft_p99_s": float(np.percentile(ft, 99)) if ft.size else None})
+        m = keep & (g == j)  # an empty group gets None for each percentile
+        lat, ft = r["finish"][m] - r["arrival"][m], r["first_token"][m] - r["arrival"][m]
+        rows.append({"group": name, "n": int(m.sum()), "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
+                     "ttft_p99_s": percentile(ft, 99)})
     return rows
 
 
@@ -388,9 +383,7 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
         for j, name in enumerate(("短单", "长单")):
             m = (kk == j) & ok
             x = lat[m]
-            rows.append({"model": model, "tenant": name, "n": int(m.sum()),
-                         "p50_s": float(np.percentile(x, 50)) if x.size else None,
-                         "p95_s": float(np.percentile(x, 95)) if x.size else None,
-                         "max_s": float(x.max()) if x.size else None,
+            rows.append({"model": model, "tenant": name, "n": int(m.sum()), "p50_s": percentile(x, 50),
+                         "p95_s": percentile(x, 95), "max_s": float(x.max()) if x.size else None,
                          "errors": int(((kk == j) & ~ok).sum())})
     return rows

@@ -18,6 +18,7 @@ from batchlab.sim.dynamic import simulate_dynamic
 from batchlab.sim.results import SimResult
 from batchlab.sim import QueuePolicy
 from batchlab.sim.service import Affine
+from batchlab.sim.summary import percentile
 
 
 @dataclass
@@ -41,8 +42,7 @@ def _class_rows(policy: str, res: SimResult, prio: np.ndarray, warmup: float = 0
         wait = r["start"][ok] - r["arrival"][ok]
         out.append({"policy": policy, "class": name, "n": int(m.sum()),
                     "served": int(ok.sum()), "dropped_pct": 100.0 * float(dropped.mean()) if m.any() else 0.0,
-                    "queue_p50_ms": float(np.percentile(wait, 50)) * 1e3 if wait.size else None,
-                    "queue_p99_ms": float(np.percentile(wait, 99)) * 1e3 if wait.size else None,
+                    "queue_p50_ms": percentile(wait, 50, 1e3), "queue_p99_ms": percentile(wait, 99, 1e3),
                     "queue_max_ms": float(wait.max()) * 1e3 if wait.size else None})
     return out
 
@@ -107,8 +107,8 @@ def delay_bound_experiment(loads: Sequence[float], delay_ms: float = 5.0, servic
         s = res.summary()
         r = res.records[int(0.1 * n):]
         q = (r["start"] - r["arrival"]) * 1e3
-        rows.append({"load": float(load), "delay_ms": delay_ms, "queue_p50_ms": float(np.percentile(q, 50)),
-                     "queue_p99_ms": float(np.percentile(q, 99)), "queue_max_ms": float(q.max()),
+        rows.append({"load": float(load), "delay_ms": delay_ms, "queue_p50_ms": percentile(q, 50),
+                     "queue_p99_ms": percentile(q, 99), "queue_max_ms": float(q.max()),
                      "over_delay_pct": 100.0 * float(np.mean(q > delay_ms * (1 + 1e-9))),
                      "stable": s["stable"]})
     return rows

@@ -11,13 +11,12 @@ goals state (**本实验目标**（约 N 分钟）).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchlab.paths import repo_root
+from batchlab.paths import read_notebook, repo_root
 
 #: Reading speed for Chinese prose, characters per minute.
 CHARS_PER_MINUTE = 300
@@ -95,7 +94,7 @@ LESSONS = [
 
 def _notebook(item: Item, root: Path | None = None) -> dict | None:
     path = (root or repo_root()) / item.file
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_notebook(path) if path.is_file() else None
 
 
 def _first_cell(nb: dict) -> str:

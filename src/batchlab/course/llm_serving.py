@@ -6,11 +6,9 @@ Splitwise). Every function returns rows (dicts)."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -19,9 +17,10 @@ from batchlab._validate import count
 from batchlab.batching.scheduler import MAX_ACTIVE
 from batchlab.load import RequestSpec, poisson_arrivals, run_open_loop
 from batchlab.models.requests import generate_inputs
-from batchlab.server import TritonServer
+from batchlab.server import TritonServer, connect
 from batchlab.sim.continuous import simulate_continuous
 from batchlab.sim.service import TokenCost
+from batchlab.sim.summary import percentile
 
 #: The step policies the chapter compares: name -> `simulate_continuous` settings (and lm_stream's).
 STEP_SETTINGS: dict[str, dict[str, Any]] = {
@@ -59,25 +58,12 @@ def stage_variants(dest: str | Path, variants: Mapping[str, Mapping[str, str]] =
     return Path(dest)
 
 
-@contextlib.contextmanager
 def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()
-                   ) -> Iterator[TritonServer]:
-    """A private embedded server with the variants (and `models`) staged in a temporary repository
-    (stopped on exit)."""
-    with tempfile.TemporaryDirectory(prefix="batchlab-ch11-") as tmp:
-        with TritonServer(stage_variants(tmp, variants, models)) as server:
-            yield server
-
-
-def start_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models: Sequence[str] = ()) -> TritonServer:
-    """`serving_server` for a notebook: started now, stopped (and its repository removed) by `stop_server`."""
-    return TritonServer(stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)).start()
-
-
-def stop_server(server: TritonServer) -> None:
-    """Stop a server from `start_server` and remove its staged repository."""
-    server.stop()
-    shutil.rmtree(server.repo, ignore_errors=True)
+                   ) -> TritonServer:
+    """A private embedded server (not started) with the variants (and `models`) staged in a temporary
+    repository: ``with serving_server() as server``, or `.start()` then `.stop()` (the repository goes too)."""
+    repo = stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)
+    return connect(repo, private=True, owns_repo=True)
 
 
 def token_prompt(n: int, salt: int = 0) -> np.ndarray:
@@ -245,9 +231,8 @@ def mixed_round(server: Any, model: str, n_decode: int = 4, decode_tokens: int =
         raise RuntimeError(f"{model} sends no T_NS with its tokens: the server runs a batchlab older than this notebook's")
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)])
     client_gaps = np.concatenate([np.diff(rec.token_times[i]) for i in range(n_decode)])
-    return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)) * 1e3,
-            "itl_p99_ms": float(np.percentile(gaps, 99)) * 1e3,
-            "client_itl_p99_ms": float(np.percentile(client_gaps, 99)) * 1e3,
+    return {"model": model, "itl_p50_ms": percentile(gaps, 50, 1e3), "itl_p99_ms": percentile(gaps, 99, 1e3),
+            "client_itl_p99_ms": percentile(client_gaps, 99, 1e3),
             "long_ttft_p50_ms": float(np.median(rec.server_ttft[n_decode:])) * 1e3,
             "long_prefill_steps": prefill_window(rec, n_decode, n_decode)[0],
             "decode_e2e_ms": float(np.median(rec.last[:n_decode] - rec.sent[:n_decode])) * 1e3}
@@ -314,7 +299,7 @@ def slo_attainment(ttft_s: Sequence[float], token_times: Sequence[Sequence[float
     ok = []
     for ttft, times in zip(ttft_s, token_times):
         gaps = np.diff(np.asarray(times, float))
-        itl = float(np.percentile(gaps, 99)) if gaps.size else 0.0
+        itl = percentile(gaps, 99, empty=0.0)
         ok.append(ttft * 1e3 <= slo["ttft_ms"] and itl * 1e3 <= slo["itl_p99_ms"])
     return float(np.mean(ok)) if ok else float("nan")
 
@@ -358,11 +343,15 @@ def sim_goodput(rates: Sequence[float], cost: TokenCost, slo: Mapping[str, float
         arr = poisson_arrivals(rate, n=n, seed=seed + 1)
         for policy in policies:
             ttft, times = _simulate(arr, prompts, outs, cost, policy)
-            itl = [np.percentile(np.diff(t), 99) for t in times if len(t) > 1]
             rows.append({"policy": policy, "rate": float(rate), "attainment": slo_attainment(ttft, times, slo),
-                         "ttft_p90_ms": float(np.percentile(ttft, 90)) * 1e3,
-                         "itl_p99_median_ms": float(np.median(itl)) * 1e3})
+                         **_tails(ttft, times)})
     return rows
+
+
+def _tails(ttft_s: Sequence[float], token_times: Sequence[Sequence[float]]) -> dict[str, float]:
+    """TTFT p90 and the median of the requests' ITL p99 (ms)."""
+    itl = [percentile(np.diff(t), 99) for t in token_times if len(t) > 1]
+    return {"ttft_p90_ms": percentile(ttft_s, 90, 1e3), "itl_p99_median_ms": float(np.median(itl)) * 1e3}
 
 
 def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mapping[str, float], n: int = 8,
@@ -375,13 +364,10 @@ def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mappin
     prompts = [token_prompt(int(k), seed * 1000 + i) for i, k in enumerate(lens)]
     arr = np.concatenate([[0.0], poisson_arrivals(rate, n=n - 1, seed=seed + 11)])
     rec = stream_requests(server, model, prompts, [int(o) for o in outs], arr)
-    itl = [np.percentile(np.diff(t), 99) for t in rec.server_times if len(t) > 1]
     sim_ttft, sim_times = _simulate(rec.sent - rec.sent.min(), lens, outs, cost, policy)
     return {"model": model, "policy": policy, "rate": float(rate),
             "attainment": slo_attainment(rec.server_ttft, rec.server_times, slo),
-            "predicted": slo_attainment(sim_ttft, sim_times, slo),
-            "ttft_p90_ms": float(np.percentile(rec.server_ttft, 90)) * 1e3,
-            "itl_p99_median_ms": float(np.median(itl)) * 1e3}
+            "predicted": slo_attainment(sim_ttft, sim_times, slo), **_tails(rec.server_ttft, rec.server_times)}
 
 
 def interleaved(fn: Callable[..., dict[str, Any]], server: Any, models: Sequence[str], rounds: int = 3,
@@ -427,7 +413,7 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
     step_ms = (b["end"] - b["start"]) * 1e3
     gaps = np.concatenate([np.diff(t) for t in res.extra["token_times"][:n_decode]]) * 1e3
     return {"max_num_tokens": max_num_tokens or 0, "step_policy": policy, "step_max_ms": float(step_ms.max()),
-            "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
+            "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99),
             "long_ttft_p50_ms": float(np.median(r["first_token"][n_decode:] - r["arrival"][n_decode:])) * 1e3,
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
@@ -452,7 +438,7 @@ def sim_preemption(kv_policy: str, cost: TokenCost, budget: int = 256, n: int = 
                    max_tokens: int = 64) -> dict[str, Any]:
     """`preemption_round`'s load in the simulator under `kv_policy` and a pool of `budget` tokens."""
     res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
-                              kv_budget_tokens=budget, kv_policy=kv_policy, warmup=0.0)
+                              kv_token_budget=budget, kv_policy=kv_policy, warmup=0.0)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
     return {"kv_policy": kv_policy, "budget": budget,
@@ -506,7 +492,7 @@ def disaggregation(rate: float, transfer_ms: float, cost: TokenCost, n: int = 40
 def _latency_row(label: str, first: np.ndarray, arrival: np.ndarray, times: Sequence[Sequence[float]],
                  output: int) -> dict[str, float]:
     """TTFT p99, TPOT p99, the pooled ITL p99 and the longest gap (ms) of requests with these token times."""
-    p99 = lambda x: float(np.percentile(x, 99)) * 1e3  # noqa: E731
+    p99 = lambda x: percentile(x, 99, 1e3)  # noqa: E731
     last = np.array([t[-1] for t in times])
     gaps = np.concatenate([np.diff(t) for t in times])
     return {f"{label}_ttft_p99_ms": p99(first - arrival), f"{label}_tpot_p99_ms": p99((last - first) / (output - 1)),

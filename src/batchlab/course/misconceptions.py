@@ -65,7 +65,7 @@ def llm_batch_sweep(max_active: Sequence[int], cost: TokenCost, kv_bytes_per_tok
     per_seq = float(np.mean(p + o - 1))
     rows = []
     for m in max_active:
-        res = simulate_continuous(arr, p, o, cost, max_active=int(m), kv_budget_tokens=budget_tok, kv_policy=kv_policy)
+        res = simulate_continuous(arr, p, o, cost, max_active=int(m), kv_token_budget=budget_tok, kv_policy=kv_policy)
         s = res.summary()
         bt = res.batches
         itl = float(np.mean(bt["end"] - bt["start"])) * 1e3 if bt.size else None

@@ -14,8 +14,7 @@ layer, not for the reason a GPU server has. Every function returns rows (dicts).
 from __future__ import annotations
 
 import collections
-import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -40,11 +39,9 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-@contextlib.contextmanager
-def spec_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> Iterator[TritonServer]:
+def spec_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS) -> TritonServer:
     """A private embedded server with the speculative variants (`llm_serving.serving_server`)."""
-    with serving_server(variants) as server:
-        yield server
+    return serving_server(variants)
 
 
 def request_figures(responses: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:

@@ -13,12 +13,11 @@ import numpy as np
 from batchlab._validate import count, positive
 from batchlab.sim.dynamic import simulate_dynamic, simulate_rule
 from batchlab.batching import BatchRule
+from batchlab.sim.summary import PERCENTILES
 from batchlab.sim.workload import poisson
 from batchlab.theory.formulas import heavy_load_wait
 from batchlab.theory.queueing import batch_queue, little_wait
 
-#: Latency percentiles of an `evaluate` row (and the ones an SLO may name).
-SLO_PERCENTILES = (50, 95, 99)
 _TIE = 0.02  # `search`: rates within this share of the best count as a tie
 
 
@@ -68,7 +67,7 @@ def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 400
     lat = s["latency_ms"] or {}
     row: dict[str, Any] = {"config": config, "label": config.label, **config.as_dict(), "rate_rps": r,
                            "throughput_rps": s["throughput_rps"]}
-    for q in SLO_PERCENTILES:
+    for q in PERCENTILES:
         row[f"p{q}_ms"] = lat.get(f"p{q}", math.nan) + extra_latency_ms
     return {**row, "mean_ms": lat.get("mean", math.nan) + extra_latency_ms,
             "queue_ms": (s["queue_ms"] or {}).get("mean", math.nan), "batch_size_mean": s["batch_size_mean"],
@@ -126,8 +125,8 @@ def capacity_under_slo(config: BatchRule, service: Any, slo_ms: float, percentil
     """Scan ``points`` rates up to the full-batch capacity, then bisect ``refine`` times above the
     highest rate that met the SLO (p-``percentile`` latency ≤ ``slo_ms`` and a stable queue)."""
     slo = positive("slo_ms", slo_ms)
-    if percentile not in SLO_PERCENTILES:
-        raise ValueError(f"percentile must be one of {SLO_PERCENTILES}, got {percentile!r}")
+    if percentile not in PERCENTILES:
+        raise ValueError(f"percentile must be one of {PERCENTILES}, got {percentile!r}")
     q = int(percentile)
     count("points", points, lo=2)
     u = unit_arrivals(n_requests, seed) if unit is None else unit

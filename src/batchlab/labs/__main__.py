@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Sequence
 
 from batchlab.labs._core import parse_scores
+from batchlab.paths import read_notebook
 
 
 def notebook_scores(path: Path) -> dict[str, tuple[int, int]]:
     """{qid: (score, max)} from the stored outputs of one executed notebook."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    nb = read_notebook(path)
     return parse_scores("\n".join("".join(out.get("text", "")) for cell in nb.get("cells", [])
                                   for out in cell.get("outputs", [])))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchlab.config_pbtxt import ConfigError, edit_config, parse_config, translate_error
+from batchlab.config_pbtxt import ConfigError, edit_config, parse_config
 from batchlab.labs._core import Grader
 
 _PAIRS = {"}": "{", "]": "["}
@@ -63,12 +63,10 @@ def explain(text: str, exc: ConfigError | None = None) -> str:
         return f"你的块第 {line} 行第 {col} 列：{why}。{_quote(text, line, col)}"
     if exc is None:
         return "Triton 读不懂这段文本"
-    hint = f" {exc.hint}" if exc.hint else ""
+    what = exc.explanation().rstrip("。")
     if exc.line:
-        what = exc.hint if exc.hint and "字段" in exc.hint else translate_error(exc.message) + "。" + hint.strip()
-        return (f"你的块第 {exc.line} 行第 {exc.column} 列：{what.rstrip('。')}。"
-                f"{_quote(text, exc.line, exc.column)}")
-    return f"Triton 读不懂你的块：{translate_error(exc.message)}。{hint}"
+        return f"你的块第 {exc.line} 行第 {exc.column} 列：{what}。{_quote(text, exc.line, exc.column)}"
+    return f"Triton 读不懂你的块：{what}。"
 
 
 def read_block(g: Grader, text: Any, base: str, at: str = "", what: str = "你的块", args: str = "") -> Any:

@@ -8,8 +8,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf.json_format import MessageToDict
 from tritonclient.utils import InferenceServerException
 
+from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
 from batchlab.load.stats import ModelStats
@@ -26,24 +28,23 @@ def _is_array(g: Grader, value: Any, what: str) -> np.ndarray:
     return value
 
 
+#: The course's `embed` config as the server returns it (its JSON form), read from its one home,
+#: the model repository's config.pbtxt: the TOKENS length and the EMBEDDING width come from there.
+_EMBED = MessageToDict(parse_config(load_config_text("embed")), preserving_proto_field_name=True,
+                       always_print_fields_with_no_presence=True)
+_LENGTH, _WIDTH = (int(_EMBED[k][0]["dims"][0]) for k in ("input", "output"))
+_BATCH = int(_EMBED["max_batch_size"])
+
+
 def _tokens(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    x = np.zeros((n, 16), np.int32)
+    x = np.zeros((n, _LENGTH), np.int32)
     x[:, 0] = 1
     x[:, 1:8] = rng.integers(4, 200, (n, 7))
     return x
 
 
-#: The course's `embed` config as the server returns it (the fields summarize_config reads) and
-#: the model unlike it the check also tries, each with its expected summary.
-_EMBED = {
-    "name": "embed", "backend": "python", "max_batch_size": 32,
-    "input": [{"name": "TOKENS", "data_type": "TYPE_INT32", "dims": ["16"]}],
-    "output": [{"name": "EMBEDDING", "data_type": "TYPE_FP32", "dims": ["256"]},
-               {"name": "BATCH_SIZE", "data_type": "TYPE_INT32", "dims": ["1"]}],
-    "dynamic_batching": {"preferred_batch_size": [32], "max_queue_delay_microseconds": 0},
-    "instance_group": [{"name": "embed_0", "kind": "KIND_CPU", "count": 1}],
-}
+#: The model unlike embed the check also tries; each with its expected summary.
 _OTHER = {  # a model unlike embed: no batching, two instance groups of 2 and 1, two inputs
     "name": "other", "max_batch_size": 0,
     "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [3, 4]},
@@ -53,7 +54,8 @@ _OTHER = {  # a model unlike embed: no batching, two instance groups of 2 and 1,
                        {"name": "other_1", "kind": "KIND_CPU", "count": 1}],
 }
 _EXPECTED = {
-    "embed": {"max_batch_size": 32, "inputs": {"TOKENS": [16]}, "outputs": {"EMBEDDING": [256], "BATCH_SIZE": [1]},
+    "embed": {"max_batch_size": _BATCH, "inputs": {"TOKENS": [_LENGTH]},
+              "outputs": {"EMBEDDING": [_WIDTH], "BATCH_SIZE": [1]},
               "dynamic_batching": True, "instances": 1},
     "other": {"max_batch_size": 0, "inputs": {"A": [3, 4], "B": [-1]}, "outputs": {"Y": [3]},
               "dynamic_batching": False, "instances": 3},
@@ -107,8 +109,8 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
             g.fail(f"返回的 dict 缺少键：{', '.join(missing)}")
         results.append((label, got, want))
 
-    goods = {"max_batch_size": "max_batch_size：顶层字段，embed 一次执行最多 32 行",
-             "inputs": "inputs：名字 → dims（不含批维）", "outputs": "outputs：EMBEDDING [256] 与 BATCH_SIZE [1]",
+    goods = {"max_batch_size": f"max_batch_size：顶层字段，embed 一次执行最多 {_BATCH} 行",
+             "inputs": "inputs：名字 → dims（不含批维）", "outputs": f"outputs：EMBEDDING [{_WIDTH}] 与 BATCH_SIZE [1]",
              "dynamic_batching": "dynamic_batching：看配置里有没有这一节（有就是 True）",
              "instances": "instances：把 instance_group 里每组的 count 加起来"}
     for key in _SUMMARY_KEYS:
@@ -133,16 +135,16 @@ def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndar
     tokens = tokens if tokens is not None else _tokens(3)
     out = _is_array(g, g.call(fn, client, tokens), name)
     n = tokens.shape[0]
-    if out.shape == (256,) and n == 1:
-        g.fail("返回的形状是 (256,)：请保留批维，返回 (批大小, 256)")
-    g.expect(out.shape == (n, 256), f"形状 {out.shape}：每行一个 256 维向量",
-             f"{n} 行输入应得到形状 ({n}, 256)，你的是 {out.shape}。输入形状要带批维：[{n}, 16]")
+    if out.shape == (_WIDTH,) and n == 1:
+        g.fail(f"返回的形状是 ({_WIDTH},)：请保留批维，返回 (批大小, {_WIDTH})")
+    g.expect(out.shape == (n, _WIDTH), f"形状 {out.shape}：每行一个 {_WIDTH} 维向量",
+             f"{n} 行输入应得到形状 ({n}, {_WIDTH})，你的是 {out.shape}。输入形状要带批维：[{n}, {_LENGTH}]")
     want = g.observe(lambda: _reference(client, tokens, grpc))
     same = out.shape == want.shape and np.allclose(out, want, atol=1e-5)
     g.expect(same, "数值与服务器的 EMBEDDING 一致", "数值和服务器对同一输入给出的 EMBEDDING 不一致：是不是取错了输出，或改动了输入？")
     one = _is_array(g, g.call(fn, client, _tokens(1, seed=7)), name)
     want_one = g.observe(lambda: _reference(client, _tokens(1, seed=7), grpc))
-    g.expect(one.shape == (1, 256) and np.allclose(one, want_one, atol=1e-5),
+    g.expect(one.shape == (1, _WIDTH) and np.allclose(one, want_one, atol=1e-5),
              "换一行别的输入也对：函数没有写死", f"换成 1 行别的输入时结果不对（形状 {one.shape}）：函数里别写死输入或形状")
 
 

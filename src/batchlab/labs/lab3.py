@@ -18,7 +18,7 @@ from batchlab.config_pbtxt import load_config_text
 from batchlab.labs._blocks import read_block
 from batchlab.labs._core import Grader, check
 from batchlab.labs import recorded
-from batchlab.labs.record_lab3 import reference_slots
+from batchlab.labs.record_lab3 import _reference_slots
 from batchlab.lm import ToyLM, encode, generate
 from batchlab.batching.slots import SequenceSlots
 
@@ -257,13 +257,13 @@ def _first_diff(events: list[tuple[int, str]], want: list[Any], got: list[Any]) 
 
 
 @check("lab3.q6", points=8, title="direct：给每个请求分配槽位",
-       shortcuts=(SequenceSlots.arrive, SequenceSlots.release, SequenceSlots.take, reference_slots))
+       shortcuts=(SequenceSlots.arrive, SequenceSlots.release, SequenceSlots.take, _reference_slots))
 def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(events, n_slots) -> [slot or None per event]`: four crafted timelines aimed at the typical
     mistakes, then the timelines recorded from the real server (`batchlab.labs.record_lab3`)."""
     for n, text, good, hint in _CRAFTED:
         events = _ev(text)
-        want, got = reference_slots(events, n), _slots_of(g, fn, events, n, f"{n} 个槽位、事件 {text}（考的是：{good}）")
+        want, got = _reference_slots(events, n), _slots_of(g, fn, events, n, f"{n} 个槽位、事件 {text}（考的是：{good}）")
         if isinstance(got, str):  # it raised or answered no list: the hint still names the likely mistake
             g.expect(False, good, f"{n} 个槽位、事件 {text}：{got}。这条时间线考的是：{hint}")
             continue

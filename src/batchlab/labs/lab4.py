@@ -23,6 +23,7 @@ from batchlab.labs._core import MARK_BAD, Grader, check
 from batchlab.labs.labkit import isolated, outside_names, waiting_request as _seq
 from batchlab.load import RequestSpec, run_closed_loop
 from batchlab.sim.lengths import capped_exponential
+from batchlab.sim.summary import percentile
 
 
 def _call(g: Grader, fn: Callable[..., Any], name: str, *args: Any) -> Any:
@@ -342,7 +343,7 @@ def chunk_round(server: Any, model: str, n_decode: int = 16, decode_tokens: int 
     rec = L.stream_requests(server, model, prompts, [decode_tokens] * n_decode + [4], [0.0] * n_decode + [long_at])
     n_steps, prefill_s = L.prefill_window(rec, n_decode, n_decode)
     gaps = np.concatenate([np.diff(rec.server_times[i]) for i in range(n_decode)]) * 1e3
-    return {"model": model, "itl_p50_ms": float(np.percentile(gaps, 50)), "itl_p99_ms": float(np.percentile(gaps, 99)),
+    return {"model": model, "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99),
             "prefill_ms": prefill_s * 1e3, "prefill_steps": n_steps,
             "long_ttft_ms": float(rec.token_times[-1][0] - rec.sent[-1]) * 1e3}
 

@@ -12,7 +12,6 @@ import re
 import shutil
 import tempfile
 import textwrap
-import time
 import types
 import weakref
 from pathlib import Path
@@ -23,7 +22,7 @@ from batchlab.config_pbtxt import edit_config, parse_config, stage_model, to_tex
 from batchlab.labs._core import MARK_BAD, MARK_TODO, Raised, current_lab, last_result
 from batchlab.load.stats import read_stats
 from batchlab.paths import MODEL_REPOSITORY
-from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect
+from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect, poll
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _SKIP = "这一格要用到第 {q} 题的结果"
@@ -253,7 +252,7 @@ class Workspace:
         if self.server is not None and self.server.running:
             return self.server
         load = list(models) if models is not None else self.models
-        self.server = TritonServer(self.repo, model_control="explicit", models=load, **kwargs).start()
+        self.server = connect(self.repo, private=True, model_control="explicit", models=load, **kwargs).start()
         for model in load:
             self._segment(model, open_new=True)
         return self.server
@@ -269,13 +268,9 @@ class Workspace:
         except Exception as exc:  # tritonclient's InferenceServerException
             text = str(exc).strip().splitlines()
             raise ModelLoadError(f"Triton 拒绝加载（或重新加载）{model!r}：{text[0] if text else exc}") from None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if client.is_model_ready(model):
-                self._segment(model, open_new=True)
-                return
-            time.sleep(0.05)
-        raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
+        if not poll(lambda: client.is_model_ready(model), timeout, interval=0.05):
+            raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
+        self._segment(model, open_new=True)
 
     def _counters(self, model: str) -> dict[str, int] | None:
         try:

@@ -28,7 +28,7 @@ ANSWER_S = 0.2     # how long an answer may take before its request counts as ba
 KEEP_ALIVE_S = 0.4
 
 
-def reference_slots(events: Sequence[Sequence[Any]], n_slots: int) -> list[int | None]:
+def _reference_slots(events: Sequence[Sequence[Any]], n_slots: int) -> list[int | None]:
     """The slot of each event by chapter 03's `SequenceSlots` (one instance, ``direct``); None for "idle"."""
     slots = SequenceSlots("direct", 1, n_slots, 0)
     out: list[int | None] = [None] * len(events)
@@ -98,7 +98,7 @@ def _holds(events: list[tuple[int, str]], n_slots: int, seq: int) -> bool:
     if _state(events, seq) != "live":
         return False
     firsts = [i for i, (s, k) in enumerate(events) if s == seq and k == "start"]
-    return bool(firsts) and reference_slots(events, n_slots)[firsts[0]] is not None
+    return bool(firsts) and _reference_slots(events, n_slots)[firsts[0]] is not None
 
 
 def _send(client: Any, model: str, corr: int, kind: str, answers: "queue.Queue[Any]", index: int) -> None:
@@ -171,7 +171,7 @@ def record_slots(server: Any, repeats: int = 3, seed: int = 0, count: int = 12,
             for _ in range(repeats):
                 runs.append(record_once(client, model, t, corr))
                 corr += 100
-            ref = reference_slots(t["events"], n)
+            ref = _reference_slots(t["events"], n)
             entry = {**t, "slots": runs[0], "course_rule": ref == runs[0]}
             (kept if all(r == runs[0] for r in runs) else dropped).append({**entry, "runs": runs})
     for e in kept:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from batchlab.server import TritonServer
+from batchlab.server import connect
 
 FORMAT = 1
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None, doc: str, name: str, model: str, count: int
     ap.add_argument("--count", type=int, default=count, help="random cases drawn")
     ap.add_argument("--out", type=Path, default=DATA_DIR / f"{name}.json")
     args = ap.parse_args(argv)
-    with TritonServer(models=[model]) as server:
+    with connect(models=[model], private=True) as server:
         data = record(server, args.repeats, args.seed, args.count)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

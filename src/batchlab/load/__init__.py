@@ -7,7 +7,7 @@ from batchlab.load.metrics import MetricsSnapshot, MetricsTimeline, scrape, time
 from batchlab.load.open_loop import open_loop, run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
 from batchlab.load.report import ClientFellBehind, LoadReport, pool_reports
-from batchlab.load.runner import Endpoints, fetch_stats
+from batchlab.load.runner import Endpoints
 from batchlab.load.stats import ModelStats, read_stats, settle
 from batchlab.load.workload import RequestSpec, SequenceSpec, poisson_arrivals
 
@@ -15,6 +15,6 @@ __all__ = [
     "RequestSpec", "SequenceSpec", "poisson_arrivals",
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports", "ClientFellBehind",
-    "ModelStats", "read_stats", "settle", "fetch_stats", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
+    "ModelStats", "read_stats", "settle", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
     "Endpoints",
 ]

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -20,7 +18,7 @@ import numpy as np
 from batchlab.load.metrics import MetricsSnapshot, scrape
 from batchlab.load.records import Records, RequestRecord
 from batchlab.load.report import LoadReport
-from batchlab.load.stats import ModelStats, settle
+from batchlab.load.stats import ModelStats, read_stats, settle
 from batchlab.load.streams import StreamTransport
 from batchlab.load.transport import GrpcTransport, HttpTransport, Transport
 from batchlab.server import ServerError, _http, repository_index
@@ -50,13 +48,6 @@ def check_server(server: Any) -> None:
             )
 
 
-def fetch_stats(http_url: str, model: str, timeout: float = 10.0) -> ModelStats:
-    """Statistics extension of `model` over HTTP (``GET /v2/models/<model>/stats``)."""
-    url = f"http://{http_url}/v2/models/{urllib.parse.quote(model)}/stats"
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return ModelStats.from_json(json.loads(resp.read()), model)
-
-
 def check_model_ready(http_url: str, model: str, timeout: float = 10.0, key: str | None = None) -> None:
     """ValueError naming `model` and the ready models unless it is ready; `key` opens the repository
     index (a restricted API)."""
@@ -79,7 +70,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple[ModelStats | None, MetricsSnapshot | None]:
     """Read the statistics extension and/or scrape the metrics endpoint (off the event loop)."""
-    st = await _in_thread(fetch_stats, server.http_url, model) if stats else None
+    st = await _in_thread(read_stats, server.http_url, model) if stats else None
     murl = getattr(server, "metrics_url", None)
     me = await _in_thread(scrape, murl) if metrics and murl else None
     return st, me
@@ -199,7 +190,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
             warm: list[RequestRecord] = []
             await warmup(transport, warm, time.perf_counter())
             if pre is not None:  # Triton counts a request after its answer is out: let the warm-up land
-                await _in_thread(settle, lambda: fetch_stats(server.http_url, model), pre,
+                await _in_thread(settle, lambda: read_stats(server.http_url, model), pre,
                                  _served(protocol, Records.from_list(warm)))
         st0, me0 = await snapshot(server, model, stats, metrics)
         records: list[RequestRecord] = []
@@ -222,7 +213,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
         recs.token_times = [None if t is None else [x - t_start for x in t] for t in recs.token_times]
         server_delta = metrics_delta = None
         if stats:
-            after = await _in_thread(settle, lambda: fetch_stats(server.http_url, model), st0, _served(protocol, recs))
+            after = await _in_thread(settle, lambda: read_stats(server.http_url, model), st0, _served(protocol, recs))
             server_delta = after - st0
         if metrics and me0 is not None:
             _, me1 = await snapshot(server, model, False, True)

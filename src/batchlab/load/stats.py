@@ -5,9 +5,13 @@ request of a batch the whole batch's time; `batch_stats` counts batches.
 
 from __future__ import annotations
 
-import time
+import json
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from batchlab.server import poll as wait_for
 
 PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -143,9 +147,14 @@ class ModelStats:
         }
 
 
-def read_stats(client: Any, model: str) -> ModelStats:
-    """A snapshot of `model`'s statistics from a synchronous tritonclient (gRPC or HTTP) client."""
-    if ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
+def read_stats(client: Any, model: str, timeout: float = 10.0) -> ModelStats:
+    """A snapshot of `model`'s statistics (the one reader of the extension) from a synchronous tritonclient
+    (gRPC or HTTP) client, or from a server's HTTP address "host:port" (plain urllib: safe from any thread)."""
+    if isinstance(client, str):
+        url = f"http://{client}/v2/models/{urllib.parse.quote(model)}/stats"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            js = json.loads(resp.read())
+    elif ".http" in type(client).__module__:  # the HTTP client returns JSON already and has no as_json
         js = client.get_inference_statistics(model)
     else:
         js = client.get_inference_statistics(model, as_json=True)
@@ -158,14 +167,12 @@ def settle(read: Callable[[], ModelStats], before: ModelStats, requests: int, ex
     `executions` more executions than `before` *and* two reads in a row agree on the counts (Triton
     counts a request after its answer is out); after `timeout` s the last read is returned.
     """
-    deadline = time.monotonic() + timeout
-    prev = None
-    while True:
-        after = read()
+    prev: list[tuple[int, int, int] | None] = [None]
+
+    def settled(after: ModelStats) -> bool:
         d = after - before
         key = (after.inference_count, after.execution_count, after.batch_executions)
-        if (d.success >= requests and d.batch_executions >= executions and key == prev) \
-                or time.monotonic() > deadline:
-            return after
-        prev = key
-        time.sleep(poll)
+        same, prev[0] = key == prev[0], key
+        return d.success >= requests and d.batch_executions >= executions and same
+
+    return wait_for(read, timeout, interval=poll, done=settled)

@@ -22,7 +22,7 @@ from batchlab.load import RequestSpec, run_open_loop
 from batchlab.load.stats import read_stats, settle
 from batchlab.load.transport import infer_inputs
 from batchlab.probe.batch_time import _settled
-from batchlab.server import TritonServer
+from batchlab.server import connect
 from batchlab.sim.dynamic import Decide, simulate_rule
 from batchlab.batching.dynamic import BatchRule, next_batch
 
@@ -145,15 +145,12 @@ def _grpc(server: Any) -> Any:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
-@contextlib.contextmanager
-def reloadable(server: Any, models: Sequence[str]) -> Iterator[Any]:
+def reloadable(server: Any, models: Sequence[str]) -> contextlib.AbstractContextManager[Any]:
     """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs with
     explicit model control, else a private embedded one (stopped on exit); a shared one is untouched."""
     if getattr(server, "model_control", None) == "explicit":
-        yield server
-        return
-    with TritonServer(models=list(models)) as private:
-        yield private
+        return contextlib.nullcontext(server)
+    return connect(models=list(models), private=True)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ def simulate_continuous(
     output_tokens: np.ndarray | Sequence[int],
     cost: TokenCost,
     max_active: int,
-    kv_budget_tokens: int | None = None,
+    kv_token_budget: int | None = None,
     step_policy: str = "mixed",
     max_num_tokens: int | None = None,
     kv_policy: str = "reserve",
@@ -49,7 +49,7 @@ def simulate_continuous(
 ) -> SimResult:
     """Simulate iteration-level batching of generation requests on one engine, ``cost`` pricing each step.
 
-    ``kv_budget_tokens`` sizes the KV pool (``kv_budget_tokens // block_size`` blocks; None: unlimited);
+    ``kv_token_budget`` sizes the KV pool (``kv_token_budget // block_size`` blocks; None: unlimited);
     ``max_num_tokens`` caps the positions per step (required with ``step_policy="chunked"``; with whole
     prompts a prompt must fit in it). ``record_token_times``: ``extra["token_times"]`` holds, per
     request, the end of every step that gave it a token (its ITLs).
@@ -63,7 +63,7 @@ def simulate_continuous(
     policy = choice("kv_policy", kv_policy, tuple(ADMISSION))
     steps = choice("step_policy", step_policy, tuple(STEP_POLICIES))
     block_size = integer("block_size", block_size, lo=1)
-    budget = None if kv_budget_tokens is None else integer("kv_budget_tokens", kv_budget_tokens, lo=block_size)
+    budget = None if kv_token_budget is None else integer("kv_token_budget", kv_token_budget, lo=block_size)
     token_cap = None if max_num_tokens is None else integer("max_num_tokens", max_num_tokens, lo=1)
     _check_fits(p, o, budget, block_size, token_cap, steps)
     if shared_prefix_tokens is not None and not prefix_caching:
@@ -74,7 +74,7 @@ def simulate_continuous(
     scheduler = Scheduler(blocks, ADMISSION[policy](), max_active, token_cap, steps)
     requests = _requests(p, o, shared, prefix_caching)
     records, rows, times = _run(scheduler, requests, a, cost, record_token_times)
-    config = dict(max_active=max_active, kv_budget_tokens=kv_budget_tokens, step_policy=steps,
+    config = dict(max_active=max_active, kv_token_budget=kv_token_budget, step_policy=steps,
                   max_num_tokens=max_num_tokens, kv_policy=policy, block_size=block_size,
                   prefix_caching=bool(prefix_caching), cost=repr(cost))
     return _result(records, rows, times if record_token_times else None, requests, blocks, config, warmup)
@@ -113,7 +113,7 @@ def _check_fits(p: np.ndarray, o: np.ndarray, budget: int | None, block_size: in
     if p.size and budget is not None and int(need.max()) > budget // block_size:
         j = int(np.argmax(need))
         raise ValueError(f"request {j} needs {int(p[j] + o[j])} KV tokens ({int(need[j])} blocks of {block_size}), "
-                         f"more than kv_budget_tokens={budget} holds")
+                         f"more than kv_token_budget={budget} holds")
     if p.size and step_policy != "chunked" and token_cap is not None and int(p.max()) > token_cap:
         raise ValueError(f"a prompt of {int(p.max())} tokens exceeds max_num_tokens={token_cap}; "
                          "use step_policy='chunked'")

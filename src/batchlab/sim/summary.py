@@ -17,15 +17,21 @@ PERCENTILES = (50, 90, 95, 99)
 """The latency percentiles every report (simulated or measured) gives."""
 
 
+def percentile(x: Any, q: float, scale: float = 1.0, empty: float | None = None) -> float | None:
+    """The ``q``-th percentile of the finite values of ``x`` times ``scale``, ``empty`` if none: the one place
+    the course computes a latency percentile (every table, simulated or measured, calls it)."""
+    v = np.asarray(x, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, q)) * scale if v.size else empty
+
+
 def percentile_summary(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
     """mean, p50/p90/p95/p99 and max of the finite values of ``x`` times ``scale`` (s -> ms); NaN if none."""
-    x = np.asarray(x, dtype=float)
+    x = np.asarray(x, dtype=float).ravel()
     x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": math.nan, **{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
-    p = np.percentile(x, PERCENTILES)
-    return {"mean": float(x.mean() * scale), **{f"p{q}": float(v * scale) for q, v in zip(PERCENTILES, p)},
-            "max": float(x.max() * scale)}
+    return {"mean": float(x.mean() * scale) if x.size else math.nan,
+            **{f"p{q}": percentile(x, q, scale, math.nan) for q in PERCENTILES},
+            "max": float(x.max() * scale) if x.size else math.nan}
 
 
 def _stats_ms(x: np.ndarray) -> dict[str, float] | None:

@@ -88,7 +88,7 @@ class KVPlan:
     kv_budget_bytes: float
     bytes_per_token: int
     tokens_per_sequence: int
-    kv_budget_tokens: int
+    kv_token_budget: int
     max_sequences: int
     bytes_per_sequence: int
 
@@ -112,7 +112,7 @@ def plan_kv(gpu_bytes: float, weight_bytes: float, bytes_per_token: int, tokens_
     return KVPlan(
         gpu_bytes=float(gpu_bytes), weight_bytes=float(weight_bytes), reserve_bytes=float(reserve_bytes),
         fraction=float(fraction), kv_budget_bytes=float(budget), bytes_per_token=int(bytes_per_token),
-        tokens_per_sequence=int(tokens_per_sequence), kv_budget_tokens=int(budget // bytes_per_token),
+        tokens_per_sequence=int(tokens_per_sequence), kv_token_budget=int(budget // bytes_per_token),
         max_sequences=max_concurrent_sequences(budget, bytes_per_token, tokens_per_sequence),
         bytes_per_sequence=int(bytes_per_token * tokens_per_sequence),
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from batchlab.labs import load_checks
+from batchlab.paths import NotebookError, read_notebook
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?:<!--\s*)?### BEGIN SOLUTION\b(?P<hint>.*?)(?:\s*-->)?\s*$")
 END = re.compile(r"^[ \t]*(?:<!--\s*)?### END SOLUTION\b.*$")
@@ -200,14 +201,6 @@ def make_lab(solution: dict[str, Any], solution_name: str) -> Lab:
     return Lab(nb, questions)
 
 
-def read_notebook(path: Path) -> dict[str, Any]:
-    """A notebook file as a plain dict (no validation, no id rewriting)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LabgenError(f"{path}: not a valid notebook (JSON error at line {exc.lineno})") from None
-
-
 def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
     """{lab path: text} for every `*.ipynb` in `solutions` (nothing is written)."""
     solutions, labs = Path(solutions), Path(labs)
@@ -218,8 +211,8 @@ def generate_labs(solutions: Path, labs: Path) -> dict[Path, str]:
 
 def _is_generated(path: Path) -> bool:
     try:
-        return GENERATED_KEY in json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError):
+        return GENERATED_KEY in read_notebook(path).get("metadata", {})
+    except NotebookError:
         return False
 
 
@@ -286,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not written:
             print("labs/ already up to date")
         return 0
-    except LabgenError as exc:
+    except (LabgenError, NotebookError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

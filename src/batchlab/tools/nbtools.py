@@ -11,14 +11,16 @@ from typing import Sequence
 
 import nbformat
 from nbclient import NotebookClient
+from nbformat.v4.rwbase import rejoin_lines
 
 from batchlab.course.claims import STRICT_ENV
+from batchlab.paths import read_notebook
 
 
 def execute(path: str | Path, timeout: int = 300, allow_errors: bool = False) -> float:
     """Run every cell of the notebook at `path` in a fresh kernel, store the outputs; the wall time (s)."""
     path = Path(path)
-    nb = nbformat.read(path, as_version=4)
+    nb = rejoin_lines(nbformat.from_dict(read_notebook(path)))  # as nbformat.read: sources as strings
     os.environ[STRICT_ENV] = "strict"  # a claim that does not hold is not stored as the chapter's output
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             store_widget_state=False,  # widget state is megabytes; the text repr is kept

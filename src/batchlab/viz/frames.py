@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from batchlab._validate import count, non_negative, real
+from batchlab.sim.summary import percentile
 
 #: Lane kind of each simulator scheduler: no batching, stateless dynamic batching,
 #: request-level generation batches, iteration-level (continuous) batching.
@@ -178,7 +179,7 @@ def lane_summary(lane: Lane, t0: float | None = None, t1: float | None = None) -
     nan = float("nan")
     return {
         "latency_mean_s": float(lat.mean()) if lat.size else nan,
-        "latency_p95_s": float(np.percentile(lat, 95)) if lat.size else nan,
+        "latency_p95_s": percentile(lat, 95, empty=nan),
         "batch_mean": float(lane.b_size.mean()) if lane.b_size.size else nan,
         "eta": float((occupied * lane.b_useful).sum() / occupied.sum()) if occupied.sum() > 0 else nan,
         "busy": busy, "fill": fill, "done": int(done.sum()),
