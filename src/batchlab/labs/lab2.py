@@ -191,7 +191,8 @@ def _check_idle_rules(g: Grader, fn: Callable[..., Any]) -> None:
 
 
 def _check_payload_rules(g: Grader, fn: Callable[..., Any]) -> None:
-    """Three crafted cases where the payload or the largest preferred size decides."""
+    """Three crafted cases: jumping past the largest preferred size, a payload that already holds a
+    preferred size, and a preferred size closing the payload at delay 0."""
     # 7. Jumping past the largest preferred size with none reached: the batch before it goes.
     rule = BatchRule(16, (4, 8), 150_000)
     send, _, _ = _ask(g, fn, [0.0, 0.0, 0.0], 0.0, rule, elements=[3, 3, 3])

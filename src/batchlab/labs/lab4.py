@@ -403,8 +403,9 @@ def _figures(rep: Any, kind: str, kept: list[list[dict[str, int]]]) -> dict[str,
     if kind == "lm_stream":
         row["waiting"] = float(np.mean([o.get("WAITING", 0) for o in steps.values()] or [np.nan]))
     row["itl_p50_ms"] = float(np.median(gaps)) / 1e6
-    inferences = rep.server.inference_count if rep.server is not None else 0
-    row["eta"] = 1.0 if kind == "lm_stream" else (rep.tokens / inferences if inferences else math.nan)
+    if kind != "lm_stream":  # lm_stream computes only active sequences: η = 1 by design, nothing to measure
+        inferences = rep.server.inference_count if rep.server is not None else 0
+        row["eta"] = rep.tokens / inferences if inferences else math.nan
     return row
 
 
@@ -430,9 +431,9 @@ def kv_round(server: Any, model: str, shared: int = 100, own: int = 20, n: int =
 
 
 def spec_runs(server: Any, models: Sequence[str], n: int = 4, max_tokens: int = 40) -> dict[str, dict[str, Any]]:
-    """The same `n` greedy generations (16-token prompts, `max_tokens` each) sent at once to each of
-    `models` in turn: model -> `course.speculative.spec_round`'s row (tokens, steps, each request's
-    drafted / accepted totals as the server reported them)."""
+    """The same `n` greedy generations (16-token prompts; request i asks for `max_tokens` + i tokens)
+    sent at once to each of `models` in turn: model -> `course.speculative.spec_round`'s row (tokens,
+    steps, each request's drafted / accepted totals as the server reported them)."""
     return {m: spec_round(server, m, n, max_tokens=max_tokens) for m in models}
 
 
@@ -462,9 +463,11 @@ def medians(rows: Sequence[dict[str, Any]], columns: dict[str, str]) -> dict[str
 
 def eta_rounds(rows: Sequence[dict[str, Any]], eta: Callable[[list, list], float]) -> dict[str, list[float]]:
     """η of each round per model: `generate`'s from its responses with the lab's `eta`, the others' as
-    `workload_round` measured it."""
+    `workload_round` measured it (a model it measured none for, `lm_stream`, is left out)."""
     out: dict[str, list[float]] = {}
     for r in rows:
+        if "NUM_TOKENS" not in r and "eta" not in r:
+            continue
         value = eta(r["NUM_TOKENS"], r["PADDED_STEPS"]) if "NUM_TOKENS" in r else r["eta"]
         out.setdefault(r["model"], []).append(float(value))
     return out
