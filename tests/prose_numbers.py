@@ -40,6 +40,7 @@ _DROP = [
     re.compile(r"(?:Lab|lab|练习|实验|Part|Q|误区|规则|rule|Rule|cell|Cell|模式|成因|读法|缺陷)\s*\d+(?:\s*[–\-、,，和与]\s*\d+)*"),
     re.compile(r"#\d+"),                                              # issue / PR numbers
     re.compile(r"（约\s*\d+\s*分钟）"),                               # a lab's time estimate
+    re.compile(r"\*\*用时\*\*\s*[：:]?\s*约\s*\d+\s*分钟"),                  # a chapter's reading-time estimate
     re.compile(r"'\d\d\b"),                                           # OSDI '22
     re.compile(r"\d{4}-\d{2}-\d{2}"),                                 # dates
     re.compile(r"\d+\(\d+\):\d+(?:[–\-]\d+)?"),                      # journal volume(issue):pages
