@@ -40,7 +40,7 @@ def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: S
     ceiling = (a + b) / b if b > 0 else np.inf
     if np.isfinite(ceiling):
         ax.axhline(ceiling, color="C1", linestyle="--", linewidth=0.9,
-                   label=zh(f"上限 (a+b)/b = {ceiling:.2f}", f"ceiling (a+b)/b = {ceiling:.2f}"))
+                   label=zh(f"直线的极限 (a+b)/b = {ceiling:.2f}", f"the line's limit (a+b)/b = {ceiling:.2f}"))
     ax.plot(xs, xs, ":", color="0.5", label=zh("理想 S = B（批处理完全免费）", "ideal S = B"))
     if measured is not None:
         ax.plot(x, measured, "o", color="C0", label=zh("实测 B·t(1)/t(B)", "measured"))
