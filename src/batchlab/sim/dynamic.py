@@ -15,6 +15,7 @@ engine's records bit for bit (tests/test_sim_dynamic.py).
 
 from __future__ import annotations
 
+import gc
 import heapq
 from bisect import bisect_right
 from collections import deque
@@ -261,10 +262,16 @@ def run_payloads(arrivals: np.ndarray, rule: BatchRule, service_time: list[float
     each batch's start, size and instance, as `run_fast` does."""
     total = arrivals.size
     times = arrivals.tolist()
-    requests = list(map(tuple.__new__, repeat(QueuedRequest), zip(times, repeat(1), repeat(1), range(total))))
     queue = _UnitQueue()
     driver = _FastDriver(DynamicBatcher(rule, instances, True, queue, looked_up(rule)), service_time, instances)
-    driver.loop(times + [INF, INF], requests)
+    collecting = gc.isenabled()
+    gc.disable()  # the run makes no reference cycles: the collector would only walk its million objects
+    try:
+        requests = list(map(tuple.__new__, repeat(QueuedRequest), zip(times, repeat(1), repeat(1), range(total))))
+        driver.loop(times + [INF, INF], requests)
+    finally:
+        if collecting:
+            gc.enable()
     first = np.cumsum(driver.sizes) - np.asarray(driver.sizes, dtype=np.int64)
     if driver.firsts != first.tolist():  # FIFO: each batch starts where the one before ended
         raise RuntimeError("run_payloads: batches out of arrival order; use engine='events'")
