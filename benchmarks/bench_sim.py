@@ -9,8 +9,10 @@ the first ``--simpy-requests`` of the same arrivals, and checks the three agree 
 Every run drives `batchlab.batching.dynamic`: Triton's batcher with its payloads (core r24.10). Where
 the payloads change nothing (delay 0 and no preferred size, or max_batch_size 1: `coincides`) the
 default engine is `run_fast`, one `next_batch` answer per queue length looked up ("fast path");
-elsewhere it is the faithful model, the batcher's state moved event by event, the same code as the
-"events" engine, which runs it for every configuration. Goals (issue #40):
+elsewhere it is the faithful model ("faithful"): `run_payloads` moves the batcher's state event by
+event through its own methods, `next_batch`'s answers looked up and arrivals that cannot wake the
+batcher queued in bulk. The "events" engine (`run_events`, the reference driver, which runs every
+configuration) gives the same records bit for bit (tests/test_sim_dynamic.py). Goals (issue #40):
 >= 1 M simulated requests/s, or the faithful model's cost stated with its rate (>= 300 k/s); >= 10x
 the SimPy model.
 

@@ -14,7 +14,7 @@ import pytest
 
 from batchlab.batching.dynamic import TAKEN, WAITING, DynamicBatcher, Payload
 from batchlab.sim import workload as wl
-from batchlab.sim.dynamic import coincides, simulate_dynamic
+from batchlab.sim.dynamic import coincides, looked_up, simulate_dynamic
 from batchlab.sim import BatchRule, Decision, QueuedRequest, QueuePolicy, next_batch
 from batchlab.sim.service import Affine, Table
 
@@ -343,6 +343,51 @@ def test_fast_and_event_engines_agree(cfg):
         for field in ("start", "finish", "instance"):
             assert np.array_equal(fast.records[field], ev.records[field]), field
         assert np.array_equal(fast.batches["size"], ev.batches["size"])
+
+
+#: The faithful model where `run_payloads` drives it: delays, preferred sizes (one, several, the
+#: largest below max_batch_size), several instances, light, heavy (the queue grows) and bursty load.
+FAITHFUL = [
+    dict(max_batch_size=8, max_queue_delay_us=500),
+    dict(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=200, instances=2),
+    dict(max_batch_size=32, max_queue_delay_us=2000),
+    dict(max_batch_size=8, preferred_batch_sizes=(2, 6)),
+    dict(max_batch_size=8, preferred_batch_sizes=(3,), max_queue_delay_us=40_000, instances=3),
+    dict(max_batch_size=32, preferred_batch_sizes=(8, 16, 32), max_queue_delay_us=100, instances=4),
+    dict(max_batch_size=4, preferred_batch_sizes=(1, 2, 3, 4), max_queue_delay_us=1000, instances=2),
+]
+LOADS = [("light", lambda: wl.poisson(2000.0, 6000, seed=21)),
+         ("heavy", lambda: wl.poisson(30_000.0, 6000, seed=22)),
+         ("bursts", lambda: wl.mmpp((40_000.0, 500.0), (0.002, 0.01), 6000, seed=23)),
+         ("ties", lambda: wl.trace(np.round(wl.poisson(6000.0, 6000, seed=24), 3)))]
+
+
+@pytest.mark.parametrize("cfg", FAITHFUL)
+@pytest.mark.parametrize("load", [name for name, _ in LOADS])
+def test_the_fast_faithful_driver_is_the_event_engine_bit_for_bit(cfg, load):
+    """`run_payloads` (the default where the payloads matter) gives every request the batch, start,
+    finish and instance the event engine (`run_events`, the reference) gives it, to the bit."""
+    arrivals = dict(LOADS)[load]()
+    svc = Affine(300, 100)
+    fast = simulate_dynamic(arrivals, svc, engine="fast", **cfg)
+    ev = simulate_dynamic(arrivals, svc, engine="events", **cfg)
+    assert fast.records.tobytes() == ev.records.tobytes()
+    assert fast.batches.tobytes() == ev.batches.tobytes()
+
+
+@pytest.mark.parametrize("cfg", FAITHFUL)
+def test_the_looked_up_decision_is_next_batchs(cfg):
+    """`looked_up`'s answers equal `next_batch`'s on queues of one-element requests, whatever the
+    payload, queue length (past max_batch_size + 1 too) and time (before, at and after the delay)."""
+    rule = BatchRule(cfg["max_batch_size"], cfg.get("preferred_batch_sizes", ()), cfg.get("max_queue_delay_us", 0))
+    decide = looked_up(rule)
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        arrivals = np.sort(rng.uniform(0, 0.004, rng.integers(1, rule.max_batch_size + 4))).tolist()
+        pending = [QueuedRequest(t, 1, 1, i) for i, t in enumerate(arrivals)]
+        now = max(arrivals[-1], rng.choice([arrivals[0] + rule.delay_s, rng.uniform(arrivals[-1], 0.006)]))
+        held = int(rng.integers(0, rule.max_batch_size + 1))
+        assert decide(pending, now, rule, held) == next_batch(pending, now, rule, held)
 
 
 def test_the_fast_driver_runs_only_where_the_payloads_change_nothing():

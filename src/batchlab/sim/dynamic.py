@@ -4,26 +4,30 @@ decision `next_batch`.
 
 The driver feeds the batcher its three events in time order: requests arrive (or are rejected by a
 full queue), an instance finishes its batch, the batcher's timer fires; every payload an instance
-takes becomes a batch. ``events`` runs this driver and batcher whatever the settings. ``fast`` (one
-priority level, no queue-policy limits, one element per request) is the same where the payloads
-change a schedule, and `run_fast` where they change nothing (`coincides`): `next_batch` asked once
-per queue length, its answers looked up.
+takes becomes a batch. ``events`` runs this driver (`run_events`) whatever the settings: the
+reference. ``fast`` (one priority level, no queue-policy limits, one element per request, prefetching)
+drives the same batcher with the same decisions, faster: `run_payloads` where the payloads change a
+schedule (each event still goes through the batcher's methods; `next_batch`'s answers looked up;
+arrivals that cannot wake the batcher queued in bulk), and `run_fast` where they change nothing
+(`coincides`): `next_batch` asked once per queue length, its answers looked up. Both give the event
+engine's records bit for bit (tests/test_sim_dynamic.py).
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, non_negative, times_array
-from batchlab.batching.dynamic import (BatchRule, Decide, Decision, DynamicBatcher, Payload, QueuedRequest,
-                                      RequestQueue, next_batch)
+from batchlab.batching.dynamic import (TAKEN, BatchRule, Decide, Decision, DynamicBatcher, Payload,
+                                      QueuedRequest, RequestQueue, next_batch)
 from .engine import INF
 from .results import SimResult, empty_records, make_batches
 from .service import BatchService, check_batch_service, service_times
@@ -78,8 +82,7 @@ def simulate_dynamic(
     elements (``batches["executed"]``; ``batches["size"]`` counts requests). ``decide(pending, now,
     rule, payload) -> Decision``: the decision (default `next_batch`; another one runs on the
     event engine, its answers checked). Without a queue policy and priority levels Triton forms
-    payloads while the instances are busy (prefetching); with either, only for an idle instance.
-    """
+    payloads while the instances are busy (prefetching); with either, only for an idle instance."""
     a = times_array("arrivals", arrivals)
     check_batch_service(service)
     rule = BatchRule(max_batch_size, tuple(preferred_batch_sizes or ()), max_queue_delay_us)
@@ -99,8 +102,9 @@ def simulate_dynamic(
     svc = _service_table(service, rule.max_batch_size)
     fast = engine == "fast" or (engine == "auto" and simple)
     prefetch = levels == 0 and all(policy.is_default for policy in policies)  # support_prefetching_
-    if fast and coincides(rule):
-        rec, bat = _fast_records(a, svc, *run_fast(a, rule, svc.tolist(), k))
+    if fast and (coincides(rule) or prefetch):  # the fast drivers of the batcher
+        driver = run_fast if coincides(rule) else run_payloads
+        rec, bat = _fast_records(a, svc, *driver(a, rule, svc.tolist(), k))
     else:
         rec, bat = run_events(a, rule, _priced_by_elements(svc), k, prio, policies, elements, decide, prefetch)
     if prio is not None:
@@ -247,6 +251,131 @@ def _fast_records(arrivals: np.ndarray, svc: np.ndarray, starts: list[float], si
     rec["batch_id"] = np.repeat(np.arange(size.size), size)
     rec["instance"] = np.repeat(bat["instance"], size)
     return rec, bat
+
+
+def run_payloads(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
+                 instances: int) -> tuple[list[float], list[int], list[int]]:
+    """The fast driver of the faithful model (one priority level, no queue policy, one element per
+    request, `next_batch`): the batcher, its payloads and rate limiter moved event by event as
+    `run_events` moves them, with `next_batch`'s answers looked up (`looked_up`), a queue that counts
+    its elements by its length, and arrivals that cannot wake the batcher queued in bulk. Returns
+    each batch's start, size and instance, as `run_fast` does."""
+    total = arrivals.size
+    times = arrivals.tolist()
+    queue = _UnitQueue()
+    driver = _FastDriver(DynamicBatcher(rule, instances, True, queue, looked_up(rule)), service_time, instances)
+    collecting = gc.isenabled()
+    gc.disable()  # the run makes no reference cycles: the collector would only walk its million objects
+    try:
+        requests = list(map(tuple.__new__, repeat(QueuedRequest), zip(times, repeat(1), repeat(1), range(total))))
+        driver.loop(times + [INF, INF], requests)
+    finally:
+        if collecting:
+            gc.enable()
+    first = np.cumsum(driver.sizes) - np.asarray(driver.sizes, dtype=np.int64)
+    if driver.firsts != first.tolist():  # FIFO: each batch starts where the one before ended
+        raise RuntimeError("run_payloads: batches out of arrival order; use engine='events'")
+    return driver.starts, driver.sizes, driver.used if instances > 1 else []
+
+
+def looked_up(rule: BatchRule) -> Decide:
+    """`next_batch` for requests of one element each queued in arrival order, asked once per
+    payload size, pending count (up to ``max_batch_size`` + 1: it reads no further) and whether
+    the oldest pending request's delay has expired, its answers looked up."""
+    delay, cap = rule.delay_s, rule.max_batch_size + 1
+    waited, make = delay > 0, tuple.__new__  # (a Decision made as tuples are: its fields in order)
+    table = []
+    for held in range(rule.max_batch_size + 1):
+        row = []
+        for n in range(cap + 1):
+            pair = []
+            for now in (0.0, 2.0 * delay):  # the oldest arrived at 0: delay not expired, expired
+                answer = next_batch([QueuedRequest(0.0)] * n, now, rule, held)
+                pair.append((answer.send, answer.saturated, answer.wake_at != now))  # waits for the delay
+            row.append(pair)
+        table.append(row)
+
+    def decide(pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
+        oldest = pending[0].arrival + delay if pending else INF
+        n = len(pending)
+        send, saturated, waits = table[payload][n if n < cap else cap][waited and now >= oldest]
+        return make(Decision, (send, oldest if waits else now, saturated))
+
+    return decide
+
+
+class _UnitQueue(deque):
+    """`RequestQueue` for requests of one batch element each: its elements are its length."""
+
+    @property
+    def elements(self) -> int:
+        return len(self)
+
+    def take(self, count: int) -> list[QueuedRequest]:
+        """Remove the first ``count`` requests, in order."""
+        popleft = self.popleft
+        return [popleft() for _ in range(count)]
+
+
+class _FastDriver:
+    """`_Driver`'s event order (arrivals, then instances finishing, then the timer) for `run_payloads`."""
+
+    def __init__(self, batcher: DynamicBatcher, service_time: list[float], instances: int) -> None:
+        self.batcher, self.queue, self.service_time = batcher, batcher.queue, service_time
+        self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
+        self.finishes: list[tuple[float, int]] = []  # heap: (end, instance) of the batches running
+        self.starts: list[float] = []
+        self.sizes: list[int] = []
+        self.used: list[int] = []
+        self.firsts: list[int] = []  # each batch's first request
+
+    def loop(self, times: list[float], requests: list[QueuedRequest]) -> None:
+        """Every event, in time order, until nothing is left to happen."""
+        following, total, finishes, queue, batcher = 0, len(requests), self.finishes, self.queue, self.batcher
+        arrive, run, finish, slot_free = batcher.arrive, batcher.run, batcher.finish, batcher.limiter.slot_free
+        pop, push, idle, extend, service_time = heapq.heappop, heapq.heappush, self.idle, queue.extend, self.service_time
+        starts, sizes, used, firsts = self.starts.append, self.sizes.append, self.used.append, self.firsts.append
+        while True:
+            arrival = times[following]
+            finish_at = finishes[0][0] if finishes else INF
+            wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
+            if arrival <= finish_at and arrival <= wake_at:
+                if arrival == INF:
+                    return
+                if not slot_free():  # arrive's test: no arrival wakes the batcher while no slot is free
+                    joining = INF
+                elif batcher.saturated or batcher.payload.state == TAKEN:
+                    joining = 0
+                else:  # ... and it wakes when the queue reaches the next preferred size
+                    joining = batcher.next_preferred - len(queue) - 1
+                if joining > 0:  # these arrivals only join the queue: in bulk, up to the next event
+                    end = following + joining if joining < total - following else total
+                    last = bisect_right(times, min(finish_at, batcher.wake_at), following, end)
+                    if last > following:
+                        extend(requests[following:last])
+                        following = last
+                        continue
+                last = following + 1
+                while times[last] == arrival:  # sent at the same instant: all queued, then the batcher looks
+                    last += 1
+                woken = False
+                for request in requests[following:last]:
+                    woken = arrive(request) or woken
+                following = last
+                taken = run(arrival) if woken else None
+                now = arrival
+            elif finish_at <= wake_at:
+                _, instance = pop(finishes)
+                push(idle, (finish_at, instance))
+                taken = finish(finish_at)
+                now = finish_at
+            else:
+                taken = run(wake_at)
+                now = wake_at
+            for payload in taken or ():  # each payload an instance took becomes a batch
+                _, instance = pop(idle)
+                starts(now), sizes(len(payload)), used(instance), firsts(payload[0].id)
+                push(finishes, (now + service_time[payload.elements], instance))
 
 
 class PriorityQueue:
