@@ -14,7 +14,7 @@ def _chapter(tmp_path: Path, source: str, text: str | None) -> Path:
     outputs = [] if text is None else [{"output_type": "stream", "name": "stdout", "text": text}]
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "print(cost)"},
                     {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": source,
-                     "outputs": outputs}]}
+                     "outputs": outputs}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "01_x.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     return tmp_path
 

@@ -4,11 +4,10 @@ drift from what the chapter shows."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from batchlab.paths import repo_root
+from batchlab.paths import read_notebook, repo_root
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 
@@ -20,7 +19,7 @@ def chapter_output(notebook: str, marker: str, notebooks_dir: Path | None = None
     path = (notebooks_dir or repo_root() / "notebooks") / notebook
     if not path.is_file():
         raise ValueError(f"no chapter notebook {path}")
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    cells = read_notebook(path)["cells"]
     for cell in cells:
         if cell["cell_type"] == "code" and marker in "".join(cell["source"]):
             text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
