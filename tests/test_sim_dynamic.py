@@ -335,7 +335,7 @@ CONFIGS = [
 def test_fast_and_event_engines_agree(cfg):
     """The fast engine (`run_fast` where the payloads change nothing, else `next_batch` looked up)
     gives the event engine's schedule, ties included (a trace rounded to 1 ms)."""
-    a = wl.mmpp((9000.0, 1000.0), (0.01, 0.02), 30_000, seed=11)
+    a = wl.rate_curve(np.tile([9000.0, 1000.0, 1000.0], 400), 12.0, seed=11)[:30_000]  # 10 ms bursts
     svc = Affine(300, 100)
     for arrivals in (a, wl.trace(np.round(a[:5000], 3))):
         fast = simulate_dynamic(arrivals, svc, engine="fast", **cfg)
@@ -358,7 +358,7 @@ FAITHFUL = [
 ]
 LOADS = [("light", lambda: wl.poisson(2000.0, 6000, seed=21)),
          ("heavy", lambda: wl.poisson(30_000.0, 6000, seed=22)),
-         ("bursts", lambda: wl.mmpp((40_000.0, 500.0), (0.002, 0.01), 6000, seed=23)),
+         ("bursts", lambda: wl.rate_curve(np.tile([40_000.0] + [500.0] * 5, 100), 1.2, seed=23)[:6000]),
          ("ties", lambda: wl.trace(np.round(wl.poisson(6000.0, 6000, seed=24), 3)))]
 
 

@@ -22,23 +22,24 @@ CASES = [
     dict(M=1, D=0, P=(), K=1, base=0, per=400, arrivals=("poisson", 2000.0)),
     dict(M=8, D=500, P=(), K=1, base=300, per=100, arrivals=("poisson", 4000.0)),
     dict(M=16, D=200, P=(4, 8), K=2, base=300, per=100, arrivals=("poisson", 6000.0)),
-    dict(M=8, D=0, P=(), K=3, base=500, per=50, arrivals=("mmpp", None)),
+    dict(M=8, D=0, P=(), K=3, base=500, per=50, arrivals=("bursts", None)),
     dict(M=32, D=2000, P=(), K=1, base=1000, per=20, arrivals=("poisson", 8000.0)),
     dict(M=8, D=1000, P=(2, 4), K=1, base=200, per=150, arrivals=("on_off", None)),
     # the payload's own cases: delay 0 with preferred sizes (a payload closes at the first preferred
     # size it reaches), one preferred size on a busy instance (it takes one more), merges
     dict(M=16, D=0, P=(4, 8), K=1, base=300, per=100, arrivals=("poisson", 8000.0)),
     dict(M=12, D=150_000, P=(3,), K=1, base=20_000, per=5000, arrivals=("poisson", 300.0)),
-    dict(M=8, D=300, P=(2, 6), K=3, base=500, per=150, arrivals=("mmpp", None)),
+    dict(M=8, D=300, P=(2, 6), K=3, base=500, per=150, arrivals=("bursts", None)),
 ]
 
 
 def arrivals(kind, rate, n=25_000):
     if kind == "poisson":
         return wl.poisson(rate, n, seed=21)
-    if kind == "mmpp":
-        return wl.mmpp((15_000.0, 2_000.0), (0.02, 0.05), n, seed=22)
-    return wl.on_off(6000.0, 0.05, 0.05, n, seed=23)
+    # 10 ms bins of a repeating rate pattern: bursts over a trickle, or bursts and silences
+    if kind == "bursts":
+        return wl.rate_curve(np.tile([15_000.0] * 2 + [2_000.0] * 5, 100), 7.0, seed=22)[:n]
+    return wl.rate_curve(np.tile([6000.0] * 5 + [0.0] * 5, 120), 12.0, seed=23)[:n]
 
 
 def _ids(c):

@@ -25,26 +25,6 @@ def test_constant():
     assert np.allclose(a, [1.0, 1.25, 1.5, 1.75, 2.0])
 
 
-def test_mmpp_long_run_rate_and_burstiness():
-    rates, dwell = (900.0, 100.0), (0.2, 0.8)
-    a = wl.mmpp(rates, dwell, 300_000, seed=3)
-    assert a.size == 300_000 and np.all(np.diff(a) >= 0)
-    expected = (900 * 0.2 + 100 * 0.8) / 1.0
-    assert a.size / a[-1] == pytest.approx(expected, rel=0.05)
-    # counts in 50 ms windows are over-dispersed (index of dispersion > 1), unlike Poisson (= 1)
-    counts = np.bincount((a / 0.05).astype(int))
-    assert counts.var() / counts.mean() > 3.0
-    pc = np.bincount((wl.poisson(expected, 300_000, seed=3) / 0.05).astype(int))
-    assert pc.var() / pc.mean() == pytest.approx(1.0, abs=0.1)
-
-
-def test_on_off_has_silences():
-    a = wl.on_off(1000.0, 0.1, 0.5, 50_000, seed=4)
-    gaps = np.diff(a)
-    assert gaps.max() > 0.5  # an off period
-    assert a.size / a[-1] == pytest.approx(1000 * 0.1 / 0.6, rel=0.1)
-
-
 def test_rate_curve_array_and_function():
     hourly = np.r_[np.full(12, 10.0), np.full(12, 30.0)]  # a "day" of 24 s: 10/s then 30/s
     a = wl.rate_curve(hourly, 24.0, seed=5)
@@ -74,7 +54,6 @@ def test_trace_replay():
     (lambda: wl.poisson(1, -1), "n must be >= 0"),
     (lambda: wl.poisson(1, 2.5), "n must be an integer"),
     (lambda: wl.poisson(1, 10, seed=-3), "seed"),
-    (lambda: wl.mmpp((1.0,), (1.0, 1.0), 10), "two rates"),
     (lambda: wl.rate_curve([1.0, -1.0], 10.0), "rates must be finite"),
     (lambda: wl.uniform(5, 2), "hi must be >= lo"),
     (lambda: wl.capped_exponential(10, 0), "cap must be >= 1"),

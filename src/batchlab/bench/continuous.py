@@ -29,7 +29,6 @@ from batchlab.server import ExternalServer
 from batchlab.sim.lengths import CappedLognormal, LengthDist, capped_lognormal
 from batchlab.sim.summary import percentile_summary
 
-MODELS = ("generate", "lm_step", "lm_iterative", "lm_stream")
 CONTINUOUS = ("lm_iterative", "lm_stream")
 """The continuous ways run by default; `lm_step` joins them with ``with_lm_step``."""
 

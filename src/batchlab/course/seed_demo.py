@@ -177,17 +177,6 @@ def trace_sim(batch_size: int, delay: float, seq_mode: bool, duration: float = 4
                  rid - len(b.finished))
 
 
-def naive_extra_ticks(n: int, dt: float = 0.05) -> int:
-    """Ticks the naive mode's `remain -= dt` spends on a batch whose longest member has `n` tokens
-    beyond the exact `n / 10 / dt` the sequence mode's `length -= dt * 10` spends: 0, or 1 when the
-    float residual of repeated subtraction stays above zero (defect 7)."""
-    remain, k = n / 10, 0
-    while remain > 0:
-        remain -= dt
-        k += 1
-    return k - round(n / 10 / dt)
-
-
 @dataclass(frozen=True)
 class Defect:
     """One thing the article's demo gets wrong; `test` (in tests/test_sim_seed_demo.py) shows it."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -12,7 +11,7 @@ from batchlab._validate import integer, non_negative, positive, rng_of, times_ar
 from .lengths import LengthDist, capped_exponential, empirical, fixed, uniform
 
 __all__ = [
-    "poisson", "constant", "mmpp", "on_off", "rate_curve", "diurnal", "trace",
+    "poisson", "constant", "rate_curve", "diurnal", "trace",
     "uniform", "capped_exponential", "empirical", "fixed", "Requests", "with_lengths",
 ]
 
@@ -29,55 +28,6 @@ def constant(rate: float, n: int, start: float = 0.0) -> np.ndarray:
     rate = positive("rate", rate)
     n = integer("n", n, lo=0)
     return float(start) + np.arange(n, dtype=np.float64) / rate
-
-
-def mmpp(
-    rates: Sequence[float],
-    mean_dwell_s: Sequence[float],
-    n: int,
-    seed: int | np.random.Generator | None = None,
-    start_state: int = 0,
-) -> np.ndarray:
-    """``n`` arrival times of a two-state Markov-modulated Poisson process: Poisson at ``rates[k]`` in
-    state k, which lasts an exponential time of mean ``mean_dwell_s[k]``."""
-    if len(rates) != 2 or len(mean_dwell_s) != 2:
-        raise ValueError("mmpp needs two rates and two mean dwell times")
-    r = [non_negative("rates entry", x) for x in rates]
-    d = [positive("mean_dwell_s entry", x) for x in mean_dwell_s]
-    if r[0] + r[1] <= 0:
-        raise ValueError("at least one mmpp rate must be > 0")
-    n = integer("n", n, lo=0)
-    state = integer("start_state", start_state, lo=0, hi=1)
-    rng = rng_of(seed)
-    mean_rate = (r[0] * d[0] + r[1] * d[1]) / (d[0] + d[1])
-    out: list[np.ndarray] = []
-    got = 0
-    t0 = 0.0
-    while got < n:
-        # enough alternating periods for the remaining arrivals (plus slack), in one vector draw
-        periods = 2 * max(8, int(math.ceil((n - got) / max(mean_rate * (d[0] + d[1]), 1e-12) * 1.2)) + 4)
-        periods = min(periods, 2_000_000)
-        states = (state + np.arange(periods)) % 2
-        dwell = rng.exponential(np.asarray(d)[states])
-        ends = t0 + np.cumsum(dwell)
-        begins = ends - dwell
-        counts = rng.poisson(np.asarray(r)[states] * dwell)
-        total = int(counts.sum())
-        if total:
-            offs = rng.random(total) * np.repeat(dwell, counts) + np.repeat(begins, counts)
-            offs.sort()  # periods are disjoint and increasing, so a global sort orders within each
-            out.append(offs)
-            got += total
-        t0 = float(ends[-1])
-        state = int((state + periods) % 2)
-    a = np.concatenate(out) if out else np.empty(0)
-    return a[:n]
-
-
-def on_off(rate_on: float, mean_on_s: float, mean_off_s: float, n: int,
-           seed: int | np.random.Generator | None = None) -> np.ndarray:
-    """Bursty traffic: Poisson at ``rate_on`` during exponential "on" periods, silence in "off" periods."""
-    return mmpp((rate_on, 0.0), (mean_on_s, mean_off_s), n, seed, start_state=0)
 
 
 def rate_curve(
