@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,23 +36,26 @@ def test_a_false_claim_raises_when_strict(monkeypatch):
         claims.at_least("吞吐 {value} req/s", 1, 2)
 
 
-def _run_notebook_under_suite(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    path = tmp_path / "planted.ipynb"
-    nbformat.write(nb, path)
+def _run_notebooks_under_suite(tmp_path: Path, codes: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """One pytest --nbval-lax run of a one-cell notebook per `codes` entry: (the run, {name: outcome})."""
+    for name, code in codes.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), tmp_path / f"{name}.ipynb")
     env = {**os.environ, claims.STRICT_ENV: "strict"}  # what tests/conftest.py gives every kernel
-    return subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-c", os.devnull, "--rootdir", str(tmp_path), str(path)],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-rA", "-c", os.devnull, "--rootdir", str(tmp_path), *(f"{n}.ipynb" for n in codes)],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    outcome = {n: [m.group(1) for m in re.finditer(rf"^(PASSED|FAILED|ERROR) {n}\.ipynb::", proc.stdout, re.M)]
+               for n in codes}
+    return proc, outcome
 
 
 @pytest.mark.notebook
 def test_a_planted_false_claim_fails_the_notebook_run(tmp_path):
     code = "from batchlab.course import claims\nclaims.at_least('加速比 {value} 倍', MEASURED, 1.5)"
-    bad = _run_notebook_under_suite(tmp_path, code.replace("MEASURED", "1.2"))
-    assert bad.returncode == 1 and "ClaimFailed" in bad.stdout, bad.stdout[-2000:]
-    good = _run_notebook_under_suite(tmp_path, code.replace("MEASURED", "1.8"))
-    assert good.returncode == 0, good.stdout[-2000:]
+    proc, outcome = _run_notebooks_under_suite(tmp_path, {"bad": code.replace("MEASURED", "1.2"),
+                                                          "good": code.replace("MEASURED", "1.8")})
+    assert proc.returncode == 1 and "ClaimFailed" in proc.stdout, proc.stdout[-2000:]
+    assert outcome == {"bad": ["FAILED"], "good": ["PASSED"]}, proc.stdout[-2000:]
 
 
 def _stored_lines(path: Path) -> list[str]:

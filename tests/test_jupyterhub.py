@@ -184,7 +184,7 @@ MEASURE = """
 import json, os
 from batchlab.load import RequestSpec, run_open_loop
 from batchlab.models.requests import random_embed_inputs
-rep = run_open_loop(server, "embed", RequestSpec(random_embed_inputs(1)), rate=40, duration_s=1.5, warmup_s=0.2, progress=False)
+rep = run_open_loop(server, "embed", RequestSpec(random_embed_inputs(1)), rate=40, duration_s=0.5, warmup_s=0.2, progress=False)
 print(json.dumps({"uid": os.getuid(), "pid": server.pid, "http": server.http_url, "grpc": server.grpc_url,
                   "key": server.key, "shm": [str(p) for p in server.shm_regions()], "workdir": str(server.workdir),
                   "n_ok": rep.n_ok, "n_errors": rep.n_errors, "rps": rep.throughput_rps}))

@@ -88,7 +88,7 @@ def test_uniform_random_guess_graded_by_the_grader_scores_chance() -> None:
                 else:
                     subsets = [s for k in range(1, len(ids) + 1) for s in itertools.combinations(ids, k)]
                     sub[q.id] = list(subsets[int(rng.integers(len(subsets)))])
-            got += grade_submission(sub)["score"]
+            got += grade_submission(sub, bank)["score"]  # the bank loaded once, not re-read per submission
         want += trials * sum(chance(q) for q in qs)
     n = trials * len(CHOICE)
     assert abs(got - want) / n < 0.03, (got / n, want / n)

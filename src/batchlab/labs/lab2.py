@@ -378,9 +378,10 @@ _PREDICTION_CASES = [((2000.0, 250.0), 800.0, 0.5), ((1500.0, 400.0), 1500.0, 2.
 PREDICTION_DELAYS, PREDICTION_PREFERRED = (0, 4000), ((), (8, 16))
 
 
+@functools.lru_cache(maxsize=None)  # a handful of fixed cases, each ~0.1 s to simulate
 def _reference_rows(service: Affine, rate: float, overhead_ms: float) -> dict[tuple, tuple[float, float, float]]:
     """The simulator's rows for one fixed sweep (n = 3000, seed 0): {(delay, preferred): (throughput_rps,
-    p95_ms incl. overhead, mean_batch)}."""
+    p95_ms incl. overhead, mean_batch)}. Cached: read, never modify, the returned dict."""
     arrivals = unit_arrivals(3000, seed=0) / rate
     rows = {}
     for d in PREDICTION_DELAYS:
@@ -388,6 +389,14 @@ def _reference_rows(service: Affine, rate: float, overhead_ms: float) -> dict[tu
             s = simulate_dynamic(arrivals, service, 32, max_queue_delay_us=d, preferred_batch_sizes=p).summary()
             rows[(d, p)] = (s["throughput_rps"], s["latency_ms"]["p95"] + overhead_ms, s["batch_size_mean"])
     return rows
+
+
+@functools.lru_cache(maxsize=None)
+def _one_at_a_time_mean_batch(service: Affine, rate: float) -> float:
+    """The reference mean batch of the sweep's first case with `one_at_a_time` deciding."""
+    arrivals = unit_arrivals(3000, seed=0) / rate
+    return simulate_dynamic(arrivals, service, 32, max_queue_delay_us=PREDICTION_DELAYS[1],
+                            decide=one_at_a_time).summary()["batch_size_mean"]
 
 
 def _p95_hint(p: float, want: float, oh: float) -> str:
@@ -434,13 +443,11 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any]) -> None:
     (base_us, per_us), r, oh = _PREDICTION_CASES[0]
     got = g.call(fn, Affine(base_us, per_us), r, PREDICTION_DELAYS[1:], PREDICTION_PREFERRED[:1], oh, decide=one_at_a_time)
     rows = _check_rows(g, got, None, None, "predict_sweep 的结果")
-    arrivals = unit_arrivals(3000, seed=0) / r
-    want = simulate_dynamic(arrivals, Affine(base_us, per_us), 32, max_queue_delay_us=PREDICTION_DELAYS[1],
-                            decide=one_at_a_time).summary()
+    want = _one_at_a_time_mean_batch(Affine(base_us, per_us), r)
     mb = _num(rows[0].get("mean_batch")) if len(rows) == 1 else None
-    g.expect(mb is not None and math.isclose(mb, want["batch_size_mean"], rel_tol=1e-6),
+    g.expect(mb is not None and math.isclose(mb, want, rel_tol=1e-6),
              "换一个决定（每来一条就单独发）预测就跟着变：decide 确实接进了模拟器",
-             f"把 decide 换成「每条单独发」的决定时，你的预测没有变（平均批应为 {want['batch_size_mean']:.2f}）：把参数 decide 传给模拟器，"
+             f"把 decide 换成「每条单独发」的决定时，你的预测没有变（平均批应为 {want:.2f}）：把参数 decide 传给模拟器，"
              "simulate_dynamic(..., decide=decide)，不要写死")
 
 

@@ -6,6 +6,7 @@ named by letter in a shuffled question, every quoted number sourced.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import re
@@ -24,6 +25,7 @@ MAX_WIDTH_RATIO = 1.5
 """Longest option ÷ shortest option within a question (display width)."""
 
 
+@functools.lru_cache(maxsize=4096)  # the banks' option texts, measured again for every shuffle
 def display_width(text: str) -> int:
     """Display width: East Asian wide and fullwidth characters count 2, others 1."""
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
@@ -101,13 +103,14 @@ def blind_scores(banks: Mapping[str, Bank], seed: int | None = None) -> dict[str
     for q in _choice_questions(banks):
         groups.setdefault(q.bank, []).append(q)
     groups["all"] = [q for qs in list(groups.values()) for q in qs]
+    orders = {id(q): q.option_order(seed) for q in groups["all"]}  # each question's order, drawn once
     for name, qs in groups.items():
         row: dict[str, float] = {"n": float(len(qs)), "chance": float(np.mean([chance(q) for q in qs]))}
         for sname, strat in STRATEGIES.items():
             pool = [q for q in qs if q.kind == "multi"] if sname == "all-of-the-above" else qs
             if not pool:
                 continue
-            row[sname] = float(np.mean([strat(q, q.option_order(seed)) for q in pool]))
+            row[sname] = float(np.mean([strat(q, orders[id(q)]) for q in pool]))
             row[f"{sname}:chance"] = float(np.mean([chance(q) for q in pool]))
             row[f"{sname}:n"] = float(len(pool))
         out[name] = row
