@@ -11,6 +11,12 @@ servers on free ports):
 * ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
   notebook runs to the end, no cell shows a traceback, every check says what is wrong.
 
+The planted runs execute the release with its answer-independent measurements made smaller
+(`QUICK`): those cells read no answer, so the handout (and Lab 1's class) runs them in full on the
+release as shipped, and a planted run only has to show that the notebook around its wrong answers
+still runs to the end. The two grading runs of a lab (release as shipped; release with `QUICK`) go
+at once.
+
 Lab 1 (the shortest to run) is also graded as a class, in the same grading run (one sandboxed
 execution per submission, so the handout doubles as the learner who handed it in untouched). The
 grader treats every lab alike, so one lab proves the class rules; every solution's full marks are
@@ -97,6 +103,22 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         2: ("return ridge * bytes_per_param / 2", "return ridge", "屋脊点本身"),
         3: ("knee = pairs[0][1] / slope", "knee = pairs[0][1] / slope / 4", "拐点应在 64 左右"),
     }},
+}
+#: Answer-independent measurements made smaller in the planted runs: lab -> locked cell (grade_id) ->
+#: [(text in the cell, replacement)]. Each cell runs the same code with the same inputs whatever the
+#: answers (no answer feeds it: the answers a planted run gets wrong fail their checks, so `labkit.attempt`
+#: keeps them out), only fewer requests, rounds or repeats; the handout runs it in full. (lab1.q4 also
+#: judges the statistics lab1-lab1-24 leaves, next to a constructed case that names the planted mistake
+#: whatever the server's numbers; Lab 3 has no measurement worth shrinking.)
+QUICK: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "lab1": {"lab1-lab1-24": [("concurrency=16, n_requests=400", "concurrency=16, n_requests=64")]},
+    "lab2": {"lab2-lab2-09": [("rows_per_size=48, min_requests=4", "rows_per_size=8, min_requests=2"),
+                              ("duration_s=2.0, seed=2", "duration_s=0.5, seed=2")]},
+    "lab4": {"lab4-lab4-09": [("rounds=3, **LOAD", "rounds=1, **LOAD"), ("LOAD = dict(n=24,", "LOAD = dict(n=8,")],
+             "lab4-ff31cdd3": [("run = dict(n=8, max_tokens=24)", "run = dict(n=2, max_tokens=6)")]},
+    "lab5": {"lab5-lab5-02": [("duration_s=1.0, warmup_requests=8", "duration_s=0.3, warmup_requests=8")]},
+    "lab6": {"lab6-lab6-14": [("[1, 2, 4, 8, 16, 32, 64], repeats=8)", "[1, 2, 4], repeats=1)")],
+             "lab6-lab6-16": [("repeats=5, budget_s=20)", "repeats=1, budget_s=1)")]},
 }
 #: the lab also graded as a class: lab -> the question carol's raising cell breaks
 CLASS = {"lab1": 3}
@@ -188,6 +210,19 @@ def _wrong_type(solution: dict) -> dict:
     return nb
 
 
+def _quick(release: dict, lab: str) -> dict:
+    """`release` with the lab's `QUICK` replacements made (each text must be once in its cell)."""
+    nb = json.loads(json.dumps(release))
+    cells = {cnb.nbgrader(c).get("grade_id"): c for c in nb["cells"]}
+    for grade_id, edits in QUICK.get(lab, {}).items():
+        src = _src(cells[grade_id])
+        for old, new in edits:
+            assert src.count(old) == 1, f"{grade_id}: {old!r} is not once in the cell"
+            src = src.replace(old, new)
+        cells[grade_id]["source"] = src
+    return nb
+
+
 def _executed_errors(nb: dict) -> list[str]:
     return [f"cell {i} ({cnb.nbgrader(c).get('grade_id')}): {o.get('ename')}: {str(o.get('evalue'))[:200]}"
             for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) if o.get("output_type") == "error"]
@@ -223,30 +258,52 @@ def test_learner_path(tmp_path: Path, lab: str) -> None:
     (solution,) = (ROOT / "solutions").glob(f"{lab}_*.ipynb")
     sol = json.loads(solution.read_text(encoding="utf-8"))
     handout = json.loads(release.read_text(encoding="utf-8"))
-    runs = {"handout": handout, "wrongtype": _wrong_type(sol)}
-    runs.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
-    graded = dict(runs)
+    planted = {"wrongtype": _wrong_type(sol)}
+    planted.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
+    runs = {"handout": handout, **planted}
+    shipped = {"handout": handout}                       # graded on the release as shipped
     if lab in CLASS:
-        graded.update(alice=sol, mallory=_mallory(handout), carol=_carol(sol, CLASS[lab]))
-    subs = tmp_path / "subs"
-    for name, nb in graded.items():
-        (subs / name).mkdir(parents=True)
-        (subs / name / f"{lab}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-    if lab in CLASS:
-        (subs / "dave").mkdir()
-        (subs / "dave" / f"{lab}.ipynb").write_text("{ this is not a notebook", encoding="utf-8")
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "batchlab.classroom", "grade", str(subs), "--lab", lab,
-                           "--csv", str(out / "grades.csv"), "--release", str(ROOT / "labs"), "--keep", str(out / "kept"),
-                           "--jobs", "2", "--cell-timeout", "240"], capture_output=True, text=True, timeout=1500,
-                          cwd=tmp_path)
-    assert proc.returncode == (2 if lab in CLASS else 0), proc.stderr[-3000:]
-    rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
-    assert set(rows) == set(graded)
-    if lab in CLASS:
-        _class_checks(lab, handout, out, rows, proc.stderr)
+        shipped.update(alice=sol, mallory=_mallory(handout), carol=_carol(sol, CLASS[lab]))
+    quick = tmp_path / "quick"                          # the release with QUICK made, for the planted runs
+    quick.mkdir()
+    (quick / release.name).write_text(json.dumps(_quick(handout, lab), ensure_ascii=False), encoding="utf-8")
+    groups = {"shipped": (shipped, ROOT / "labs"), "planted": (planted, quick)}
+    procs = {}  # the two groups run side by side, one sandbox each: two at a time, as before
+    for group, (subs_of, release_dir) in groups.items():
+        subs, out = tmp_path / group / "subs", tmp_path / group / "out"
+        for name, nb in subs_of.items():
+            (subs / name).mkdir(parents=True)
+            (subs / name / f"{lab}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+        if lab in CLASS and group == "shipped":
+            (subs / "dave").mkdir()
+            (subs / "dave" / f"{lab}.ipynb").write_text("{ this is not a notebook", encoding="utf-8")
+        out.mkdir()
+        with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
+            procs[group] = subprocess.Popen(
+                [sys.executable, "-m", "batchlab.classroom", "grade", str(subs), "--lab", lab, "--csv",
+                 str(out / "grades.csv"), "--release", str(release_dir), "--keep", str(out / "kept"),
+                 "--jobs", "1", "--cell-timeout", "240"], stdout=so, stderr=se, cwd=tmp_path)
+    try:
+        for proc in procs.values():
+            proc.wait(timeout=1500)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    rows, outs = {}, {}
+    for group, proc in procs.items():
+        out = tmp_path / group / "out"
+        stderr = (out / "stderr").read_text(encoding="utf-8")
+        assert proc.returncode == (2 if lab in CLASS and group == "shipped" else 0), stderr[-3000:]
+        got = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
+        assert set(got) == set(groups[group][0])
+        rows.update(got)
+        outs.update(dict.fromkeys(got, out))
+        if lab in CLASS and group == "shipped":
+            _class_checks(lab, handout, out, got, stderr)
     qs = cnb.questions(handout)
     for name in runs:
+        out = outs[name]
         executed = json.loads((out / "kept" / name / f"{lab}.ipynb").read_text(encoding="utf-8"))
         info = executed["metadata"]["batchlab_execution"]
         assert info["stopped_at"] is None and not info["reason"], (name, info)
