@@ -6,6 +6,7 @@ Splitwise). Every function returns rows (dicts)."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -62,8 +63,12 @@ def serving_server(variants: Mapping[str, Mapping[str, str]] = VARIANTS, models:
                    ) -> TritonServer:
     """A private embedded server (not started) with the variants (and `models`) staged in a temporary
     repository: ``with serving_server() as server``, or `.start()` then `.stop()` (the repository goes too)."""
-    repo = stage_variants(tempfile.mkdtemp(prefix="batchlab-ch11-"), variants, models)
-    return connect(repo, private=True, owns_repo=True)
+    repo = Path(tempfile.mkdtemp(prefix="batchlab-ch11-"))
+    try:
+        return connect(stage_variants(repo, variants, models), private=True, owns_repo=True)
+    except BaseException:  # bad variants or models: leave no folder behind
+        shutil.rmtree(repo, ignore_errors=True)
+        raise
 
 
 def token_prompt(n: int, salt: int = 0) -> np.ndarray:
