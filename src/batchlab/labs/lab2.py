@@ -19,6 +19,7 @@ from batchlab.labs.record_lab2 import agreed, pattern_of, recorded_service, spre
 from batchlab.probe import simulate_pattern
 from batchlab.sim import Affine, simulate_dynamic
 from batchlab.batching import BatchRule, Decision, QueuedRequest, next_batch
+from batchlab.load.stats import ModelStats
 
 ROW_KEYS = ("delay_us", "preferred", "throughput_rps", "p95_ms", "mean_batch")
 
@@ -326,6 +327,15 @@ def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[st
     return found
 
 
+def config_stats(workspace: Any, row: Mapping[str, Any], model: str = "embed") -> ModelStats:
+    """The server's statistics over sweep `row`'s configuration (the last `Workspace.history`
+    segment that ran it and served requests): its batch sizes and their times."""
+    found = _history_entry(workspace.history(model), _row_key(row))
+    if found is None:
+        raise ValueError(f"配置 {_row_key(row)} 在服务器的统计里没有处理过任何请求：先在服务器上扫描（第 3 题）")
+    return found["stats"]
+
+
 @check("lab2.q3", points=4, title="在真实服务器上扫描动态批处理参数", after=(2,))
 def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
                      preferred_sets: Sequence[Sequence[int]] | None = None, rate: float | None = None,
@@ -348,7 +358,7 @@ def check_sweep_rows(g: Grader, rows: Any, delays: Sequence[int] | None = None,
     g.expect(rate and not low, "每行的吞吐都接近到达率（req/s）", why)
     if workspace is None:
         g.fail("检查需要私有仓库，才能对照服务器的统计：check_sweep_rows(..., workspace=ws)")
-    history = g.observe(lambda: workspace.history(model))
+    history = g.observe(lambda: [{k: v for k, v in h.items() if k != "stats"} for h in workspace.history(model)])
     missing = [r for r in rows if _history_entry(history, _row_key(r)) is None]
     if missing:
         g.fail(f"配置 {_row_key(missing[0])} 在服务器的统计里没有处理过任何请求：这一行不是在服务器上测出来的。"

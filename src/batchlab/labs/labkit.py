@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from batchlab.batching.request import GenerationRequest
 from batchlab.config_pbtxt import edit_config, parse_config, stage_model, to_text
 from batchlab.labs._core import MARK_BAD, MARK_TODO, Raised, current_lab, last_result
-from batchlab.load.stats import read_stats
+from batchlab.load.stats import ModelStats, read_stats
 from batchlab.paths import MODEL_REPOSITORY
 from batchlab.server import ExternalServer, ModelLoadError, ServerError, TritonServer, connect, poll
 
@@ -177,8 +177,10 @@ def _sweep_stale(base: Path, prefix: str) -> None:
             pass
 
 
-def _delta(now: dict[str, int], start: dict[str, int]) -> dict[str, int]:
-    return {k: now[k] - start[k] if now[k] >= start[k] else now[k] for k in now}  # a counter that went down restarted
+def _delta(now: ModelStats, start: ModelStats) -> dict[str, Any]:
+    """A history segment's `_COUNTERS` and its ``stats`` (the `ModelStats` difference) from `start` to `now`."""
+    d = now - start if now.execution_count >= start.execution_count else now  # counters that went down restarted
+    return {**dict(zip(_COUNTERS, (*d.phases["success"], d.inference_count, d.execution_count))), "stats": d}
 
 
 class Workspace:
@@ -272,15 +274,14 @@ class Workspace:
             raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
         self._segment(model, open_new=True)
 
-    def _counters(self, model: str) -> dict[str, int] | None:
+    def _counters(self, model: str) -> ModelStats | None:
         try:
-            s = read_stats(self.server.http_client(), model)
+            return read_stats(self.server.http_client(), model)
         except Exception:  # model not loaded (yet), or the server is gone
             return None
-        return dict(zip(_COUNTERS, (*s.phases["success"], s.inference_count, s.execution_count)))
 
     def _segment(self, model: str, open_new: bool) -> None:
-        """Close `model`'s open history segment at its counters now; with `open_new`, open the next."""
+        """Close `model`'s open history segment at its statistics now; with `open_new`, open the next."""
         now = self._counters(model)
         old = self._open.pop(model, None)
         if old is not None and now is not None:
@@ -295,7 +296,8 @@ class Workspace:
 
     def history(self, model: str) -> list[dict[str, Any]]:
         """One entry per configuration `model` ran between two `reload`s (the last up to now): its
-        ``delay_us`` and ``preferred`` and how much each of `_COUNTERS` grew meanwhile."""
+        ``delay_us`` and ``preferred``, how much each of `_COUNTERS` grew meanwhile and ``stats``, the
+        server's statistics over the segment (a `ModelStats` difference: its batch sizes and times)."""
         out = [dict(s) for s in self._segments.get(model, [])]
         if model in self._open and (now := self._counters(model)) is not None:
             out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
