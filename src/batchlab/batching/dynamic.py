@@ -19,6 +19,7 @@ drives the batcher (arrivals, instances finishing, timer wake-ups).
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from math import inf as INF
@@ -236,12 +237,12 @@ class RateLimiter:
 class DynamicBatcher:
     """The dynamic batcher (``DynamicBatchScheduler``): its queue and the payload it fills. Driven by
     `arrive` (then `run` if woken), `finish`, `run` at ``wake_at``; these return what instances took."""
-    def __init__(self, rule: BatchRule, instances: int = 1, prefetch: bool = True,
-                 queue: Any = None, decide: Decide = next_batch) -> None:
-        self.rule, self.decide = rule, decide
+    def __init__(self, rule: BatchRule, instances: int = 1, prefetch: bool = True, queue: Any = None,
+                 decide: Decide = next_batch, payload: Callable[[], Payload] = Payload) -> None:
+        self.rule, self.decide, self.new_payload = rule, decide, payload  # new_payload(): an empty one
         self.queue = RequestQueue() if queue is None else queue  # queue_, its .elements
         # curr_payload_, payload_saturated_, next_preferred_batch_size_ (the queued size that wakes it)
-        self.payload, self.saturated, self.next_preferred = Payload(), False, 0
+        self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
         self.limiter = RateLimiter(rule, instances, prefetch)
         self.wake_at = INF          # the batcher sleeps until then, unless woken earlier
 
@@ -270,20 +271,19 @@ class DynamicBatcher:
         """``BatcherThread`` (:302): fill payloads until it must sleep; returns until when."""
         while True:
             if self.saturated or self.payload.state == TAKEN:  # :344 start a new payload
-                self.payload, self.saturated, self.next_preferred = Payload(), False, 0
+                self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
             if not self.queue:
                 return now + IDLE_WAIT_S                      # :360 nothing queued
             if not self.limiter.slot_free():
                 return INF                                    # :367 until an instance takes one
             held = self.payload.elements
-            decision = self.decide(self.queue, now, self.rule, held)  # :379
-            send, self.saturated = decision.send, decision.saturated
+            send, wake_at, self.saturated = self.decide(self.queue, now, self.rule, held)  # :379
             if send == 0 and not self.saturated:              # it would wait
-                total = held + self.queue.elements            # :624 wake at the next preferred size
-                self.next_preferred = min((p for p in self.rule.effective_preferred if p > total),
-                                          default=total + 1) - held
+                total = held + self.queue.elements            # :624 wake at the next preferred size:
+                above = bisect_right(self.rule.effective_preferred, total)  # upper_bound (none: total + 1)
+                self.next_preferred = (self.rule.effective_preferred + (total + 1,))[above] - held
                 if not held or held in self.rule.effective_preferred:
-                    return decision.wake_at
+                    return wake_at
                 send = len(self.queue)  # :641 a payload not at a preferred size takes them all
             self.payload.add(*self.queue.take(send))          # :388-417 into the payload
             if self.payload.state == FORMING and self.payload:  # :430 hand it to the rate limiter
