@@ -239,7 +239,7 @@ class DynamicBatcher:
     `arrive` (then `run` if woken), `finish`, `run` at ``wake_at``; these return what instances took."""
     def __init__(self, rule: BatchRule, instances: int = 1, prefetch: bool = True, queue: Any = None,
                  decide: Decide = next_batch, payload: Callable[[], Payload] = Payload) -> None:
-        self.rule, self.decide, self.new_payload = rule, decide, payload  # new_payload(): an empty one
+        self.rule, self.decide, self.new_payload = rule, decide, payload  # new_payload(): an empty payload
         self.queue = RequestQueue() if queue is None else queue  # queue_, its .elements
         # curr_payload_, payload_saturated_, next_preferred_batch_size_ (the queued size that wakes it)
         self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
@@ -279,9 +279,9 @@ class DynamicBatcher:
             held = self.payload.elements
             send, wake_at, self.saturated = self.decide(self.queue, now, self.rule, held)  # :379
             if send == 0 and not self.saturated:              # it would wait
-                total = held + self.queue.elements            # :624 wake at the next preferred size:
-                above = bisect_right(self.rule.effective_preferred, total)  # upper_bound (none: total + 1)
-                self.next_preferred = (self.rule.effective_preferred + (total + 1,))[above] - held
+                total = held + self.queue.elements            # :624 wake at the next preferred size
+                sizes = self.rule.effective_preferred         # (upper_bound; past the largest: one more)
+                self.next_preferred = (sizes + (total + 1,))[bisect_right(sizes, total)] - held
                 if not held or held in self.rule.effective_preferred:
                     return wake_at
                 send = len(self.queue)  # :641 a payload not at a preferred size takes them all

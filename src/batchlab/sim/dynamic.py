@@ -356,21 +356,22 @@ class _FastDriver:
         """Every event, in time order, until nothing is left to happen: requests ``0 .. total - 1``
         arrive at ``times`` (followed by two ``INF``)."""
         following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
-        arrive, run, finish, slot_free = batcher.arrive, batcher.run, batcher.finish, batcher.limiter.slot_free
+        arrive, run, finish = batcher.arrive, batcher.run, batcher.finish
         pop, push, idle, extend, service_time = heapq.heappop, heapq.heappush, self.idle, queue.extend, self.service_time
         start, use, record = self.starts.append, self.used.append, self.batches.append
+        blocked = False
         while True:
             arrival, finish_at = times[following], finishes[0][0]
             wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
             if arrival <= finish_at and arrival <= wake_at:
                 if arrival == INF:
                     return
-                if batcher.saturated or batcher.payload.state == TAKEN:  # arrive's test: the next one wakes it
-                    joining = 0
+                if blocked:  # arrive found no payload slot free, and none frees before the next event
+                    joining = total
+                elif batcher.saturated or batcher.payload.state == TAKEN:
+                    joining = 0  # arrive's test: the next arrival wakes the batcher (if a slot is free) ...
                 else:  # ... or the one that brings the queue to the next preferred size
                     joining = batcher.next_preferred - len(queue) - 1
-                if joining <= 0 and not slot_free():  # ... if a payload slot is free
-                    joining = total
                 if joining > 0:  # these arrivals only join the queue: in bulk, up to the next event
                     until = batcher.wake_at if batcher.wake_at < finish_at else finish_at
                     last = bisect_right(times, until, following,
@@ -387,7 +388,8 @@ class _FastDriver:
                     while times[following] == arrival:
                         woken = arrive(following) or woken
                         following += 1
-                if not woken:
+                if not woken:  # though arrive's test says it would: no payload slot is free
+                    blocked = joining <= 0
                     continue
                 taken, now = run(arrival), arrival
             elif finish_at <= wake_at:
@@ -395,6 +397,7 @@ class _FastDriver:
                 taken, now = finish(finish_at), finish_at
             else:
                 taken, now = run(wake_at), wake_at
+            blocked = False  # the batcher moved: a slot may have freed
             for payload in taken:  # each payload an instance took becomes a batch
                 instance = pop(idle)[1]
                 start(now)
