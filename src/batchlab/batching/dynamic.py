@@ -176,7 +176,9 @@ def next_batch(pending: Iterable[QueuedRequest], now: float, rule: BatchRule,
 
 class Payload(list):
     """One batch being filled (core ``Payload``): its requests, and where it is."""
-    elements, oldest, state = 0, INF, FORMING  # BatchSize(), BatcherStartNs(); WAITING, then TAKEN
+    __slots__ = ("elements", "oldest", "state")  # BatchSize(), BatcherStartNs(); FORMING, WAITING, TAKEN
+    def __init__(self) -> None:
+        self.elements, self.oldest, self.state = 0, INF, FORMING
 
     def add(self, *requests: QueuedRequest) -> None:
         for request in requests:
@@ -243,8 +245,7 @@ class DynamicBatcher:
         self.queue = RequestQueue() if queue is None else queue  # queue_, its .elements
         # curr_payload_, payload_saturated_, next_preferred_batch_size_ (the queued size that wakes it)
         self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
-        self.limiter = RateLimiter(rule, instances, prefetch)
-        self.wake_at = INF          # the batcher sleeps until then, unless woken earlier
+        self.limiter, self.wake_at = RateLimiter(rule, instances, prefetch), INF  # asleep until wake_at, or woken
 
     def arrive(self, request: QueuedRequest) -> bool:
         """A request is queued (``Enqueue``, :185); True if it wakes the batcher (:269-280)."""

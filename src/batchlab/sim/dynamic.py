@@ -332,6 +332,8 @@ def _unit_payload(times: list[float]) -> Callable[[], Payload]:
     (`run_payloads`) and added in arrival order: its elements are its length, its oldest its first."""
 
     class UnitPayload(Payload):
+        __slots__ = ()
+
         def add(self, *requests: int) -> None:  # type: ignore[override]
             self.extend(requests)
             self.elements = len(self)
