@@ -245,7 +245,7 @@ class DynamicBatcher:
         self.queue = RequestQueue() if queue is None else queue  # queue_, its .elements
         # curr_payload_, payload_saturated_, next_preferred_batch_size_ (the queued size that wakes it)
         self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
-        self.limiter, self.wake_at = RateLimiter(rule, instances, prefetch), INF  # asleep until wake_at, or woken
+        self.limiter, self.wake_at = RateLimiter(rule, instances, prefetch), INF  # it sleeps until wake_at unless woken
 
     def arrive(self, request: QueuedRequest) -> bool:
         """A request is queued (``Enqueue``, :185); True if it wakes the batcher (:269-280)."""
