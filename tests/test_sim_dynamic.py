@@ -9,6 +9,8 @@ stop at a preferred size, forgets the payload in the size tests, wakes on every 
 waiting payloads, bounds queue time by max_queue_delay, or ignores the queue policy.
 """
 
+from collections import deque
+
 import numpy as np
 import pytest
 
@@ -151,6 +153,23 @@ def test_without_prefetching_a_payload_forms_only_for_an_idle_instance():
     b.limiter.idle = 0
     assert b.arrive(QueuedRequest(0.0)) is False and not b.limiter.slot_free()
     assert [len(p) for p in b.finish(1.0)] == [1]
+
+
+def test_the_batcher_makes_every_payload_with_its_payload_factory():
+    made = []
+
+    def payload():  # what the fast driver passes: payloads of its own kind
+        made.append(Payload())
+        return made[-1]
+
+    b = DynamicBatcher(BatchRule(2, (), 0), payload=payload)
+    assert made == [b.payload]  # the first payload too
+    taken = []
+    for i in range(3):  # the idle instance takes the first; the next two fill a second payload,
+        if b.arrive(QueuedRequest(0.0, id=i)):  # which closes at the preferred size 2: a third starts
+            taken += b.run(0.0)
+    assert taken == [made[0]] and list(b.limiter.waiting) == [made[1]] and b.payload is made[2]
+    assert [[r.id for r in p] for p in made] == [[0], [1, 2], []]
 
 
 def _waiting(rule, *payloads):
@@ -381,13 +400,16 @@ def test_the_looked_up_decision_is_next_batchs(cfg):
     payload, queue length (past max_batch_size + 1 too) and time (before, at and after the delay)."""
     rule = BatchRule(cfg["max_batch_size"], cfg.get("preferred_batch_sizes", ()), cfg.get("max_queue_delay_us", 0))
     decide = looked_up(rule)
+    arrivals: list[float] = []
+    by_index = looked_up(rule, arrivals.__getitem__)  # as `run_payloads` asks it: requests named by index
     rng = np.random.default_rng(5)
     for _ in range(3000):
-        arrivals = np.sort(rng.uniform(0, 0.004, rng.integers(1, rule.max_batch_size + 4))).tolist()
+        arrivals[:] = np.sort(rng.uniform(0, 0.004, rng.integers(1, rule.max_batch_size + 4))).tolist()
         pending = [QueuedRequest(t, 1, 1, i) for i, t in enumerate(arrivals)]
         now = max(arrivals[-1], rng.choice([arrivals[0] + rule.delay_s, rng.uniform(arrivals[-1], 0.006)]))
         held = int(rng.integers(0, rule.max_batch_size + 1))
         assert decide(pending, now, rule, held) == next_batch(pending, now, rule, held)
+        assert by_index(deque(range(len(arrivals))), now, rule, held) == next_batch(pending, now, rule, held)
 
 
 def test_the_fast_driver_runs_only_where_the_payloads_change_nothing():

@@ -19,6 +19,7 @@ drives the batcher (arrivals, instances finishing, timer wake-ups).
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from math import inf as INF
@@ -175,7 +176,9 @@ def next_batch(pending: Iterable[QueuedRequest], now: float, rule: BatchRule,
 
 class Payload(list):
     """One batch being filled (core ``Payload``): its requests, and where it is."""
-    elements, oldest, state = 0, INF, FORMING  # BatchSize(), BatcherStartNs(); WAITING, then TAKEN
+    __slots__ = ("elements", "oldest", "state")  # BatchSize(), BatcherStartNs(); FORMING, WAITING, TAKEN
+    def __init__(self) -> None:
+        self.elements, self.oldest, self.state = 0, INF, FORMING
 
     def add(self, *requests: QueuedRequest) -> None:
         for request in requests:
@@ -236,14 +239,13 @@ class RateLimiter:
 class DynamicBatcher:
     """The dynamic batcher (``DynamicBatchScheduler``): its queue and the payload it fills. Driven by
     `arrive` (then `run` if woken), `finish`, `run` at ``wake_at``; these return what instances took."""
-    def __init__(self, rule: BatchRule, instances: int = 1, prefetch: bool = True,
-                 queue: Any = None, decide: Decide = next_batch) -> None:
-        self.rule, self.decide = rule, decide
+    def __init__(self, rule: BatchRule, instances: int = 1, prefetch: bool = True, queue: Any = None,
+                 decide: Decide = next_batch, payload: Callable[[], Payload] = Payload) -> None:
+        self.rule, self.decide, self.new_payload = rule, decide, payload  # new_payload(): an empty payload
         self.queue = RequestQueue() if queue is None else queue  # queue_, its .elements
         # curr_payload_, payload_saturated_, next_preferred_batch_size_ (the queued size that wakes it)
-        self.payload, self.saturated, self.next_preferred = Payload(), False, 0
-        self.limiter = RateLimiter(rule, instances, prefetch)
-        self.wake_at = INF          # the batcher sleeps until then, unless woken earlier
+        self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
+        self.limiter, self.wake_at = RateLimiter(rule, instances, prefetch), INF  # it sleeps until wake_at unless woken
 
     def arrive(self, request: QueuedRequest) -> bool:
         """A request is queued (``Enqueue``, :185); True if it wakes the batcher (:269-280)."""
@@ -270,20 +272,19 @@ class DynamicBatcher:
         """``BatcherThread`` (:302): fill payloads until it must sleep; returns until when."""
         while True:
             if self.saturated or self.payload.state == TAKEN:  # :344 start a new payload
-                self.payload, self.saturated, self.next_preferred = Payload(), False, 0
+                self.payload, self.saturated, self.next_preferred = self.new_payload(), False, 0
             if not self.queue:
                 return now + IDLE_WAIT_S                      # :360 nothing queued
             if not self.limiter.slot_free():
                 return INF                                    # :367 until an instance takes one
             held = self.payload.elements
-            decision = self.decide(self.queue, now, self.rule, held)  # :379
-            send, self.saturated = decision.send, decision.saturated
+            send, wake_at, self.saturated = self.decide(self.queue, now, self.rule, held)  # :379
             if send == 0 and not self.saturated:              # it would wait
                 total = held + self.queue.elements            # :624 wake at the next preferred size
-                self.next_preferred = min((p for p in self.rule.effective_preferred if p > total),
-                                          default=total + 1) - held
+                sizes = self.rule.effective_preferred         # (upper_bound; past the largest: one more)
+                self.next_preferred = (sizes + (total + 1,))[bisect_right(sizes, total)] - held
                 if not held or held in self.rule.effective_preferred:
-                    return decision.wake_at
+                    return wake_at
                 send = len(self.queue)  # :641 a payload not at a preferred size takes them all
             self.payload.add(*self.queue.take(send))          # :388-417 into the payload
             if self.payload.state == FORMING and self.payload:  # :430 hand it to the rate limiter

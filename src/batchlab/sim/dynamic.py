@@ -20,7 +20,8 @@ import heapq
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -257,33 +258,39 @@ def run_payloads(arrivals: np.ndarray, rule: BatchRule, service_time: list[float
                  instances: int) -> tuple[list[float], list[int], list[int]]:
     """The fast driver of the faithful model (one priority level, no queue policy, one element per
     request, `next_batch`): the batcher, its payloads and rate limiter moved event by event as
-    `run_events` moves them, with `next_batch`'s answers looked up (`looked_up`), a queue that counts
-    its elements by its length, and arrivals that cannot wake the batcher queued in bulk. Returns
-    each batch's start, size and instance, as `run_fast` does."""
+    `run_events` moves them, with `next_batch`'s answers looked up (`looked_up`), a queue and
+    payloads that count their elements by their length, and arrivals that cannot wake the batcher
+    queued in bulk. A request is named by its index: request ``i`` is ``QueuedRequest(times[i], 1,
+    1, i)``, and the queue, the payloads and the looked-up decision read its arrival from ``times``
+    (the batcher's own methods never look inside a request). Returns each batch's start, size and
+    instance, as `run_fast` does."""
     total = arrivals.size
     times = arrivals.tolist()
-    queue = _UnitQueue()
-    driver = _FastDriver(DynamicBatcher(rule, instances, True, queue, looked_up(rule)), service_time, instances)
+    batcher = DynamicBatcher(rule, instances, True, _UnitQueue(), looked_up(rule, times.__getitem__),
+                             _unit_payload(times))
+    driver = _FastDriver(batcher, service_time, instances)
     collecting = gc.isenabled()
-    gc.disable()  # the run makes no reference cycles: the collector would only walk its million objects
+    gc.disable()  # the run makes no reference cycles: the collector would only walk its payloads
     try:
-        requests = list(map(tuple.__new__, repeat(QueuedRequest), zip(times, repeat(1), repeat(1), range(total))))
-        driver.loop(times + [INF, INF], requests)
+        driver.loop(times + [INF, INF], total)
     finally:
         if collecting:
             gc.enable()
-    first = np.cumsum(driver.sizes) - np.asarray(driver.sizes, dtype=np.int64)
-    if driver.firsts != first.tolist():  # FIFO: each batch starts where the one before ended
-        raise RuntimeError("run_payloads: batches out of arrival order; use engine='events'")
-    return driver.starts, driver.sizes, driver.used if instances > 1 else []
+    sizes = list(map(len, driver.batches))
+    served = np.fromiter(chain.from_iterable(driver.batches), np.int64, sum(sizes))
+    if not np.array_equal(served, np.arange(total)):  # FIFO: the batches hold every request, in order
+        raise RuntimeError("run_payloads: the batches do not hold the requests in arrival order; "
+                           "use engine='events'")
+    return driver.starts, sizes, driver.used if instances > 1 else []
 
 
-def looked_up(rule: BatchRule) -> Decide:
+def looked_up(rule: BatchRule, arrival: Callable[[Any], float] = attrgetter("arrival")) -> Decide:
     """`next_batch` for requests of one element each queued in arrival order, asked once per
     payload size, pending count (up to ``max_batch_size`` + 1: it reads no further) and whether
-    the oldest pending request's delay has expired, its answers looked up."""
+    the oldest pending request's delay has expired, its answers looked up. ``arrival(request)``:
+    when a queued request arrived (`run_payloads` names requests by their index)."""
     delay, cap = rule.delay_s, rule.max_batch_size + 1
-    waited, make = delay > 0, tuple.__new__  # (a Decision made as tuples are: its fields in order)
+    waited = delay > 0
     table = []
     for held in range(rule.max_batch_size + 1):
         row = []
@@ -296,10 +303,11 @@ def looked_up(rule: BatchRule) -> Decide:
         table.append(row)
 
     def decide(pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
-        oldest = pending[0].arrival + delay if pending else INF
+        # (a plain tuple of the Decision's fields: equal to it, and cheaper to make)
+        oldest = arrival(pending[0]) + delay if pending else INF
         n = len(pending)
         send, saturated, waits = table[payload][n if n < cap else cap][waited and now >= oldest]
-        return make(Decision, (send, oldest if waits else now, saturated))
+        return send, oldest if waits else now, saturated  # type: ignore[return-value]
 
     return decide
 
@@ -307,14 +315,32 @@ def looked_up(rule: BatchRule) -> Decide:
 class _UnitQueue(deque):
     """`RequestQueue` for requests of one batch element each: its elements are its length."""
 
-    @property
-    def elements(self) -> int:
-        return len(self)
+    elements = property(len)  # (``len`` itself as the getter: no Python call)
 
-    def take(self, count: int) -> list[QueuedRequest]:
+    def take(self, count: int) -> list[Any]:
         """Remove the first ``count`` requests, in order."""
+        if count == len(self):  # all of them (the common case): copied at once
+            taken = list(self)
+            self.clear()
+            return taken
         popleft = self.popleft
         return [popleft() for _ in range(count)]
+
+
+def _unit_payload(times: list[float]) -> Callable[[], Payload]:
+    """`Payload` for requests of one batch element each, named by their index into ``times``
+    (`run_payloads`) and added in arrival order: its elements are its length, its oldest its first."""
+
+    class UnitPayload(Payload):
+        __slots__ = ()
+
+        def add(self, *requests: int) -> None:  # type: ignore[override]
+            self.extend(requests)
+            self.elements = len(self)
+            if self:
+                self.oldest = times[self[0]]
+
+    return UnitPayload
 
 
 class _FastDriver:
@@ -323,58 +349,62 @@ class _FastDriver:
     def __init__(self, batcher: DynamicBatcher, service_time: list[float], instances: int) -> None:
         self.batcher, self.queue, self.service_time = batcher, batcher.queue, service_time
         self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
-        self.finishes: list[tuple[float, int]] = []  # heap: (end, instance) of the batches running
+        self.finishes = [(INF, -1)]  # heap: (end, instance) of the batches running, over one that never ends
         self.starts: list[float] = []
-        self.sizes: list[int] = []
         self.used: list[int] = []
-        self.firsts: list[int] = []  # each batch's first request
+        self.batches: list[Payload] = []  # the payloads the instances took, in order
 
-    def loop(self, times: list[float], requests: list[QueuedRequest]) -> None:
-        """Every event, in time order, until nothing is left to happen."""
-        following, total, finishes, queue, batcher = 0, len(requests), self.finishes, self.queue, self.batcher
-        arrive, run, finish, slot_free = batcher.arrive, batcher.run, batcher.finish, batcher.limiter.slot_free
+    def loop(self, times: list[float], total: int) -> None:
+        """Every event, in time order, until nothing is left to happen: requests ``0 .. total - 1``
+        arrive at ``times`` (followed by two ``INF``)."""
+        following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
+        arrive, run, finish = batcher.arrive, batcher.run, batcher.finish
         pop, push, idle, extend, service_time = heapq.heappop, heapq.heappush, self.idle, queue.extend, self.service_time
-        starts, sizes, used, firsts = self.starts.append, self.sizes.append, self.used.append, self.firsts.append
+        start, use, record = self.starts.append, self.used.append, self.batches.append
+        blocked = False
         while True:
-            arrival = times[following]
-            finish_at = finishes[0][0] if finishes else INF
+            arrival, finish_at = times[following], finishes[0][0]
             wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
             if arrival <= finish_at and arrival <= wake_at:
                 if arrival == INF:
                     return
-                if not slot_free():  # arrive's test: no arrival wakes the batcher while no slot is free
-                    joining = INF
+                if blocked:  # arrive found no payload slot free, and none frees before the next event
+                    joining = total
                 elif batcher.saturated or batcher.payload.state == TAKEN:
-                    joining = 0
-                else:  # ... and it wakes when the queue reaches the next preferred size
+                    joining = 0  # arrive's test: the next arrival wakes the batcher (if a slot is free) ...
+                else:  # ... or the one that brings the queue to the next preferred size
                     joining = batcher.next_preferred - len(queue) - 1
                 if joining > 0:  # these arrivals only join the queue: in bulk, up to the next event
-                    end = following + joining if joining < total - following else total
-                    last = bisect_right(times, min(finish_at, batcher.wake_at), following, end)
+                    until = batcher.wake_at if batcher.wake_at < finish_at else finish_at
+                    last = bisect_right(times, until, following,
+                                        following + joining if joining < total - following else total)
                     if last > following:
-                        extend(requests[following:last])
+                        extend(range(following, last))
                         following = last
                         continue
-                last = following + 1
-                while times[last] == arrival:  # sent at the same instant: all queued, then the batcher looks
-                    last += 1
-                woken = False
-                for request in requests[following:last]:
-                    woken = arrive(request) or woken
-                following = last
-                taken = run(arrival) if woken else None
-                now = arrival
+                if times[following + 1] != arrival:  # the common case: one request at a time
+                    woken = arrive(following)
+                    following += 1
+                else:  # sent at the same instant: all queued, then the batcher looks
+                    woken = False
+                    while times[following] == arrival:
+                        woken = arrive(following) or woken
+                        following += 1
+                if not woken:  # though arrive's test says it would: no payload slot is free
+                    blocked = joining <= 0
+                    continue
+                taken, now = run(arrival), arrival
             elif finish_at <= wake_at:
-                _, instance = pop(finishes)
-                push(idle, (finish_at, instance))
-                taken = finish(finish_at)
-                now = finish_at
+                push(idle, (finish_at, pop(finishes)[1]))
+                taken, now = finish(finish_at), finish_at
             else:
-                taken = run(wake_at)
-                now = wake_at
-            for payload in taken or ():  # each payload an instance took becomes a batch
-                _, instance = pop(idle)
-                starts(now), sizes(len(payload)), used(instance), firsts(payload[0].id)
+                taken, now = run(wake_at), wake_at
+            blocked = False  # the batcher moved: a slot may have freed
+            for payload in taken:  # each payload an instance took becomes a batch
+                instance = pop(idle)[1]
+                start(now)
+                use(instance)
+                record(payload)
                 push(finishes, (now + service_time[payload.elements], instance))
 
 

@@ -54,7 +54,10 @@ def empty_records(n: int) -> np.ndarray:
         blank[f] = np.nan
     for f in ("batch_id", "seq_id", "step", "instance"):
         blank[f] = -1
-    r = np.full(n, blank, dtype=RECORD_DTYPE)  # one pass over memory (field by field takes twice as long)
+    r = np.empty(n, dtype=RECORD_DTYPE)
+    # one pass over memory, the blank record's bytes copied into each row (np.full with a structured
+    # value, or field by field, takes twice as long)
+    r.view(np.uint8).reshape(n, RECORD_DTYPE.itemsize)[:] = np.frombuffer(blank.tobytes(), np.uint8)
     r["id"] = np.arange(n)
     return r
 
