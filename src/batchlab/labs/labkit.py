@@ -274,7 +274,7 @@ class Workspace:
             raise ServerError(f"model {model!r} not ready {timeout:.0f} s after reload")
         self._segment(model, open_new=True)
 
-    def _counters(self, model: str) -> ModelStats | None:
+    def _stats(self, model: str) -> ModelStats | None:
         try:
             return read_stats(self.server.http_client(), model)
         except Exception:  # model not loaded (yet), or the server is gone
@@ -282,7 +282,7 @@ class Workspace:
 
     def _segment(self, model: str, open_new: bool) -> None:
         """Close `model`'s open history segment at its statistics now; with `open_new`, open the next."""
-        now = self._counters(model)
+        now = self._stats(model)
         old = self._open.pop(model, None)
         if old is not None and now is not None:
             self._segments.setdefault(model, []).append({**old[0], **_delta(now, old[1])})
@@ -299,7 +299,7 @@ class Workspace:
         ``delay_us`` and ``preferred``, how much each of `_COUNTERS` grew meanwhile and ``stats``, the
         server's statistics over the segment (a `ModelStats` difference: its batch sizes and times)."""
         out = [dict(s) for s in self._segments.get(model, [])]
-        if model in self._open and (now := self._counters(model)) is not None:
+        if model in self._open and (now := self._stats(model)) is not None:
             out.append({**self._open[model][0], **_delta(now, self._open[model][1])})
         return out
 
