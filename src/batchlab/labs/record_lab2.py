@@ -25,15 +25,16 @@ from batchlab.sim import BatchRule, Table
 #: Random patterns drawn by default; with chapter 02's and `extra_patterns` they make the data set.
 RANDOM_COUNT = 24
 #: Recordings of each pattern by default: an arrival racing an instance's finish can go either way,
-#: so recordings that agree five times out of five say more than three out of three.
-REPEATS = 5
+#: so recordings that agree ten times out of ten say more than five out of five.
+REPEATS = 10
 
 
 def extra_patterns() -> list[Pattern]:
     """Patterns for what a busy instance brings out: the delay expiring while it is busy (F), the
     batch that grows one past the preferred size (G) and delay 0 with a preferred size (H)."""
     f = [Pattern(f"F 偏好 [8]、延时 {d // 1000} ms，20 条同时到", burst(20), BatchRule(16, (8,), d),
-                 f"先发偏好的 8 条；实例忙的几十 ms 里剩下 12 条的 {d // 1000} ms 延时已过：一空闲就把 12 条一起发")
+                 f"偏好的 8 条交出去、实例取走前又多收 1 条（9 条）；实例忙的几十 ms 里剩下 11 条的 {d // 1000} ms 延时已过："
+                 "一空闲就一起发（实例抢先取走时是 8 和 12）")
          for d in (5_000, 10_000)]
     g = Pattern("G 偏好 [3]，每 2 ms 一条", spaced(19, 0.002), BatchRule(12, (3,), 150_000),
                 "实例忙时，已凑够偏好 3 条、在等实例的批还会再收下一条：之后每批 4 条")
