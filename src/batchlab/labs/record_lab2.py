@@ -34,7 +34,7 @@ def extra_patterns() -> list[Pattern]:
     batch that grows one past the preferred size (G) and delay 0 with a preferred size (H)."""
     f = [Pattern(f"F 偏好 [8]、延时 {d // 1000} ms，20 条同时到", burst(20), BatchRule(16, (8,), d),
                  f"偏好的 8 条交出去、实例取走前又多收 1 条（9 条）；实例忙的几十 ms 里剩下 11 条的 {d // 1000} ms 延时已过："
-                 "一空闲就一起发（实例抢先取走时是 8 和 12）")
+                 "一空闲就一起发（实例抢先取走了 8 条、或线程醒来的先后不同时，后面的批跟着变）")
          for d in (5_000, 10_000)]
     g = Pattern("G 偏好 [3]，每 2 ms 一条", spaced(19, 0.002), BatchRule(12, (3,), 150_000),
                 "实例忙时，已凑够偏好 3 条、在等实例的批还会再收下一条：之后每批 4 条")
