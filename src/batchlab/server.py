@@ -665,9 +665,7 @@ class TritonServer(_Clients):
     """One embedded tritonserver process on loopback, with its model repository.
 
     `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
-    "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL (0, the
-    default: SIGKILL at once; a course server keeps nothing a graceful shutdown would save, and `stop`
-    removes its folder and regions right after; Triton's own SIGTERM path takes 1-2 s);
+    "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
     `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to
     tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
     clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
@@ -683,7 +681,7 @@ class TritonServer(_Clients):
         model_control: str = "none",
         models: Sequence[str] | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
-        stop_grace: float = 0.0,
+        stop_grace: float = 10.0,
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
         owns_repo: bool = False,
@@ -899,7 +897,7 @@ class TritonServer(_Clients):
             raise
 
     def stop(self) -> None:
-        """Stop the server's process group (SIGKILL; SIGTERM first if `stop_grace`); remove its folder and regions."""
+        """Stop the server's process group (SIGTERM, SIGKILL after `stop_grace` s); remove its folder and regions."""
         with self._lock:
             proc, self._proc = self._proc, None
             reaper, self._reaper = self._reaper, None
