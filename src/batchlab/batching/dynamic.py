@@ -281,8 +281,8 @@ class DynamicBatcher:
             send, wake_at, self.saturated = self.decide(self.queue, now, self.rule, held)  # :379
             if send == 0 and not self.saturated:              # it would wait
                 total = held + self.queue.elements            # :624 wake at the next preferred size
-                sizes = self.rule.effective_preferred         # (upper_bound; past the largest: one more)
-                self.next_preferred = (sizes + (total + 1,))[bisect_right(sizes, total)] - held
+                sizes = self.rule.effective_preferred         # (upper_bound; past the largest: :630 the smallest)
+                self.next_preferred = (sizes + sizes[:1])[bisect_right(sizes, total)] - held
                 if not held or held in self.rule.effective_preferred:
                     return wake_at
                 send = len(self.queue)  # :641 a payload not at a preferred size takes them all
