@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from batchlab._validate import count
 from batchlab.models.requests import generate_inputs
 from batchlab.probe.batch_time import BatchTimes, measure_batch_times
 from batchlab.sim.service import TokenCost
@@ -76,12 +77,28 @@ def _rows_of(prompt: Sequence[int], max_tokens: int) -> Any:
 
 def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] = (1, 4, 16),
                        n_tokens: int = 16, rounds: int = 3, model: str = "generate") -> GenerateCalibration:
-    """Measure t_p(B) and t(B, N) of ``model`` with single executions."""
+    """Measure t_p(B) and t(B, N) of ``model`` with single executions, the two kinds alternating round
+    by round: t_step is their difference, so both fastest rounds must come from the same stretch of
+    time (measured one phase after the other, a machine that got busier between the phases inflates
+    t(B, N) alone, and most at the largest B)."""
     if n_tokens < 2:
         raise ValueError("n_tokens must be >= 2 to see a decode step")
-    pre = measure_batch_times(server, model, _rows_of(prompt, 1), sizes, rounds=rounds)
-    full = measure_batch_times(server, model, _rows_of(prompt, n_tokens), sizes, rounds=rounds)
-    return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), pre, full)
+    count("rounds", rounds)
+    pre: list[BatchTimes] = []
+    full: list[BatchTimes] = []
+    for r in range(rounds):
+        warm = 1 if r == 0 else 0
+        pre.append(measure_batch_times(server, model, _rows_of(prompt, 1), sizes, rounds=1, warmup_rounds=warm))
+        full.append(measure_batch_times(server, model, _rows_of(prompt, n_tokens), sizes, rounds=1,
+                                        warmup_rounds=warm))
+    return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), _joined(pre), _joined(full))
+
+
+def _joined(parts: Sequence[BatchTimes]) -> BatchTimes:
+    """One `BatchTimes` holding every round of ``parts`` (same model and sizes)."""
+    sizes = parts[0].sizes
+    cat = lambda attr: {b: np.concatenate([getattr(p, attr)[b] for p in parts]) for b in sizes}  # noqa: E731
+    return BatchTimes(parts[0].model, sizes, cat("compute_ms"), cat("infer_ms"), cat("latency_ms"))
 
 
 def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
