@@ -176,3 +176,25 @@ def test_split_simulated() -> None:
     assert sp["prefill"] == pytest.approx(2.0 + 0.1 * 20)
     assert sp["decode"] == pytest.approx(4 * (2.0 + 0.5 * 2))
     assert sp["total"] == pytest.approx(sp["prefill"] + sp["decode"])
+
+
+def test_calibrate_generate_alternates_prefill_and_full_round_by_round(monkeypatch) -> None:
+    """t_step is a difference of two fastest rounds: both kinds must be measured in the same stretch of
+    time, round by round, not one phase after the other (a load change between phases biases t_step)."""
+    from batchlab.probe import latency
+
+    calls = []
+
+    def fake(server, model, inputs_for, sizes, rounds, warmup_rounds):
+        n = int(inputs_for(1)["MAX_TOKENS"].ravel()[0])
+        calls.append((n, rounds, warmup_rounds))
+        ms = {b: np.array([float(n * b + len(calls))]) for b in sizes}
+        return BatchTimes(model, list(sizes), ms, ms, ms)
+
+    monkeypatch.setattr(latency, "measure_batch_times", fake)
+    cal = latency.calibrate_generate(None, [5, 6, 7], sizes=(1, 4), n_tokens=9, rounds=3)
+    assert calls == [(1, 1, 1), (9, 1, 1), (1, 1, 0), (9, 1, 0), (1, 1, 0), (9, 1, 0)]
+    assert cal.prefill.compute_ms[4].tolist() == [5.0, 7.0, 9.0]   # every round kept, in order
+    assert cal.full_ms.tolist() == [11.0, 38.0]                     # fastest round per size
+    with pytest.raises(ValueError, match="rounds"):
+        latency.calibrate_generate(None, [5, 6, 7], rounds=0)
