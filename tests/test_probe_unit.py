@@ -13,6 +13,7 @@ from batchlab.models.requests import generate_inputs
 from batchlab.probe import (BatchTimes, Calibration, GenerateCalibration, Pattern, batches_from_sizes, burst,
                             chapter_patterns, load_factor, service_from_stats, simulate_pattern, spaced, split_report,
                             split_simulated)
+from batchlab.probe import latency
 from batchlab.sim import Affine, BatchRule, TokenCost, simulate_static_generation
 
 ECHO_CONFIG = {"name": "embed", "max_batch_size": 32, "input": [{"name": "TOKENS"}],
@@ -181,8 +182,6 @@ def test_split_simulated() -> None:
 def test_calibrate_generate_alternates_prefill_and_full_round_by_round(monkeypatch) -> None:
     """t_step is a difference of two fastest rounds: both kinds must be measured in the same stretch of
     time, round by round, not one phase after the other (a load change between phases biases t_step)."""
-    from batchlab.probe import latency
-
     calls = []
 
     def fake(server, model, inputs_for, sizes, rounds, warmup_rounds):

@@ -67,6 +67,15 @@ class BatchTimes:
         t1 = est[self.sizes.index(1)]
         return np.asarray(self.sizes, dtype=float) * t1 / est
 
+    @classmethod
+    def joined(cls, parts: Sequence["BatchTimes"]) -> "BatchTimes":
+        """One `BatchTimes` holding every round of ``parts`` (same model and sizes), in order."""
+        first = parts[0]
+        tables = {}
+        for attr in ("compute_ms", "infer_ms", "latency_ms"):
+            tables[attr] = {b: np.concatenate([getattr(p, attr)[b] for p in parts]) for b in first.sizes}
+        return cls(first.model, first.sizes, **tables)
+
     def table(self) -> list[dict[str, float]]:
         """Rows of B, min / median compute, median infer and latency (ms), and the number of executions."""
         mn, mc, mi, ml = self.minimum("compute"), self.median("compute"), self.median("infer"), self.median("latency")

@@ -91,14 +91,8 @@ def calibrate_generate(server: Any, prompt: Sequence[int], sizes: Sequence[int] 
         pre.append(measure_batch_times(server, model, _rows_of(prompt, 1), sizes, rounds=1, warmup_rounds=warm))
         full.append(measure_batch_times(server, model, _rows_of(prompt, n_tokens), sizes, rounds=1,
                                         warmup_rounds=warm))
-    return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens), _joined(pre), _joined(full))
-
-
-def _joined(parts: Sequence[BatchTimes]) -> BatchTimes:
-    """One `BatchTimes` holding every round of ``parts`` (same model and sizes)."""
-    sizes = parts[0].sizes
-    cat = lambda attr: {b: np.concatenate([getattr(p, attr)[b] for p in parts]) for b in sizes}  # noqa: E731
-    return BatchTimes(parts[0].model, sizes, cat("compute_ms"), cat("infer_ms"), cat("latency_ms"))
+    return GenerateCalibration([int(b) for b in sizes], len(prompt), int(n_tokens),
+                               BatchTimes.joined(pre), BatchTimes.joined(full))
 
 
 def split_report(report: Any, calib: GenerateCalibration) -> dict[str, float]:
