@@ -195,3 +195,5 @@ def test_measure_delay_pair_on_the_course_models(triton):
     for r in rows:
         assert r["throughput_rps"] > 0 and r["mean_batch"] >= 1 and r["busy_ms_per_req"] > 0
     assert np.isfinite([r["p99_ms"] for r in rows]).all()
+    opens = [r for r in rows if r["mode"].startswith("open")]   # one schedule: the same requests answered
+    assert opens[0]["requests"] == opens[1]["requests"] > 0 and all(r["errors"] == 0 for r in rows)

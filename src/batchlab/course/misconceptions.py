@@ -213,7 +213,8 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
 def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16, rate: float = 100.0,
                        seconds: float = 2.0, seed: int = 0) -> list[dict[str, Any]]:
     """Per model, a closed loop at `concurrency` and an open loop at Poisson `rate`. Rows: model,
-    mode, throughput_rps, p50_ms, p99_ms, mean_batch, busy_ms_per_req (statistics extension)."""
+    mode, throughput_rps, p50_ms, p99_ms, mean_batch, busy_ms_per_req (statistics extension), requests
+    (answered) and errors."""
     spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     rows = []
     for m in models:
@@ -228,7 +229,8 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
             ok = rep.n_ok
             rows.append({"model": m, "mode": f"{mode} c={concurrency}" if mode == "closed" else f"open {rate:g}/s",
                          "throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
-                         "mean_batch": rep.mean_batch_size(), "busy_ms_per_req": busy / ok * 1e3 if ok else math.nan})
+                         "mean_batch": rep.mean_batch_size(), "busy_ms_per_req": busy / ok * 1e3 if ok else math.nan,
+                         "requests": ok, "errors": rep.n_errors})
     return rows
 
 
