@@ -46,8 +46,8 @@ def json_ready(v: Any, digits: int | None = None) -> Any:
 
 @dataclass
 class LoadReport:
-    """One load run (closed or open loop). Over the measured phase: ``wall_s`` first send to last
-    completion, ``client_cpu_s`` the client's CPU, ``server`` the statistics-extension difference,
+    """One load run (closed or open loop). Over the measured phase: ``wall_s`` the phase's start to
+    the last completion, ``client_cpu_s`` the client's CPU, ``server`` the statistics-extension difference,
     ``metrics`` the Prometheus one. ``unit``: what a record is ('request', 'stream', 'sequence')."""
 
     model: str
