@@ -74,7 +74,7 @@ def test_server_admission_follows_the_kv_budget(tmp_path: Path):
     limits = C.stream_model_limits(c)
     predicted = min(limits["max_active"], kv.max_concurrent_sequences(1024 * 8192, 8192, 256))
     assert predicted == 4
-    with TritonServer(tmp_path, stop_grace=10) as server:
+    with TritonServer(tmp_path) as server:
         seen = C.server_kv_admission(server, "lm_stream_kv1k", n_requests=6, prompt_tokens=128, max_tokens=128)
     assert seen["errors"] == []
     assert seen["tokens"] == 6 * 128

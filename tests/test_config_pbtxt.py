@@ -202,7 +202,7 @@ def test_triton_agrees_misplaced_refused_and_zero_batches_one(tmp_path: Path):
     zero = cfg.edit_config(cfg.load_config_text("noop"), {"name": "noop_mbs0", "max_batch_size": 0})
     assert [f.level for f in cfg.check_config(zero)] == ["warning"]
     cfg.stage_model(tmp_path, "noop_mbs0", cfg.to_text(zero), "noop")
-    with TritonServer(tmp_path, models=["noop_mbs0"], stop_grace=10) as server:
+    with TritonServer(tmp_path, models=["noop_mbs0"]) as server:
         client = server.http_client()
         with pytest.raises(InferenceServerException):
             client.load_model("bad_mbs")

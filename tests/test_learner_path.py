@@ -11,11 +11,11 @@ servers on free ports):
 * ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
   notebook runs to the end, no cell shows a traceback, every check says what is wrong.
 
-The planted runs execute the release with its answer-independent measurements made smaller
-(`QUICK`): those cells read no answer, so the handout (and Lab 1's class) runs them in full on the
-release as shipped, and a planted run only has to show that the notebook around its wrong answers
-still runs to the end. The two grading runs of a lab (release as shipped; release with `QUICK`) go
-at once.
+Lab 1's class (below) is graded on the release as shipped. Every other run, the handouts of Labs 2-6
+included, executes the release with its answer-independent measurements made smaller (`QUICK`):
+those cells read no answer and are the solution's own, which nbval runs in full, so a run here only
+has to show that the notebook around the learner's answers still runs to the end. A lab's runs are
+split between two grading runs that go at once.
 
 Lab 1 (the shortest to run) is also graded as a class, in the same grading run (one sandboxed
 execution per submission, so the handout doubles as the learner who handed it in untouched). The
@@ -107,7 +107,7 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
 #: Answer-independent measurements made smaller in the planted runs: lab -> locked cell (grade_id) ->
 #: [(text in the cell, replacement)]. Each cell runs the same code with the same inputs whatever the
 #: answers (no answer feeds it: the answers a planted run gets wrong fail their checks, so `labkit.attempt`
-#: keeps them out), only fewer requests, rounds or repeats; the handout runs it in full. (lab1.q4 also
+#: keeps them out), only fewer requests, rounds or repeats; nbval runs it in full. (lab1.q4 also
 #: judges the statistics lab1-lab1-24 leaves, next to a constructed case that names the planted mistake
 #: whatever the server's numbers; Lab 3 has no measurement worth shrinking.)
 QUICK: dict[str, dict[str, list[tuple[str, str]]]] = {
@@ -260,14 +260,16 @@ def test_learner_path(tmp_path: Path, lab: str) -> None:
     planted = {"wrongtype": _wrong_type(sol)}
     planted.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
     runs = {"handout": handout, **planted}
-    shipped = {"handout": handout}                       # graded on the release as shipped
-    if lab in CLASS:
-        shipped.update(alice=sol, mallory=_mallory(handout), carol=_carol(sol, CLASS[lab]))
-    quick = tmp_path / "quick"                          # the release with QUICK made, for the planted runs
+    quick = tmp_path / "quick"                          # the release with QUICK made
     quick.mkdir()
     (quick / release.name).write_text(json.dumps(_quick(handout, lab), ensure_ascii=False), encoding="utf-8")
-    groups = {"shipped": (shipped, ROOT / "labs"), "planted": (planted, quick)}
-    procs = {}  # the two groups run side by side, one sandbox each: two at a time, as before
+    if lab in CLASS:                                    # the class, graded on the release as shipped
+        shipped = {"handout": handout, "alice": sol, "mallory": _mallory(handout), "carol": _carol(sol, CLASS[lab])}
+        groups = {"shipped": (shipped, ROOT / "labs"), "planted": (planted, quick)}
+    else:
+        names = list(runs)
+        groups = {g: ({n: runs[n] for n in names[k::2]}, quick) for k, g in enumerate(("first", "second"))}
+    procs = {}  # the two groups run side by side, one sandbox each: two at a time
     for group, (subs_of, release_dir) in groups.items():
         subs, out = tmp_path / group / "subs", tmp_path / group / "out"
         for name, nb in subs_of.items():

@@ -665,7 +665,8 @@ class TritonServer(_Clients):
     """One embedded tritonserver process on loopback, with its model repository.
 
     `repo` default: the course's; ports default to free ones; `model_control` "none" loads all,
-    "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL;
+    "explicit" (implied by `models`) only `models`; `stop_grace`: seconds from SIGTERM to SIGKILL (0:
+    SIGKILL at once; a course server holds no state worth a graceful exit, which takes ~2 s);
     `owns_repo`: `stop()` also removes `repo` (staged for this server alone); `extra_args` go to
     tritonserver. The `RESTRICTED_APIS` need this launch's `key`, which the
     clients of `http_client()` / `grpc_client()` send; shared-memory regions are kept mode 0600.
@@ -681,7 +682,7 @@ class TritonServer(_Clients):
         model_control: str = "none",
         models: Sequence[str] | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
-        stop_grace: float = 10.0,
+        stop_grace: float = 0.0,
         extra_args: Iterable[str] = (),
         log_verbose: int = 0,
         owns_repo: bool = False,
