@@ -121,8 +121,9 @@ def solo(i: int) -> list[int]:
     return generate(ToyLM.default(), **JOBS[i])
 
 
-@pytest.mark.parametrize("concurrency, setting", [(1, "reserve")] + [(8, s) for s in sorted(SETTINGS)])
-@pytest.mark.parametrize("draft", ["bigram", "ngram", "ngram_bigram"])
+@pytest.mark.parametrize("draft, concurrency, setting",   # one sequence at a time once; the drafts in every setting
+                         [("bigram", 1, "reserve")] + [(d, 8, s) for d in ("bigram", "ngram", "ngram_bigram")
+                                                       for s in sorted(SETTINGS)])
 def test_speculation_keeps_every_token_of_greedy_decoding(lm, setting, draft, concurrency):
     kwargs = dict(SETTINGS[setting], max_active=concurrency)
     seqs, requests, steps = run(lm, JOBS, draft=draft, num_speculative_tokens=3, **kwargs)
