@@ -898,7 +898,8 @@ class TritonServer(_Clients):
             raise
 
     def stop(self) -> None:
-        """Stop the server's process group (SIGTERM, SIGKILL after `stop_grace` s); remove its folder and regions."""
+        """Kill the server's process group (SIGKILL; with a `stop_grace`, SIGTERM and up to that long first);
+        remove its folder and regions."""
         with self._lock:
             proc, self._proc = self._proc, None
             reaper, self._reaper = self._reaper, None
