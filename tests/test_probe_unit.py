@@ -11,9 +11,8 @@ import pytest
 from batchlab.load.stats import ModelStats
 from batchlab.models.requests import generate_inputs
 from batchlab.probe import (BatchTimes, Calibration, GenerateCalibration, Pattern, batches_from_sizes, burst,
-                            chapter_patterns, load_factor, service_from_stats, simulate_pattern, spaced, split_report,
-                            split_simulated)
-from batchlab.probe import latency
+                            chapter_patterns, latency, load_factor, service_from_stats, simulate_pattern, spaced,
+                            split_report, split_simulated)
 from batchlab.sim import Affine, BatchRule, TokenCost, simulate_static_generation
 
 ECHO_CONFIG = {"name": "embed", "max_batch_size": 32, "input": [{"name": "TOKENS"}],
