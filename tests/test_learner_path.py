@@ -60,15 +60,15 @@ PLANTED: dict[str, dict[str, dict[int, tuple[str, str, str]]]] = {
         6: ('    try:\n        client.infer("embed", [inp])\n    except InferenceServerException as e:\n        return e\n'
             '    return None', '    client.infer("embed", [inp])', "异常没有被接住"),
     }},
-    "lab2": {"wrong": {
+    "lab2": {"wrong": {      # q3 (the real sweep) needs q2 right; q2's plant in wrong2 skips the sweep
         1: ("    if best and (not rule.delay_s or now < deadline):", "    if best:", "延时过期后你还在按偏好批大小切"),
-        2: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
-            "pass", "preferred_batch_size 不对"),
+        3: ('"p95_ms": report.latency_ms()["p95"]', '"p95_ms": report.latency_ms()["p95"] / 1000', "单位是毫秒吗"),
         4: ('"p95_ms": s["latency_ms"]["p95"] + overhead_ms', '"p95_ms": s["latency_ms"]["p95"]', "少了 overhead_ms"),
         5: ('feasible = [r for r in rows if r["p95_ms"] <= slo_ms]', 'feasible = [r for r in rows if r["p95_ms"] < slo_ms]',
             "<="),
     }, "wrong2": {
-        3: ('"p95_ms": report.latency_ms()["p95"]', '"p95_ms": report.latency_ms()["p95"] / 1000', "单位是毫秒吗"),
+        2: ('lines.append("  preferred_batch_size: [ " + ", ".join(str(int(b)) for b in preferred) + " ]")',
+            "pass", "preferred_batch_size 不对"),
     }},
     "lab3": {"wrong": {
         1: ("sequence_start=start, sequence_end=end)", "sequence_start=start, sequence_end=False)", "序列没有结束"),
