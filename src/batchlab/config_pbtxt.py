@@ -239,10 +239,8 @@ def check_config(config: Any) -> list[Finding]:
     try:
         c = _as_config(config)
     except ConfigError as exc:
-        path = ""
         m = _NO_FIELD.search(exc.message)
-        if m:
-            path = f"{_MSG_PATH.get(m.group(1), m.group(1))}.{m.group(2)}".lstrip(".")
+        path = f"{_MSG_PATH.get(m.group(1), m.group(1))}.{m.group(2)}".lstrip(".") if m else ""
         return [Finding("error", path or "(parse)", f"第 {exc.line} 行第 {exc.column} 列：{exc.message}。{exc.hint}",
                         SRC_PROTO)]
     out: list[Finding] = []
@@ -354,10 +352,8 @@ def _fmt_scalar(f: FieldDescriptor, v: Any) -> str:
 
 def _note(path: str) -> str:
     clean = re.sub(r"\[[^\]]*\]", "", path)
-    note = FIELD_NOTES.get(clean, "")
-    if not note and ".priority_queue_policy." in clean:
-        note = FIELD_NOTES.get(clean.replace(".priority_queue_policy.", ".default_queue_policy."), "")
-    return note
+    shared = clean.replace(".priority_queue_policy.", ".default_queue_policy.")  # a level's policy: same notes
+    return FIELD_NOTES.get(clean) or FIELD_NOTES.get(shared, "")
 
 
 def annotate(config: Any, width: int = 58) -> str:
@@ -398,9 +394,7 @@ def annotate(config: Any, width: int = 58) -> str:
 
 
 def _with_note(code: str, note: str, width: int) -> str:
-    if not note:
-        return code
-    return f"{code.ljust(width)}  # {note}"
+    return f"{code.ljust(width)}  # {note}" if note else code
 
 
 def to_text(config: Any) -> str:
@@ -427,16 +421,9 @@ def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> 
     base = _section(msg, at) if at else msg
     if isinstance(changes, str):
         block = _parse_into(changes, type(base)())
-        for f, value in block.ListFields():
+        for f, _ in block.ListFields():
             base.ClearField(f.name)
-            if _repeated(f):  # repeated fields and maps
-                getattr(base, f.name).MergeFrom(value)
-            elif f.type == FieldDescriptor.TYPE_MESSAGE:
-                sub = getattr(base, f.name)
-                sub.CopyFrom(value)
-                sub.SetInParent()
-            else:
-                setattr(base, f.name, value)
+        base.MergeFrom(block)  # each field the block sets (an empty section too) replaces the config's
         return msg
     for path, value in dict(changes).items():
         target, f = _field(base, path)
