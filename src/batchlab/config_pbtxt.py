@@ -179,7 +179,6 @@ _TRANSLATIONS = [
     (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
      "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
     (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
-    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
 ]
 _QUOTED = re.compile(r"^'.*?': ")
 
@@ -214,13 +213,7 @@ def parse_config(text: str) -> Any:
 
 
 def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
-    """The text of `<repo>/<model>/config.pbtxt` (default repo: the course's); `model` may
-    also be a path to a config.pbtxt file or a model folder."""
-    p = Path(model)
-    if p.suffix == ".pbtxt" and p.is_file():
-        return p.read_text(encoding="utf-8")
-    if p.is_dir() and (p / "config.pbtxt").is_file():
-        return (p / "config.pbtxt").read_text(encoding="utf-8")
+    """The text of `<repo>/<model>/config.pbtxt` (default repo: the course's)."""
     base = Path(repo) if repo is not None else MODEL_REPOSITORY
     f = base / str(model) / "config.pbtxt"
     if not f.is_file():

@@ -578,11 +578,9 @@ def _cwd_in_use(folder: Path) -> bool:
     """True when a process of this user runs inside `folder` (a tritonserver's cwd is its folder)."""
     me = os.geteuid()
     for proc in psutil.process_iter(["uids"]):
-        try:
+        with contextlib.suppress(psutil.Error, OSError):
             if proc.info["uids"] and proc.info["uids"].effective == me and Path(proc.cwd()) == folder:
                 return True
-        except (psutil.Error, OSError):
-            continue
     return False
 
 
@@ -603,21 +601,16 @@ def sweep_stale(tmp: str | os.PathLike[str] | None = None, shm: str | os.PathLik
         if st.st_uid != me or not d.is_dir() or d.is_symlink():
             continue
         m = _WORKDIR.match(d.name)
-        if m and _owner_alive(int(m.group(1)), int(m.group(2))):
-            continue
-        if not m and _cwd_in_use(d):
+        if _owner_alive(int(m.group(1)), int(m.group(2))) if m else _cwd_in_use(d):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     for f in Path(shm).glob("batchlab_*"):
         m = _SHM_REGION.match(f.name)
-        try:
-            if not m or f.lstat().st_uid != me or _owner_alive(int(m.group(1)), int(m.group(2))):
-                continue
-            f.unlink()
-            removed.append(f)
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            if m and f.lstat().st_uid == me and not _owner_alive(int(m.group(1)), int(m.group(2))):
+                f.unlink()
+                removed.append(f)
     return removed
 
 
