@@ -115,11 +115,10 @@ def int_array(name: str, values: Any, n: int, lo: int = 1) -> np.ndarray:
 
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
     """``value`` upper/lower-normalised and checked against ``options``."""
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
-    for o in options:
-        if value.lower() == o.lower():
-            return o
+    if isinstance(value, str):
+        for o in options:
+            if value.lower() == o.lower():
+                return o
     raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
 
 

@@ -179,7 +179,6 @@ _TRANSLATIONS = [
     (re.compile(r'^Enum type "[\w.]+" has no value named (\w+)(?: for field (\w+))?$'),
      "没有 `{0}` 这个取值（枚举值要大写，拼写要和 model_config.proto 一致，例如 REJECT）"),
     (re.compile(r'^Non-repeated field "(\w+)" is specified multiple times$'), "`{0}` 只能写一次"),
-    (re.compile(r'^Message type "inference\.(\w+)" has no field named "(\w+)"$'), "这一节里没有 `{1}` 这个字段"),
 ]
 _QUOTED = re.compile(r"^'.*?': ")
 
@@ -214,13 +213,7 @@ def parse_config(text: str) -> Any:
 
 
 def load_config_text(model: str | Path, repo: str | Path | None = None) -> str:
-    """The text of `<repo>/<model>/config.pbtxt` (default repo: the course's); `model` may
-    also be a path to a config.pbtxt file or a model folder."""
-    p = Path(model)
-    if p.suffix == ".pbtxt" and p.is_file():
-        return p.read_text(encoding="utf-8")
-    if p.is_dir() and (p / "config.pbtxt").is_file():
-        return (p / "config.pbtxt").read_text(encoding="utf-8")
+    """The text of `<repo>/<model>/config.pbtxt` (default repo: the course's)."""
     base = Path(repo) if repo is not None else MODEL_REPOSITORY
     f = base / str(model) / "config.pbtxt"
     if not f.is_file():
@@ -239,10 +232,8 @@ def check_config(config: Any) -> list[Finding]:
     try:
         c = _as_config(config)
     except ConfigError as exc:
-        path = ""
         m = _NO_FIELD.search(exc.message)
-        if m:
-            path = f"{_MSG_PATH.get(m.group(1), m.group(1))}.{m.group(2)}".lstrip(".")
+        path = f"{_MSG_PATH.get(m.group(1), m.group(1))}.{m.group(2)}".lstrip(".") if m else ""
         return [Finding("error", path or "(parse)", f"第 {exc.line} 行第 {exc.column} 列：{exc.message}。{exc.hint}",
                         SRC_PROTO)]
     out: list[Finding] = []
@@ -354,10 +345,8 @@ def _fmt_scalar(f: FieldDescriptor, v: Any) -> str:
 
 def _note(path: str) -> str:
     clean = re.sub(r"\[[^\]]*\]", "", path)
-    note = FIELD_NOTES.get(clean, "")
-    if not note and ".priority_queue_policy." in clean:
-        note = FIELD_NOTES.get(clean.replace(".priority_queue_policy.", ".default_queue_policy."), "")
-    return note
+    shared = clean.replace(".priority_queue_policy.", ".default_queue_policy.")  # a level's policy: same notes
+    return FIELD_NOTES.get(clean) or FIELD_NOTES.get(shared, "")
 
 
 def annotate(config: Any, width: int = 58) -> str:
@@ -398,9 +387,7 @@ def annotate(config: Any, width: int = 58) -> str:
 
 
 def _with_note(code: str, note: str, width: int) -> str:
-    if not note:
-        return code
-    return f"{code.ljust(width)}  # {note}"
+    return f"{code.ljust(width)}  # {note}" if note else code
 
 
 def to_text(config: Any) -> str:
@@ -427,16 +414,9 @@ def edit_config(config: Any, changes: Mapping[str, Any] | str, at: str = "") -> 
     base = _section(msg, at) if at else msg
     if isinstance(changes, str):
         block = _parse_into(changes, type(base)())
-        for f, value in block.ListFields():
+        for f, _ in block.ListFields():
             base.ClearField(f.name)
-            if _repeated(f):  # repeated fields and maps
-                getattr(base, f.name).MergeFrom(value)
-            elif f.type == FieldDescriptor.TYPE_MESSAGE:
-                sub = getattr(base, f.name)
-                sub.CopyFrom(value)
-                sub.SetInParent()
-            else:
-                setattr(base, f.name, value)
+        base.MergeFrom(block)  # each field the block sets (an empty section too) replaces the config's
         return msg
     for path, value in dict(changes).items():
         target, f = _field(base, path)

@@ -15,7 +15,6 @@ import ctypes
 import errno
 import functools
 import hashlib
-import inspect
 import json
 import os
 import queue
@@ -37,6 +36,7 @@ import urllib.error
 import urllib.request
 import warnings
 import weakref
+from concurrent.futures import Future, wait as wait_futures
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -98,13 +98,9 @@ class ModelLoadError(ServerError):
 
 
 def _pytriton_dist() -> Path:
-    """The `pytriton/tritonserver` folder of the installed nvidia-pytriton wheel."""
-    try:
-        import pytriton  # noqa: F401  (only located, never used)
-    except ImportError as exc:  # pragma: no cover - the package is a hard dependency
-        raise ServerError(
-            "nvidia-pytriton is not installed; run `make start` or `pip install -e .`"
-        ) from exc
+    """The `pytriton/tritonserver` folder of the installed nvidia-pytriton wheel (a hard dependency)."""
+    import pytriton  # only located, never used
+
     root = Path(pytriton.__file__).resolve().parent / "tritonserver"
     if not (root / "bin" / "tritonserver").is_file():
         raise ServerError(f"no tritonserver binary under {root}: is nvidia-pytriton 0.7.0 installed whole?")
@@ -128,16 +124,12 @@ def prepare_backend_dir() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
     try:
         (tmp / "python").mkdir()
-        for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-            shutil.copy2(src / name, tmp / "python" / name)
-        shutil.copy2(stub, tmp / "python" / "triton_python_backend_stub")
-        try:
+        for f in (src / "libtriton_python.so", src / "triton_python_backend_utils.py", stub):
+            shutil.copy2(f, tmp / "python" / f.name)
+        with contextlib.suppress(OSError):  # another process won the race; use its copy
             tmp.rename(target)
-        except OSError:  # another process won the race; use its copy
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left there after the rename
     return target
 
 
@@ -204,30 +196,9 @@ def check_request_size(inputs: Iterable[Any], limit: int = MAX_REQUEST_BYTES) ->
         )
 
 
-def _inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
-    return kwargs.get("inputs", args[1] if len(args) > 1 else ())
-
-
-def _guard_size(client: Any) -> None:
-    """Make the client's infer calls refuse requests over `MAX_REQUEST_BYTES` (on the instance, so
-    ``type(client).__module__`` stays tritonclient's)."""
-    for name in ("infer", "async_infer", "async_stream_infer"):
-        orig = getattr(client, name, None)
-        if orig is None:
-            continue
-        if inspect.iscoroutinefunction(orig):
-            async def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
-                check_request_size(_inputs_of(args, kwargs))
-                return await _orig(*args, **kwargs)
-        else:
-            def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:  # type: ignore[misc]
-                check_request_size(_inputs_of(args, kwargs))
-                return _orig(*args, **kwargs)
-        setattr(client, name, functools.update_wrapper(wrapped, orig))
-
-
 def keyed_client(client: Any, key: str | None, grpc: bool) -> Any:
-    """`client` with `key` on every request (when there is one) and the request-size guard."""
+    """`client` with `key` on every request (when there is one) and infer calls that refuse requests over
+    `MAX_REQUEST_BYTES` (set on the instance, so ``type(client).__module__`` stays tritonclient's)."""
     header = GRPC_KEY_HEADER if grpc else KEY_HEADER
 
     def add_key(request: Any) -> None:  # a tritonclient plugin; its repr does not show the key
@@ -235,7 +206,13 @@ def keyed_client(client: Any, key: str | None, grpc: bool) -> Any:
 
     if key:
         client.register_plugin(add_key)
-    _guard_size(client)
+    for name in ("infer", "async_infer", "async_stream_infer"):  # the http client has no async_stream_infer
+        orig = getattr(client, name, None)
+        if orig is not None:
+            def wrapped(*args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+                check_request_size(kwargs.get("inputs", args[1] if len(args) > 1 else ()))
+                return _orig(*args, **kwargs)
+            setattr(client, name, functools.update_wrapper(wrapped, orig))
     return client
 
 
@@ -512,49 +489,41 @@ class _Spawner:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Any] | None = None
+        self._queue: queue.Queue[Any] = queue.Queue()
         self._pid: int | None = None
         self._thread: threading.Thread | None = None
-
-    def _ensure(self) -> queue.Queue[Any]:
-        with self._lock:
-            if self._pid != os.getpid() or self._queue is None:  # first use, or a forked child
-                self._queue, self._pid = queue.Queue(), os.getpid()
-                self._thread = threading.Thread(target=self._run, args=(self._queue,),
-                                                name="batchlab-spawner", daemon=True)
-                self._thread.start()
-            return self._queue
 
     @staticmethod
     def _run(q: queue.Queue[Any]) -> None:
         while True:
-            fn, box, done = q.get()
+            fn, future = q.get()
             try:
-                box.append((True, fn()))
+                future.set_result(fn())
             except BaseException as exc:  # handed to the caller
-                box.append((False, exc))
-            done.set()
+                future.set_exception(exc)
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` on the spawner thread and return its result (or raise its exception)."""
         if threading.current_thread() is self._thread:
             return fn()
-        q = self._ensure()
-        box: list[tuple[bool, Any]] = []
-        done = threading.Event()
-        q.put((fn, box, done))
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked child
+                self._queue, self._pid = queue.Queue(), os.getpid()
+                self._thread = threading.Thread(target=self._run, args=(self._queue,),
+                                                name="batchlab-spawner", daemon=True)
+                self._thread.start()
+            q = self._queue
+        future: Future[Any] = Future()
+        q.put((fn, future))
         try:
-            while not done.wait(0.05):
+            while not wait_futures([future], timeout=0.05).done:
                 pass
         except BaseException:  # Ctrl-C or SIGTERM while spawning: finish (milliseconds), then undo
-            done.wait()
-            if box and box[0][0] and isinstance(box[0][1], tuple):
-                stop_group(box[0][1][0])
+            wait_futures([future])
+            if future.exception() is None and isinstance(future.result(), tuple):
+                stop_group(future.result()[0])
             raise
-        ok, value = box[0]
-        if ok:
-            return value
-        raise value
+        return future.result()
 
 
 _SPAWNER = _Spawner()
@@ -609,11 +578,9 @@ def _cwd_in_use(folder: Path) -> bool:
     """True when a process of this user runs inside `folder` (a tritonserver's cwd is its folder)."""
     me = os.geteuid()
     for proc in psutil.process_iter(["uids"]):
-        try:
+        with contextlib.suppress(psutil.Error, OSError):
             if proc.info["uids"] and proc.info["uids"].effective == me and Path(proc.cwd()) == folder:
                 return True
-        except (psutil.Error, OSError):
-            continue
     return False
 
 
@@ -634,21 +601,16 @@ def sweep_stale(tmp: str | os.PathLike[str] | None = None, shm: str | os.PathLik
         if st.st_uid != me or not d.is_dir() or d.is_symlink():
             continue
         m = _WORKDIR.match(d.name)
-        if m and _owner_alive(int(m.group(1)), int(m.group(2))):
-            continue
-        if not m and _cwd_in_use(d):
+        if _owner_alive(int(m.group(1)), int(m.group(2))) if m else _cwd_in_use(d):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     for f in Path(shm).glob("batchlab_*"):
         m = _SHM_REGION.match(f.name)
-        try:
-            if not m or f.lstat().st_uid != me or _owner_alive(int(m.group(1)), int(m.group(2))):
-                continue
-            f.unlink()
-            removed.append(f)
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            if m and f.lstat().st_uid == me and not _owner_alive(int(m.group(1)), int(m.group(2))):
+                f.unlink()
+                removed.append(f)
     return removed
 
 
@@ -727,9 +689,7 @@ class TritonServer(_Clients):
 
     def shm_regions(self) -> list[Path]:
         """The Python backend's shared-memory regions of this launch (one per model instance)."""
-        if not self.shm_prefix:
-            return []
-        return sorted(Path("/dev/shm").glob(self.shm_prefix + "*"))
+        return sorted(Path("/dev/shm").glob(self.shm_prefix + "*")) if self.shm_prefix else []
 
     def private_regions(self) -> list[Path]:
         """Set this launch's shared-memory regions that others can read to mode 0600; return them
@@ -820,11 +780,11 @@ class TritonServer(_Clients):
                 self.http_url, self.grpc_url, self.metrics_url = (f"{LOOPBACK}:{p}" for p in self.ports.values())
                 try:
                     self._launch(backend_dir)
-                    return self
+                    break
                 except PortInUseError:
                     if attempt == attempts - 1:
                         raise
-            raise AssertionError("unreachable")
+            return self
 
     def _server_env(self) -> dict[str, str]:
         """Environment for tritonserver: the wheel's libraries, and this Python (first on PATH, its
@@ -884,8 +844,6 @@ class TritonServer(_Clients):
             self.stop()
             raise
         except (ServerError, TimeoutError) as exc:
-            if self._proc is not None and not self.running:
-                self._proc.wait(timeout=10)
             log = self.log()
             if isinstance(exc, TimeoutError):
                 cls, cause = ServerError, str(exc)
@@ -984,9 +942,7 @@ def connect(repo: str | os.PathLike[str] | None = None, *, models: Sequence[str]
     else an embedded one on `repo` loading `models` (default: all) with `kwargs` (``owns_repo=True``: a staged
     repository, removed on stop). Use it in ``with``, or `.start()` then `.stop()`: stops only its own."""
     external = None if private else ExternalServer.from_env(needs=models or ())
-    if external is not None:
-        return external
-    return TritonServer(repo, models=models, **kwargs)
+    return external if external is not None else TritonServer(repo, models=models, **kwargs)
 
 
 class Interrupted(BaseException):
@@ -1014,7 +970,8 @@ def stop_on_signals(stop: threading.Event) -> Callable[[], None]:
     return lambda: state.update(started=True)
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: print one JSON line (with the key) once ready, run until SIGINT/SIGTERM (while starting: 128 + signum)."""
     p = argparse.ArgumentParser(
         prog="python -m batchlab.server",
         description="Run the embedded Triton server on 127.0.0.1 with a model repository.",
@@ -1028,12 +985,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT_S, help="seconds to wait for readiness")
     p.add_argument("--check", action="store_true", help="start, print the JSON line, stop, exit 0")
     p.add_argument("--log-verbose", type=int, default=0)
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: print one JSON line (with the key) once ready, run until SIGINT/SIGTERM (while starting: 128 + signum)."""
-    args = _parse_args(argv)
+    args = p.parse_args(argv)
     stop = threading.Event()
     started = stop_on_signals(stop)
     server = TritonServer(

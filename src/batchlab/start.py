@@ -73,25 +73,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     started = stop_on_signals(stop)  # a signal while starting up raises Interrupted
 
-    server = None
     try:
-        lab_port = args.lab_port
-        if lab_port is not None:
+        lab_port = 8888 if args.lab_port is None else args.lab_port
+        try:
             check_port_free(lab_port, "lab")
-        else:
-            try:
-                check_port_free(8888, "lab")
-                lab_port = 8888
-            except ServerError:
-                lab_port = free_port()
+        except ServerError:
+            if args.lab_port is not None:
+                raise
+            lab_port = free_port()
         print("starting the embedded Triton server with the course models ...", flush=True)
         server = connect(private=True, startup_timeout=args.timeout).start()
     except (ServerError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Interrupted as exc:
-        if server is not None:
-            server.stop()
+    except Interrupted as exc:  # `start` has stopped what it started
         print(f"{exc} during startup: stopped, nothing left running", file=sys.stderr)
         return 128 + exc.signum
 

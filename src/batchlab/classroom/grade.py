@@ -24,10 +24,6 @@ MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 LAB_NAME = re.compile(r"^lab\d+$")
 
 
-class UnreadableSubmission(NotebookError):
-    """A submission that cannot be read as a notebook."""
-
-
 @dataclass
 class LearnerGrade:
     """One learner's grade for one lab."""
@@ -52,10 +48,10 @@ def release_notebook(release_dir: Path, lab: str) -> tuple[Path, dict[str, Any]]
     """The released notebook of `lab` (e.g. labs/lab2_dynamic_batching.ipynb)."""
     found = sorted(Path(release_dir).glob(f"{lab}_*.ipynb")) + sorted(Path(release_dir).glob(f"{lab}.ipynb"))
     if len(found) != 1:
-        raise UnreadableSubmission(f"no single release notebook for {lab} in {release_dir} (found {len(found)})")
+        raise NotebookError(f"no single release notebook for {lab} in {release_dir} (found {len(found)})")
     nb = read_notebook(found[0], MAX_NOTEBOOK_BYTES)
     if not questions(nb):
-        raise UnreadableSubmission(f"{found[0]} carries no nbgrader grade cells: run `make handout`")
+        raise NotebookError(f"{found[0]} carries no nbgrader grade cells: run `make handout`")
     return found[0], nb
 
 
@@ -177,12 +173,12 @@ def grade(job: GradeRun, csv_path: Path, feedback_dir: Path, jobs: int = 1,
           log: Callable[[str], None] = print) -> tuple[list[LearnerGrade], list[str]]:
     """Grade every learner folder of `job.submissions`; (grades, one line per unreadable submission)."""
     if not LAB_NAME.match(job.lab):
-        raise UnreadableSubmission(f"--lab must look like lab2, not {job.lab!r}")
+        raise NotebookError(f"--lab must look like lab2, not {job.lab!r}")
     release_path, release = release_notebook(job.release, job.lab)
     qs = questions(release)
     titles = {qid: info["title"] for qid, info in load_checks().items()}
     if not Path(job.submissions).is_dir():
-        raise UnreadableSubmission(f"no submissions folder {job.submissions}")
+        raise NotebookError(f"no submissions folder {job.submissions}")
     learners = sorted(p for p in Path(job.submissions).iterdir() if p.is_dir() and not p.name.startswith("."))
     bad: list[str] = []
 

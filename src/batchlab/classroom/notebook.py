@@ -79,7 +79,6 @@ def rebuild(release: dict[str, Any], submission: dict[str, Any]) -> dict[str, An
         extra += 1
         own = _clean({k: cell.get(k) for k in ("cell_type", "source") if k in cell})
         own["id"] = f"learner-{extra}"
-        own["metadata"] = {}
         if own.get("cell_type") == "code":
             own.setdefault("source", "")
         cells.append(own)
@@ -87,9 +86,7 @@ def rebuild(release: dict[str, Any], submission: dict[str, Any]) -> dict[str, An
         if cid in placed:
             continue
         before = [c for c in order[:pos] if c in placed]
-        at = 0
-        if before:
-            at = next(i for i, c in enumerate(cells) if c.get("id") == before[-1]) + 1
+        at = next(i + 1 for i, c in enumerate(cells) if c.get("id") == before[-1]) if before else 0
         cells.insert(at, _clean(by_id[cid]))
         placed.add(cid)
     nb = {k: copy.deepcopy(v) for k, v in release.items() if k != "cells"}

@@ -267,9 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             problems = stale(args.solutions, args.labs)
             if problems:
-                print("labs/ is out of date; run `make handout`:", file=sys.stderr)
-                for line in problems:
-                    print(f"  {line}", file=sys.stderr)
+                print("labs/ is out of date; run `make handout`:", *(f"  {line}" for line in problems),
+                      sep="\n", file=sys.stderr)
                 return 1
             print(f"labs/ is in sync with {args.solutions}/")
             return 0
