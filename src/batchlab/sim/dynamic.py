@@ -31,7 +31,7 @@ from batchlab.batching.dynamic import (TAKEN, BatchRule, Decide, Decision, Dynam
                                       QueuedRequest, RequestQueue, next_batch)
 from .engine import INF
 from .results import SimResult, empty_records, make_batches
-from .service import BatchService, check_batch_service, service_times
+from .service import BatchService, check_batch_service, service_table
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def simulate_dynamic(
     if engine == "fast" and not simple:
         raise ValueError("the fast engine handles one priority level, no queue-policy limits, one batch "
                          "element per request and the course's next_batch; use engine='events'")
-    svc = _service_table(service, rule.max_batch_size)
+    svc = service_table(service, rule.max_batch_size)
     fast = engine == "fast" or (engine == "auto" and simple)
     prefetch = levels == 0 and all(policy.is_default for policy in policies)  # support_prefetching_
     if fast and (coincides(rule) or prefetch):  # the fast drivers of the batcher
@@ -144,14 +144,6 @@ def _priorities(priorities: Any, levels: int, n: int) -> np.ndarray | None:
     if p.size and p.max() > levels:
         raise ValueError(f"priorities must be in [1, {levels}], found {int(p.max())}")
     return p
-
-
-def _service_table(service: BatchService, max_batch_size: int) -> np.ndarray:
-    """t(B) for B = 0 .. max_batch_size (index = batch elements), each finite and > 0 from B = 1."""
-    svc = service_times(service, np.arange(max_batch_size + 1))
-    if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
-        raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
-    return svc
 
 
 def _batch_elements(values: Any, max_batch_size: int, n: int) -> np.ndarray | None:
@@ -278,16 +270,13 @@ def looked_up(rule: BatchRule, arrival: Callable[[Any], float] = attrgetter("arr
     when a queued request arrived (`run_payloads` names requests by their index)."""
     delay, cap = rule.delay_s, rule.max_batch_size + 1
     waited = delay > 0
-    table = []
-    for held in range(rule.max_batch_size + 1):
-        row = []
-        for n in range(cap + 1):
-            pair = []
-            for now in (0.0, 2.0 * delay):  # the oldest arrived at 0: delay not expired, expired
-                answer = next_batch([QueuedRequest(0.0)] * n, now, rule, held)
-                pair.append((answer.send, answer.saturated, answer.wake_at != now))  # waits for the delay
-            row.append(pair)
-        table.append(row)
+
+    def answer(held: int, n: int, now: float) -> tuple[int, bool, bool]:
+        send, wake_at, saturated = next_batch([QueuedRequest(0.0)] * n, now, rule, held)
+        return send, saturated, wake_at != now  # (the last: it waits for the delay)
+
+    # table[held][n][expired]: the oldest arrived at 0, so now 0 is before its delay and 2 x delay after
+    table = [[[answer(held, n, now) for now in (0.0, 2.0 * delay)] for n in range(cap + 1)] for held in range(cap)]
 
     def decide(pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
         # (a plain tuple of the Decision's fields: equal to it, and cheaper to make)
@@ -353,14 +342,12 @@ class PriorityQueue:
             return iter(self.waiting[0])
         return chain.from_iterable(chain(*pair) for pair in zip(self.waiting, self.delayed))
 
-    def has_room(self, request: QueuedRequest, now: float) -> bool:
-        """False (Triton rejects ``request``) when its level holds max_queue_size requests already."""
+    def has_room(self, request: QueuedRequest) -> bool:
+        """False (Triton rejects ``request``) when its level holds max_queue_size requests already (the
+        caller applied the timeouts first)."""
         level = request.priority - 1
         limit = self.policies[level].max_queue_size
-        if limit:
-            self.expire(now)
-            return len(self.waiting[level]) + len(self.delayed[level]) < limit
-        return True
+        return not limit or len(self.waiting[level]) + len(self.delayed[level]) < limit
 
     def append(self, request: QueuedRequest) -> None:
         """Queue ``request`` at its level (after `has_room`)."""
@@ -435,6 +422,7 @@ class _Driver:
                  by_index: bool = False) -> None:
         self.batcher, self.queue, self.batch_time, self.by_index = batcher, batcher.queue, batch_time, by_index
         self.policed = isinstance(self.queue, PriorityQueue)
+        self.expire = self.queue.expire if self.policed and self.queue.has_timeouts else None
         self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
         self.finishes = [(INF, -1)]  # heap: (end, instance) of the batches running, over one that never ends
         self.starts: list[float] = []
@@ -449,7 +437,7 @@ class _Driver:
         total, bulk, policed = len(requests), self.by_index, self.policed
         following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
         arrive, run, finish, batch_time = batcher.arrive, batcher.run, batcher.finish, self.batch_time
-        expire = queue.expire if policed and queue.has_timeouts else None
+        expire = self.expire
         pop, push, idle = heapq.heappop, heapq.heappush, self.idle
         start, stop, use, record = self.starts.append, self.ends.append, self.used.append, self.batches.append
         blocked, joining = False, 0
@@ -477,17 +465,8 @@ class _Driver:
                 if not policed and times[following + 1] != arrival:  # the common case: one request at a time
                     woken = arrive(requests[following])
                     following += 1
-                else:  # sent at the same instant: each queued (or rejected: its level is full), then the batcher looks
-                    if expire:
-                        expire(arrival)
-                    woken = False
-                    while times[following] == arrival:
-                        request = requests[following]
-                        if policed and not queue.has_room(request, arrival):
-                            self.rejected.append(request.id)
-                        else:
-                            woken = arrive(request) or woken
-                        following += 1
+                else:
+                    following, woken = self._arrive_together(times, requests, following)
                 if not woken:  # (by_index: though arrive's test says it would, no payload slot is free)
                     blocked = bulk and joining <= 0
                     continue
@@ -509,6 +488,21 @@ class _Driver:
                 use(instance)
                 record(payload)
                 push(finishes, (end, instance))
+
+    def _arrive_together(self, times: list[float], requests: Sequence[Any], following: int) -> tuple[int, bool]:
+        """The requests sent at one instant, from ``following`` on, arrive: each is queued (or rejected when
+        its level's queue is full); returns the request after them and whether one woke the batcher."""
+        now, woken = times[following], False
+        if self.expire:
+            self.expire(now)
+        while times[following] == now:
+            request = requests[following]
+            if self.policed and not self.queue.has_room(request):
+                self.rejected.append(request.id)
+            else:
+                woken = self.batcher.arrive(request) or woken
+            following += 1
+        return following, woken
 
     def records(self, arrivals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The request and batch records; a request a timeout dropped finishes when it timed out,

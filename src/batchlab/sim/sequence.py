@@ -20,7 +20,7 @@ import numpy as np
 from batchlab._validate import choice, integer, int_array, non_negative, real, rng_of, times_array
 from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
-from .service import BatchService, check_batch_service, service_times
+from .service import BatchService, check_batch_service, service_table
 from batchlab.batching.dynamic import BatchRule, QueuedRequest, next_batch
 from batchlab.batching.slots import SequenceRequest, SequenceSlots
 
@@ -109,11 +109,8 @@ def _check_settings(strategy: str, max_batch_size: int, instances: int, think_ti
             raise ValueError("preferred_batch_sizes belongs to the oldest strategy, not direct")
         slots, rule = max_batch_size, None
         delay_s = non_negative("max_queue_delay_us", max_queue_delay_us) * 1e-6
-    batch_time = service_times(service, np.arange(max_batch_size + 1)).tolist()
-    if any(not (t > 0) for t in batch_time[1:]):
-        raise ValueError("service times must be > 0 for every batch size up to max_batch_size")
     return _Settings(strategy, max_batch_size, instances, slots, think_s, think, min_util, idle_s, delay_s, rule,
-                     batch_time)
+                     service_table(service, max_batch_size).tolist())
 
 
 class _SequenceRun:
