@@ -27,9 +27,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, non_negative, times_array
-from batchlab.batching.dynamic import (TAKEN, BatchRule, Decide, Decision, DynamicBatcher, Payload,
+from batchlab.batching.dynamic import (INF, TAKEN, BatchRule, Decide, Decision, DynamicBatcher, Payload,
                                       QueuedRequest, RequestQueue, next_batch)
-from .engine import INF
 from .results import SimResult, empty_records, make_batches
 from .service import BatchService, check_batch_service, service_table
 
@@ -405,11 +404,8 @@ def run_events(
     queue = RequestQueue() if len(policies) == 1 and policies[0].is_default else PriorityQueue(policies)
     checked = decide if decide is next_batch else _checked(decide)
     driver = _Driver(DynamicBatcher(rule, instances, prefetch, queue, checked), batch_time, instances)
-    driver.loop([request.arrival for request in requests] + [INF, INF], requests)
-    rec, bat = driver.records(arrivals)
-    if priorities is not None:
-        rec["priority"] = priorities
-    return rec, bat
+    driver.loop(arrivals.tolist() + [INF, INF], requests)
+    return driver.records(arrivals)
 
 
 class _Driver:
