@@ -242,8 +242,8 @@ def _records(arrivals: np.ndarray, start: Any, end: Any, instance: Any, size: An
 def run_payloads(arrivals: np.ndarray, rule: BatchRule, svc: np.ndarray,
                  instances: int) -> tuple[np.ndarray, np.ndarray]:
     """The fast driver of the faithful model (one priority level, no queue policy, one element per
-    request, `next_batch`): the batcher, its payloads and rate limiter moved event by event as
-    `run_events` moves them, with `next_batch`'s answers looked up (`looked_up`), a queue and
+    request, `next_batch`): the batcher, its payloads and rate limiter moved event by event by
+    `run_events`' driver, with `next_batch`'s answers looked up (`looked_up`), a queue and
     payloads that count their elements by their length, and arrivals that cannot wake the batcher
     queued in bulk. A request is named by its index: request ``i`` is ``QueuedRequest(times[i], 1,
     1, i)``, and the queue, the payloads and the looked-up decision read its arrival from ``times``
