@@ -5,7 +5,7 @@
 * `dynamic` drives Triton's dynamic batcher (`batchlab.batching.dynamic`; its decision `next_batch` and
   settings `BatchRule` re-exported here) behind the queue policy (`QueuePolicy`, ``ModelQueuePolicy``);
 * `batchlab.batching.slots` (re-exported here) — the sequence batcher's slot assignment (`SequenceSlots`) and control inputs (`SlotControl`);
-* `engine` — the event heap; schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
+* schedulers: `dynamic` (no batching: ``max_batch_size=1``), `static_generation`,
   `sequence`, `continuous`;
 * `results` / `summary` — the records and their summary.
 

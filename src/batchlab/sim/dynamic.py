@@ -27,11 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, non_negative, times_array
-from batchlab.batching.dynamic import (TAKEN, BatchRule, Decide, Decision, DynamicBatcher, Payload,
+from batchlab.batching.dynamic import (INF, TAKEN, BatchRule, Decide, Decision, DynamicBatcher, Payload,
                                       QueuedRequest, RequestQueue, next_batch)
-from .engine import INF
 from .results import SimResult, empty_records, make_batches
-from .service import BatchService, check_batch_service, service_times
+from .service import BatchService, check_batch_service, service_table
 
 
 @dataclass(frozen=True)
@@ -100,12 +99,11 @@ def simulate_dynamic(
     if engine == "fast" and not simple:
         raise ValueError("the fast engine handles one priority level, no queue-policy limits, one batch "
                          "element per request and the course's next_batch; use engine='events'")
-    svc = _service_table(service, rule.max_batch_size)
+    svc = service_table(service, rule.max_batch_size)
     fast = engine == "fast" or (engine == "auto" and simple)
     prefetch = levels == 0 and all(policy.is_default for policy in policies)  # support_prefetching_
     if fast and (coincides(rule) or prefetch):  # the fast drivers of the batcher
-        driver = run_fast if coincides(rule) else run_payloads
-        rec, bat = _fast_records(a, svc, *driver(a, rule, svc.tolist(), k))
+        rec, bat = (run_fast if coincides(rule) else run_payloads)(a, rule, svc, k)
     else:
         rec, bat = run_events(a, rule, _priced_by_elements(svc), k, prio, policies, elements, decide, prefetch)
     if prio is not None:
@@ -147,14 +145,6 @@ def _priorities(priorities: Any, levels: int, n: int) -> np.ndarray | None:
     return p
 
 
-def _service_table(service: BatchService, max_batch_size: int) -> np.ndarray:
-    """t(B) for B = 0 .. max_batch_size (index = batch elements), each finite and > 0 from B = 1."""
-    svc = service_times(service, np.arange(max_batch_size + 1))
-    if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
-        raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
-    return svc
-
-
 def _batch_elements(values: Any, max_batch_size: int, n: int) -> np.ndarray | None:
     """Each request's batch dimension, each in [1, max_batch_size]; None when all are 1."""
     if values is None:
@@ -191,13 +181,12 @@ def coincides(rule: BatchRule) -> bool:
     return rule.max_batch_size == 1 or (rule.delay_s == 0 and not rule.preferred)
 
 
-def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
-             instances: int) -> tuple[list[float], list[int], list[int]]:
+def run_fast(arrivals: np.ndarray, rule: BatchRule, svc: np.ndarray,
+             instances: int) -> tuple[np.ndarray, np.ndarray]:
     """The fast driver where the payloads change nothing (`coincides`; one priority level, no queue
-    policy, one element per request): each batch's start, size and instance (the instances list
-    is empty with one instance). An instance takes what `next_batch` sends for the requests pending
-    then (asked once per queue length)."""
-    total = arrivals.size
+    policy, one element per request): the request and batch records. An instance takes what
+    `next_batch` sends for the requests pending then (asked once per queue length)."""
+    total, service_time = arrivals.size, svc.tolist()
     arrival = arrivals.tolist() + [INF] * (rule.max_batch_size + 1)  # INF: no more arrivals
     sends = [next_batch([QueuedRequest(0.0)] * n, 0.0, rule).send for n in range(rule.max_batch_size + 1)]
     largest = rule.max_batch_size
@@ -230,58 +219,47 @@ def run_fast(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
             free_since = now + service_time[send]
         head += send
         clock = now
-    return starts, sizes, used
+    start, size = np.asarray(starts, dtype=np.float64), np.asarray(sizes, dtype=np.int64)
+    return _records(arrivals, start, start + svc[size], used or 0, size, size)
 
 
-def _fast_records(arrivals: np.ndarray, svc: np.ndarray, starts: list[float], sizes: list[int],
-                  used: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Request and batch records of a FIFO run from each batch's start, size and instance."""
-    size = np.asarray(sizes, dtype=np.int64)
-    start = np.asarray(starts, dtype=np.float64)
-    end = start + svc[size]
-    bat = make_batches(size.size)
-    bat["start"] = start
-    bat["end"] = end
-    bat["size"] = size
-    bat["executed"] = size
-    bat["instance"] = used if used else 0
+def _records(arrivals: np.ndarray, start: Any, end: Any, instance: Any, size: Any, executed: Any,
+             ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Request and batch records from each batch's start, end, instance, requests and batch elements;
+    ``ids``: the requests of every batch, in batch order (None: all of them, in arrival order)."""
+    bat = make_batches(len(start))
+    bat["start"], bat["end"], bat["instance"], bat["size"], bat["executed"] = start, end, instance, size, executed
     rec = empty_records(arrivals.size)
     rec["arrival"] = arrivals
-    rec["start"] = np.repeat(start, size)
-    rec["finish"] = np.repeat(end, size)
-    rec["batch_id"] = np.repeat(np.arange(size.size), size)
-    rec["instance"] = np.repeat(bat["instance"], size)
+    served = slice(None) if ids is None else ids
+    for field in ("start", "instance"):
+        rec[field][served] = np.repeat(bat[field], bat["size"])
+    rec["finish"][served] = np.repeat(bat["end"], bat["size"])
+    rec["batch_id"][served] = np.repeat(bat["id"], bat["size"])
     return rec, bat
 
 
-def run_payloads(arrivals: np.ndarray, rule: BatchRule, service_time: list[float],
-                 instances: int) -> tuple[list[float], list[int], list[int]]:
+def run_payloads(arrivals: np.ndarray, rule: BatchRule, svc: np.ndarray,
+                 instances: int) -> tuple[np.ndarray, np.ndarray]:
     """The fast driver of the faithful model (one priority level, no queue policy, one element per
-    request, `next_batch`): the batcher, its payloads and rate limiter moved event by event as
-    `run_events` moves them, with `next_batch`'s answers looked up (`looked_up`), a queue and
+    request, `next_batch`): the batcher, its payloads and rate limiter moved event by event by
+    `run_events`' driver, with `next_batch`'s answers looked up (`looked_up`), a queue and
     payloads that count their elements by their length, and arrivals that cannot wake the batcher
     queued in bulk. A request is named by its index: request ``i`` is ``QueuedRequest(times[i], 1,
     1, i)``, and the queue, the payloads and the looked-up decision read its arrival from ``times``
-    (the batcher's own methods never look inside a request). Returns each batch's start, size and
-    instance, as `run_fast` does."""
-    total = arrivals.size
+    (the batcher's own methods never look inside a request). Returns the request and batch records."""
     times = arrivals.tolist()
     batcher = DynamicBatcher(rule, instances, True, _UnitQueue(), looked_up(rule, times.__getitem__),
                              _unit_payload(times))
-    driver = _FastDriver(batcher, service_time, instances)
+    driver = _Driver(batcher, _priced_by_elements(svc), instances, by_index=True)
     collecting = gc.isenabled()
     gc.disable()  # the run makes no reference cycles: the collector would only walk its payloads
     try:
-        driver.loop(times + [INF, INF], total)
+        driver.loop(times + [INF, INF], range(arrivals.size))
     finally:
         if collecting:
             gc.enable()
-    sizes = list(map(len, driver.batches))
-    served = np.fromiter(chain.from_iterable(driver.batches), np.int64, sum(sizes))
-    if not np.array_equal(served, np.arange(total)):  # FIFO: the batches hold every request, in order
-        raise RuntimeError("run_payloads: the batches do not hold the requests in arrival order; "
-                           "use engine='events'")
-    return driver.starts, sizes, driver.used if instances > 1 else []
+    return driver.records(arrivals)
 
 
 def looked_up(rule: BatchRule, arrival: Callable[[Any], float] = attrgetter("arrival")) -> Decide:
@@ -291,16 +269,13 @@ def looked_up(rule: BatchRule, arrival: Callable[[Any], float] = attrgetter("arr
     when a queued request arrived (`run_payloads` names requests by their index)."""
     delay, cap = rule.delay_s, rule.max_batch_size + 1
     waited = delay > 0
-    table = []
-    for held in range(rule.max_batch_size + 1):
-        row = []
-        for n in range(cap + 1):
-            pair = []
-            for now in (0.0, 2.0 * delay):  # the oldest arrived at 0: delay not expired, expired
-                answer = next_batch([QueuedRequest(0.0)] * n, now, rule, held)
-                pair.append((answer.send, answer.saturated, answer.wake_at != now))  # waits for the delay
-            row.append(pair)
-        table.append(row)
+
+    def answer(held: int, n: int, now: float) -> tuple[int, bool, bool]:
+        send, wake_at, saturated = next_batch([QueuedRequest(0.0)] * n, now, rule, held)
+        return send, saturated, wake_at != now  # (the last: it waits for the delay)
+
+    # table[held][n][expired]: the oldest arrived at 0, so now 0 is before its delay and 2 x delay after
+    table = [[[answer(held, n, now) for now in (0.0, 2.0 * delay)] for n in range(cap + 1)] for held in range(cap)]
 
     def decide(pending: Any, now: float, rule: BatchRule, payload: int) -> Decision:
         # (a plain tuple of the Decision's fields: equal to it, and cheaper to make)
@@ -343,71 +318,6 @@ def _unit_payload(times: list[float]) -> Callable[[], Payload]:
     return UnitPayload
 
 
-class _FastDriver:
-    """`_Driver`'s event order (arrivals, then instances finishing, then the timer) for `run_payloads`."""
-
-    def __init__(self, batcher: DynamicBatcher, service_time: list[float], instances: int) -> None:
-        self.batcher, self.queue, self.service_time = batcher, batcher.queue, service_time
-        self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
-        self.finishes = [(INF, -1)]  # heap: (end, instance) of the batches running, over one that never ends
-        self.starts: list[float] = []
-        self.used: list[int] = []
-        self.batches: list[Payload] = []  # the payloads the instances took, in order
-
-    def loop(self, times: list[float], total: int) -> None:
-        """Every event, in time order, until nothing is left to happen: requests ``0 .. total - 1``
-        arrive at ``times`` (followed by two ``INF``)."""
-        following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
-        arrive, run, finish = batcher.arrive, batcher.run, batcher.finish
-        pop, push, idle, extend, service_time = heapq.heappop, heapq.heappush, self.idle, queue.extend, self.service_time
-        start, use, record = self.starts.append, self.used.append, self.batches.append
-        blocked = False
-        while True:
-            arrival, finish_at = times[following], finishes[0][0]
-            wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
-            if arrival <= finish_at and arrival <= wake_at:
-                if arrival == INF:
-                    return
-                if blocked:  # arrive found no payload slot free, and none frees before the next event
-                    joining = total
-                elif batcher.saturated or batcher.payload.state == TAKEN:
-                    joining = 0  # arrive's test: the next arrival wakes the batcher (if a slot is free) ...
-                else:  # ... or the one that brings the queue to the next preferred size
-                    joining = batcher.next_preferred - len(queue) - 1
-                if joining > 0:  # these arrivals only join the queue: in bulk, up to the next event
-                    until = batcher.wake_at if batcher.wake_at < finish_at else finish_at
-                    last = bisect_right(times, until, following,
-                                        following + joining if joining < total - following else total)
-                    if last > following:
-                        extend(range(following, last))
-                        following = last
-                        continue
-                if times[following + 1] != arrival:  # the common case: one request at a time
-                    woken = arrive(following)
-                    following += 1
-                else:  # sent at the same instant: all queued, then the batcher looks
-                    woken = False
-                    while times[following] == arrival:
-                        woken = arrive(following) or woken
-                        following += 1
-                if not woken:  # though arrive's test says it would: no payload slot is free
-                    blocked = joining <= 0
-                    continue
-                taken, now = run(arrival), arrival
-            elif finish_at <= wake_at:
-                push(idle, (finish_at, pop(finishes)[1]))
-                taken, now = finish(finish_at), finish_at
-            else:
-                taken, now = run(wake_at), wake_at
-            blocked = False  # the batcher moved: a slot may have freed
-            for payload in taken:  # each payload an instance took becomes a batch
-                instance = pop(idle)[1]
-                start(now)
-                use(instance)
-                record(payload)
-                push(finishes, (now + service_time[payload.elements], instance))
-
-
 class PriorityQueue:
     """Triton's queue (core ``scheduler_utils.cc`` ``PriorityQueue``): per priority level, the requests
     that have not timed out (FIFO), then those a DELAY timeout moved behind them. Iterating gives
@@ -431,14 +341,12 @@ class PriorityQueue:
             return iter(self.waiting[0])
         return chain.from_iterable(chain(*pair) for pair in zip(self.waiting, self.delayed))
 
-    def has_room(self, request: QueuedRequest, now: float) -> bool:
-        """False (Triton rejects ``request``) when its level holds max_queue_size requests already."""
+    def has_room(self, request: QueuedRequest) -> bool:
+        """False (Triton rejects ``request``) when its level holds max_queue_size requests already (the
+        caller applied the timeouts first)."""
         level = request.priority - 1
         limit = self.policies[level].max_queue_size
-        if limit:
-            self.expire(now)
-            return len(self.waiting[level]) + len(self.delayed[level]) < limit
-        return True
+        return not limit or len(self.waiting[level]) + len(self.delayed[level]) < limit
 
     def append(self, request: QueuedRequest) -> None:
         """Queue ``request`` at its level (after `has_room`)."""
@@ -474,44 +382,6 @@ class PriorityQueue:
         return taken
 
 
-class _Log:
-    """What happened to each request (by id) and each batch, filled in as the run goes."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.batches: list[tuple[float, float, int]] = []  # start, end, instance
-        self.members: list[Payload] = []
-        self.rejected: list[int] = []
-
-    def batch(self, members: Payload, start: float, end: float, instance: int) -> None:
-        """Record one batch and its members."""
-        self.batches.append((start, end, instance))
-        self.members.append(members)
-
-    def records(self, arrivals: np.ndarray, queue: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The request and batch records; a request a timeout dropped finishes when it timed out,
-        one rejected when it arrived."""
-        bat = make_batches(len(self.batches))
-        rec = empty_records(arrivals.size)
-        rec["arrival"] = arrivals
-        if self.batches:
-            bat["start"], bat["end"], bat["instance"] = zip(*self.batches)
-            bat["size"] = [len(m) for m in self.members]
-            bat["executed"] = [m.elements for m in self.members]
-            ids = np.fromiter((r.id for m in self.members for r in m), dtype=np.int64, count=int(bat["size"].sum()))
-            for field in ("start", "instance"):
-                rec[field][ids] = np.repeat(bat[field], bat["size"])
-            rec["finish"][ids] = np.repeat(bat["end"], bat["size"])
-            rec["batch_id"][ids] = np.repeat(np.arange(bat.size), bat["size"])
-        rec["rejected"][self.rejected] = True
-        rec["finish"][self.rejected] = arrivals[self.rejected]
-        timed_out = queue.timed_out if isinstance(queue, PriorityQueue) else []
-        for request in timed_out:
-            rec["finish"][request.id] = request.arrival + queue.timeouts[request.priority - 1]
-        rec["timed_out"][[request.id for request in timed_out]] = True
-        return rec, bat
-
-
 def run_events(
     arrivals: np.ndarray,
     rule: BatchRule,
@@ -533,84 +403,117 @@ def run_events(
     requests = [QueuedRequest(arrival, elements[i], level[i], i) for i, arrival in enumerate(arrivals.tolist())]
     queue = RequestQueue() if len(policies) == 1 and policies[0].is_default else PriorityQueue(policies)
     checked = decide if decide is next_batch else _checked(decide)
-    driver = _Driver(DynamicBatcher(rule, instances, prefetch, queue, checked), batch_time, instances, _Log(total))
-    driver.loop(requests)
-    rec, bat = driver.log.records(arrivals, queue)
-    if priorities is not None:
-        rec["priority"] = priorities
-    return rec, bat
+    driver = _Driver(DynamicBatcher(rule, instances, prefetch, queue, checked), batch_time, instances)
+    driver.loop(arrivals.tolist() + [INF, INF], requests)
+    return driver.records(arrivals)
 
 
 class _Driver:
     """Feeds the batcher its events in time order and turns each payload an instance takes into a
-    batch. At one instant, arrivals come first, then instances finishing, then the batcher's timer."""
+    batch. At one instant, arrivals come first, then instances finishing, then the batcher's timer.
+    ``by_index`` (`run_payloads`): requests are named by their index, one element each, no queue
+    policy; arrivals that cannot wake the batcher are then queued in bulk, up to the next event."""
 
     def __init__(self, batcher: DynamicBatcher, batch_time: Callable[[Payload], float], instances: int,
-                 log: _Log) -> None:
-        self.batcher = batcher
-        self.queue = batcher.queue
+                 by_index: bool = False) -> None:
+        self.batcher, self.queue, self.batch_time, self.by_index = batcher, batcher.queue, batch_time, by_index
         self.policed = isinstance(self.queue, PriorityQueue)
-        self.expires = self.policed and self.queue.has_timeouts
-        self.batch_time = batch_time
-        self.log = log
+        self.expire = self.queue.expire if self.policed and self.queue.has_timeouts else None
         self.idle = [(0.0, instance) for instance in range(instances)]  # heap: longest idle first
-        self.finishes: list[tuple[float, int]] = []  # heap: (end, instance) of the batches running
+        self.finishes = [(INF, -1)]  # heap: (end, instance) of the batches running, over one that never ends
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.used: list[int] = []
+        self.batches: list[Payload] = []  # the payloads the instances took, in order
+        self.rejected: list[int] = []  # requests refused by a full queue
 
-    def loop(self, requests: list[QueuedRequest]) -> None:
-        """Every event, in time order, until nothing is left to happen."""
-        times = [request.arrival for request in requests] + [INF]
+    def loop(self, times: list[float], requests: Sequence[Any]) -> None:
+        """Every event, in time order, until nothing is left to happen: ``requests[i]`` arrives at
+        ``times[i]`` (``times`` ends with two ``INF``)."""
+        total, bulk, policed = len(requests), self.by_index, self.policed
         following, finishes, queue, batcher = 0, self.finishes, self.queue, self.batcher
-        one = not self.policed and not self.expires  # then a lone arrival skips `arrive`'s checks
+        arrive, run, finish, batch_time = batcher.arrive, batcher.run, batcher.finish, self.batch_time
+        expire = self.expire
+        pop, push, idle = heapq.heappop, heapq.heappush, self.idle
+        start, stop, use, record = self.starts.append, self.ends.append, self.used.append, self.batches.append
+        blocked, joining = False, 0
         while True:
-            arrival = times[following]
-            finish_at = finishes[0][0] if finishes else INF
+            arrival, finish_at = times[following], finishes[0][0]
             wake_at = batcher.wake_at if queue else INF  # the timer matters only while requests wait
             if arrival <= finish_at and arrival <= wake_at:
                 if arrival == INF:
                     return
-                if one and times[following + 1] != arrival:  # the common case: one request at a time
-                    if batcher.arrive(requests[following]):
-                        self._start(batcher.run(arrival), arrival)
+                if bulk:
+                    if blocked:  # arrive found no payload slot free, and none frees before the next event
+                        joining = total
+                    elif batcher.saturated or batcher.payload.state == TAKEN:
+                        joining = 0  # arrive's test: the next arrival wakes the batcher (if a slot is free) ...
+                    else:  # ... or the one that brings the queue to the next preferred size
+                        joining = batcher.next_preferred - len(queue) - 1
+                    if joining > 0:  # these arrivals only join the queue: in bulk, up to the next event
+                        until = batcher.wake_at if batcher.wake_at < finish_at else finish_at
+                        last = bisect_right(times, until, following,
+                                            following + joining if joining < total - following else total)
+                        if last > following:
+                            queue.extend(requests[following:last])
+                            following = last
+                            continue
+                if not policed and times[following + 1] != arrival:  # the common case: one request at a time
+                    woken = arrive(requests[following])
                     following += 1
+                else:
+                    following, woken = self._arrive_together(times, requests, following)
+                if not woken:  # (by_index: though arrive's test says it would, no payload slot is free)
+                    blocked = bulk and joining <= 0
                     continue
-                last = following + 1
-                while times[last] == arrival:  # sent at the same instant
-                    last += 1
-                self.arrive(requests[following:last], arrival)
-                following = last
+                taken, now = run(arrival), arrival
             elif finish_at <= wake_at:
-                _, instance = heapq.heappop(finishes)
-                heapq.heappush(self.idle, (finish_at, instance))
-                self._expire(finish_at)
-                self._start(batcher.finish(finish_at), finish_at)
+                push(idle, (finish_at, pop(finishes)[1]))
+                if expire:
+                    expire(finish_at)
+                taken, now = finish(finish_at), finish_at
             else:
-                self._expire(wake_at)
-                self._start(batcher.run(wake_at), wake_at)
+                if expire:
+                    expire(wake_at)
+                taken, now = run(wake_at), wake_at
+            blocked = False  # the batcher moved: a slot may have freed
+            for payload in taken:  # each payload an instance took becomes a batch
+                instance, end = pop(idle)[1], now + batch_time(payload)
+                start(now)
+                stop(end)
+                use(instance)
+                record(payload)
+                push(finishes, (end, instance))
 
-    def arrive(self, requests: list[QueuedRequest], now: float) -> None:
-        """Requests sent at the same instant arrive at ``now``: each is queued (or rejected when its
-        level's queue is full), and the batcher, if one of them woke it, looks once they all have."""
-        self._expire(now)
-        woken = False
-        arrive = self.batcher.arrive
-        for request in requests:
-            if self.policed and not self.queue.has_room(request, now):
-                self.log.rejected.append(request.id)
-            elif arrive(request):
-                woken = True
-        if woken:
-            self._start(self.batcher.run(now), now)
+    def _arrive_together(self, times: list[float], requests: Sequence[Any], following: int) -> tuple[int, bool]:
+        """The requests sent at one instant, from ``following`` on, arrive: each is queued (or rejected when
+        its level's queue is full); returns the request after them and whether one woke the batcher."""
+        now, woken = times[following], False
+        if self.expire:
+            self.expire(now)
+        while times[following] == now:
+            request = requests[following]
+            if self.policed and not self.queue.has_room(request):
+                self.rejected.append(request.id)
+            else:
+                woken = self.batcher.arrive(request) or woken
+            following += 1
+        return following, woken
 
-    def _expire(self, now: float) -> None:
-        if self.expires:
-            self.queue.expire(now)
-
-    def _start(self, taken: list[Payload], now: float) -> None:
-        for payload in taken:
-            _, instance = heapq.heappop(self.idle)
-            end = now + self.batch_time(payload)
-            self.log.batch(payload, now, end, instance)
-            heapq.heappush(self.finishes, (end, instance))
+    def records(self, arrivals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The request and batch records; a request a timeout dropped finishes when it timed out,
+        one rejected when it arrived."""
+        sizes = list(map(len, self.batches))
+        members = chain.from_iterable(self.batches)
+        ids = np.fromiter(members if self.by_index else map(attrgetter("id"), members), np.int64, sum(sizes))
+        rec, bat = _records(arrivals, self.starts, self.ends, self.used, sizes,
+                            [payload.elements for payload in self.batches], ids)
+        rec["rejected"][self.rejected] = True
+        rec["finish"][self.rejected] = arrivals[self.rejected]
+        for request in self.queue.timed_out if self.policed else ():
+            rec["finish"][request.id] = request.arrival + self.queue.timeouts[request.priority - 1]
+            rec["timed_out"][request.id] = True
+        return rec, bat
 
 
 def _checked(decide: Decide) -> Decide:

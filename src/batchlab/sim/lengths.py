@@ -187,9 +187,5 @@ class Fixed(LengthDist):
         return self.k
 
 
-def capped_exponential(mean: float, cap: int, lo: int = 1) -> CappedExponential:
-    """ceil(Exponential(mean)) clipped to ``[lo, cap]`` (long-tailed, like chat outputs)."""
-    return CappedExponential(mean, cap, lo)
-
-
-uniform, capped_lognormal, empirical, fixed = Uniform, CappedLognormal, Empirical, Fixed
+uniform, capped_exponential, capped_lognormal = Uniform, CappedExponential, CappedLognormal
+empirical, fixed = Empirical, Fixed

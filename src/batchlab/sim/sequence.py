@@ -10,18 +10,19 @@ request's arrival is force-ended (its next request rejected).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from batchlab._validate import choice, integer, int_array, non_negative, real, rng_of, times_array
-from .engine import INF, EventQueue
 from .results import SimResult, empty_records, make_batches
-from .service import BatchService, check_batch_service, service_times
-from batchlab.batching.dynamic import BatchRule, QueuedRequest, next_batch
+from .service import BatchService, check_batch_service, service_table
+from batchlab.batching.dynamic import INF, BatchRule, QueuedRequest, next_batch
 from batchlab.batching.slots import SequenceRequest, SequenceSlots
 
 _SEND, _DONE, _WAKE, _IDLE = 0, 1, 2, 3  # event kinds: a client sends, an execution ends, a timer, the reaper
@@ -109,11 +110,8 @@ def _check_settings(strategy: str, max_batch_size: int, instances: int, think_ti
             raise ValueError("preferred_batch_sizes belongs to the oldest strategy, not direct")
         slots, rule = max_batch_size, None
         delay_s = non_negative("max_queue_delay_us", max_queue_delay_us) * 1e-6
-    batch_time = service_times(service, np.arange(max_batch_size + 1)).tolist()
-    if any(not (t > 0) for t in batch_time[1:]):
-        raise ValueError("service times must be > 0 for every batch size up to max_batch_size")
     return _Settings(strategy, max_batch_size, instances, slots, think_s, think, min_util, idle_s, delay_s, rule,
-                     batch_time)
+                     service_table(service, max_batch_size).tolist())
 
 
 class _SequenceRun:
@@ -130,7 +128,8 @@ class _SequenceRun:
         self.running: list[list[SequenceRequest]] = [[] for _ in range(settings.instances)]
         self.busy = [False] * settings.instances
         self.wake_at = [INF] * settings.instances  # the timer each instance waits for
-        self.events = EventQueue()
+        self.events: list[tuple[float, int, int, Any]] = []  # heap: (time, order pushed, kind, data)
+        self.pushed = itertools.count()  # events at one time pop in the order they were pushed
         self.to_dispatch: set[int] = set()  # instances with new waiting requests or a timer gone off
 
     def run(self) -> None:
@@ -138,9 +137,10 @@ class _SequenceRun:
         starts, events, n, to_dispatch = self.starts, self.events, len(self.starts), self.to_dispatch
         complete, send, dispatch = self.complete, self.send, self.dispatch  # bound once: the loop is hot
         i = 0
-        while i < n or len(events):
-            now = min(starts[i] if i < n else INF, events.peek_time())
-            for kind, data in events.pop_due(now):
+        while i < n or events:
+            now = min(starts[i] if i < n else INF, events[0][0] if events else INF)
+            while events and events[0][0] <= now:
+                _, _, kind, data = heapq.heappop(events)
                 if kind == _DONE:
                     complete(data, now)
                 elif kind == _SEND:
@@ -158,6 +158,10 @@ class _SequenceRun:
                     dispatch(instance, now)
                 to_dispatch.clear()
 
+    def _push(self, time: float, kind: int, data: Any) -> None:
+        """Schedule an event of ``kind`` at ``time``."""
+        heapq.heappush(self.events, (time, next(self.pushed), kind, data))
+
     def _needs_dispatch(self, instance: int | None) -> None:
         """Note that ``instance`` (if any) has a new waiting request."""
         if instance is not None:
@@ -174,7 +178,7 @@ class _SequenceRun:
             return
         self.latest[seq] = request
         if self.settings.idle_s > 0:
-            self.events.push(now + self.settings.idle_s, _IDLE, request)
+            self._push(now + self.settings.idle_s, _IDLE, request)
         self._needs_dispatch(self.slots.arrive(request, now))
 
     def dispatch(self, instance: int, now: float) -> None:
@@ -186,7 +190,7 @@ class _SequenceRun:
         if size == 0:
             if when != self.wake_at[instance]:
                 self.wake_at[instance] = when
-                self.events.push(when, _WAKE, instance)
+                self._push(when, _WAKE, instance)
             return
         self._start(instance, self.slots.take(instance, now, size), now)
 
@@ -214,7 +218,7 @@ class _SequenceRun:
         self.running[instance] = members
         for request in members:
             request.start, request.batch, request.instance = now, batch_id, instance
-        self.events.push(end, _DONE, instance)
+        self._push(end, _DONE, instance)
 
     def complete(self, instance: int, now: float) -> None:
         """``instance``'s batch is done: each request's client thinks, then sends its next step."""
@@ -223,7 +227,7 @@ class _SequenceRun:
             request.finish = now
             self.slots.finished(request, now)
             if not request.last:
-                self.events.push(now + self._think_time(), _SEND, request.seq)
+                self._push(now + self._think_time(), _SEND, request.seq)
         self.running[instance] = []
         self.to_dispatch.add(instance)
 

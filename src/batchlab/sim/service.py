@@ -105,6 +105,14 @@ def service_times(service: BatchService, b: np.ndarray) -> np.ndarray:
     return np.asarray([service.time(int(x)) for x in np.asarray(b).tolist()], dtype=np.float64)
 
 
+def service_table(service: BatchService, max_batch_size: int) -> np.ndarray:
+    """t(B) for B = 0 .. max_batch_size (index = batch elements), each finite and > 0 from B = 1."""
+    svc = service_times(service, np.arange(max_batch_size + 1))
+    if np.any(svc[1:] <= 0) or not np.all(np.isfinite(svc[1:])):
+        raise ValueError("service times must be finite and > 0 for every batch size up to max_batch_size")
+    return svc
+
+
 def check_batch_service(service: object) -> None:
     """Raise ``ValueError`` unless ``service`` has a ``time(b)`` method."""
     if not callable(getattr(service, "time", None)) or isinstance(service, TokenCost):

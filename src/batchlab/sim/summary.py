@@ -99,10 +99,8 @@ def _window(r: np.ndarray, m: np.ndarray, out: dict[str, Any]) -> tuple[float, f
 
 def _batches_in_window(b: np.ndarray, t0: float, t1: float) -> np.ndarray:
     """The executions that started inside the window (all of them if none did)."""
-    if b.size:
-        inw = (b["start"] >= t0) & (b["start"] <= t1)
-        return b[inw] if inw.any() else b
-    return b
+    inw = (b["start"] >= t0) & (b["start"] <= t1)
+    return b[inw] if inw.any() else b
 
 
 def _batch_stats(bw: np.ndarray, instances: int, t0: float, t1: float, out: dict[str, Any]) -> float:
@@ -116,11 +114,8 @@ def _batch_stats(bw: np.ndarray, instances: int, t0: float, t1: float, out: dict
     out["batch_size_mean"] = float(sizes.mean())
     counts = np.bincount(sizes)
     out["batch_size_hist"] = {int(k): int(v) for k, v in enumerate(counts) if v}
-    if span > 0:
-        busy = np.clip(np.minimum(bw["end"], t1) - np.maximum(bw["start"], t0), 0.0, None).sum()
-        out["utilization"] = float(busy / (instances * span))
-    else:
-        out["utilization"] = None
+    busy = np.clip(np.minimum(bw["end"], t1) - np.maximum(bw["start"], t0), 0.0, None).sum()
+    out["utilization"] = float(busy / (instances * span)) if span > 0 else None
     return float((bw["end"] - bw["start"]).mean())
 
 
