@@ -27,6 +27,7 @@ import jsonschema  # noqa: E402
 if _BLOCK:
     del sys.modules["rfc3987_syntax"]
 
+from batchlab._validate import count
 from batchlab.paths import repo_root
 from batchlab.quiz import params as P
 from batchlab.quiz.safe_json import read_json_file
@@ -36,7 +37,6 @@ KINDS = {"single": "multiple_choice", "multi": "many_choice", "numeric": "numeri
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 UNSHUFFLED = frozenset({"interview"})
 """Banks whose options always keep the article's order (the interview bank is the article's)."""
-_SEEDED = ("formula", "params", "defaults", "template")
 _PREFIX = {("single", False): "不对。", ("multi", True): "这一项应选：", ("multi", False): "这一项不应选。"}
 DEFAULT_FEEDBACK = {("single", False): "不对，再想想。", ("multi", True): "这一项应选。",
                     ("multi", False): "这一项不应选。", ("numeric", False): "不对，再算一遍。"}
@@ -52,9 +52,9 @@ def quiz_dir() -> Path:
     return repo_root() / "quiz"
 
 
-def list_banks(folder: Path | None = None) -> list[str]:
+def list_banks() -> list[str]:
     """Names of the banks present: `interview` then `ch00` … `ch11` (other JSON is ignored)."""
-    names = sorted(p.stem for p in (folder or quiz_dir()).glob("*.json") if _BANK_RE.match(p.stem))
+    names = sorted(p.stem for p in quiz_dir().glob("*.json") if _BANK_RE.match(p.stem))
     return sorted(names, key=lambda n: (n != "interview", n))
 
 
@@ -134,10 +134,7 @@ class Question:
 
     def option(self, oid: str) -> dict[str, Any]:
         """The expanded option with id `oid` (KeyError if none)."""
-        for a in self.raw.get("answers", []):
-            if a.get("id") == oid:
-                return a
-        raise KeyError(oid)
+        return {a.get("id"): a for a in self.raw["answers"]}[oid]
 
     def letter_of(self, oid: str) -> str:
         """The article letter of option `oid`."""
@@ -230,8 +227,7 @@ class Bank:
         ids = self.ids
         if n is None or n >= len(ids):
             return ids
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a whole number ≥ 1, got {n!r}")
+        count("n", n)
         if seed is None:
             return ids[:n]
         keep = set(np.random.default_rng(seed).choice(len(ids), size=n, replace=False).tolist())
@@ -390,10 +386,9 @@ def load_bank(bank: str | Path) -> Bank:
     return Bank(path.stem, path, parse_bank(_read(path), path.stem, str(path)))
 
 
-def load_all(folder: Path | None = None) -> dict[str, Bank]:
+def load_all() -> dict[str, Bank]:
     """Every bank in the quiz folder, validated; ids must be unique across banks."""
-    folder = folder or quiz_dir()
-    banks = {n: load_bank(folder / f"{n}.json") for n in list_banks(folder)}
+    banks = {n: load_bank(quiz_dir() / f"{n}.json") for n in list_banks()}
     owner: dict[str, str] = {}
     for name, b in banks.items():
         for qid in b.ids:

@@ -53,9 +53,7 @@ class Feedback:
             if self.tolerance:
                 head += f"（容差 {self.tolerance}）"
             head += "。"
-        lines = [head]
-        lines += [f"{letter}：{text}" for letter, text in self.notes]
-        lines.append(f"解析：{self.explanation}")
+        lines = [head, *(f"{letter}：{text}" for letter, text in self.notes), f"解析：{self.explanation}"]
         return "\n".join(lines + _notes(self.erratum, self.key_note, ""))
 
 
@@ -194,25 +192,17 @@ class QuizSession:
         """`得分 3 / 10（已答 4 题）`."""
         return f"得分 {self.score} / {len(self.questions)}（已答 {len(self.results)} 题）"
 
-    @property
-    def exportable(self) -> str | None:
-        """None if `to_submission()` can be graded, else why not (Chinese, one line)."""
+    def to_submission(self) -> dict[str, Any]:
+        """The answers in the grader's format (`_bank`, `_learner`, `_shown`, one per answered
+        question); ValueError saying why (Chinese, one line) when the grader could not grade them."""
         if self.learner is None and self.seed is not None and any(q.seeded for q in self.questions):
-            return ("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
-                    "（remember_learner），或给本测验传 learner=…")
+            raise ValueError("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
+                             "（remember_learner），或给本测验传 learner=…")
         ids = [q.id for q in self.questions]
         if (self.learner is not None and len(ids) < len(self.bank)
                 and sorted(ids) != sorted(self.bank.pick(len(ids), self.seed))):
-            return ("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
-                    "用 n=… 按学员 id 抽题")
-        return None
-
-    def to_submission(self) -> dict[str, Any]:
-        """The answers in the grader's format (`_bank`, `_learner`, `_shown`, one per answered
-        question); ValueError when `exportable` says it cannot be graded."""
-        why = self.exportable
-        if why:
-            raise ValueError(why)
+            raise ValueError("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
+                             "用 n=… 按学员 id 抽题")
         sub: dict[str, Any] = {"_bank": self.bank.name, **({"_learner": self.learner} if self.learner else {})}
         if len(self.questions) < len(self.bank):
             sub["_shown"] = [q.id for q in self.questions]
