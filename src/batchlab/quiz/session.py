@@ -69,41 +69,13 @@ def question_header(q: Question, inst: Instance) -> str:
     return f"{q.id} [{' · '.join(tags)}] {inst.stem}"
 
 
-def _render_question(q: Question, seed: int | None = None, answers: bool = False,
-                    article_order: bool = False) -> str:
-    """One question as text (options in `seed`'s order); with `answers` the key and why."""
-    inst = q.instance(seed, article_order)
+def _render_question(q: Question, inst: Instance, answers: bool) -> str:
+    """One question as text (options in the instance's order); with `answers` the key and why."""
     lines = [question_header(q, inst), *(f"  {k}. {v}" for k, v in inst.options.items())]
     if answers:
         lines += [f"  答案：{_format_answer(inst.expected)}", f"  解析：{inst.explanation}",
                   *_notes(q.erratum, q.key_note, "  ")]
     return "\n".join(lines)
-
-
-def render_text(
-    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
-    answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
-) -> str:
-    """A bank (or the listed ids) as text for a learner (or a seed); answers only with `answers`."""
-    b = bank if isinstance(bank, Bank) else load_bank(bank)
-    if learner is not None:
-        learner = check_learner(learner)
-        seed = seed_for(learner)
-    qs = [b[qid] for qid in questions] if questions is not None else list(b)
-    head = f"题库 {b.name}（{len(qs)} 题）"
-    who = f"学员 {learner}，" if learner else ""
-    if any(q.seeded for q in qs):
-        head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设学员 id）"
-        who = ""
-    if any(q.shuffled for q in qs):
-        if article_order or seed is None:
-            head += "，选项按原顺序"
-        elif learner:
-            head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
-        else:
-            head += "，选项按 seed 打乱（未设学员 id）"
-    blocks = [head] + [_render_question(q, seed, answers, article_order) for q in qs]
-    return "\n\n".join(blocks) + "\n"
 
 
 class QuizSession:
@@ -217,6 +189,29 @@ class QuizSession:
 
     def render_text(self, answers: bool = False) -> str:
         """This session's questions as text (answers hidden unless `answers`)."""
-        return render_text(self.bank, self.seed, self.learner, answers,
-                           [q.id for q in self.questions], self.article_order)
+        seed, learner, qs = self.seed, self.learner, self.questions
+        head = f"题库 {self.bank.name}（{len(qs)} 题）"
+        who = f"学员 {learner}，" if learner else ""
+        if any(q.seeded for q in qs):
+            head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设学员 id）"
+            who = ""
+        if any(q.shuffled for q in qs):
+            if self.article_order or seed is None:
+                head += "，选项按原顺序"
+            elif learner:
+                head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
+            else:
+                head += "，选项按 seed 打乱（未设学员 id）"
+        blocks = [head] + [_render_question(q, self.instances[q.id], answers) for q in qs]
+        return "\n\n".join(blocks) + "\n"
+
+
+def render_text(
+    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
+    answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
+) -> str:
+    """A bank (or the listed ids) as text for a learner (or a seed); answers only with `answers`."""
+    session = QuizSession(bank, None if learner is not None else seed, learner, questions,
+                          article_order=article_order)
+    return session.render_text(answers)
 
