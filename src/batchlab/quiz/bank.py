@@ -75,8 +75,6 @@ class Instance:
     """A question as one learner sees it: the stem with their parameters, the options in their
     order (displayed letter → text, and displayed letter → stable id) and the key."""
 
-    qid: str
-    kind: str
     stem: str
     options: dict[str, str]
     expected: Any
@@ -99,7 +97,6 @@ class Question:
     id = property(lambda self: self.raw["id"])
     kind = property(lambda self: self.raw["kind"])
     difficulty = property(lambda self: self.raw["difficulty"])
-    chapter = property(lambda self: self.raw["chapter"])
     explanation = property(lambda self: self.raw["explanation"])
     erratum = property(lambda self: self.raw.get("erratum"))
     key_note = property(lambda self: self.raw.get("key_note"))
@@ -170,16 +167,14 @@ class Question:
         if self.seeded:
             values = P.draw_params(self.raw["params"], self.raw["defaults"], self.id, seed)
             value = P.formula(self.raw["formula"])(**values)
-            return Instance(self.id, self.kind, P.render_template(self.raw["template"], values), {},
-                            value, _explain(self.raw, values, value), values)
+            return Instance(P.render_template(self.raw["template"], values), {}, value,
+                            _explain(self.raw, values, value), values)
         if self.kind == "numeric":
-            return Instance(self.id, self.kind, self.raw["question"], {},
-                            float(self.raw["answer"]), self.explanation)
+            return Instance(self.raw["question"], {}, float(self.raw["answer"]), self.explanation)
         shown = {LETTERS[i]: oid for i, oid in enumerate(self.option_order(seed, article_order))}
         back = {oid: k for k, oid in shown.items()}
         keys = sorted(back[oid] for oid in self.key_ids)
-        return Instance(self.id, self.kind, self.raw["question"],
-                        {k: self.option(oid)["answer"] for k, oid in shown.items()},
+        return Instance(self.raw["question"], {k: self.option(oid)["answer"] for k, oid in shown.items()},
                         keys[0] if self.kind == "single" else keys, self.explanation, {}, shown)
 
     def tolerance(self, expected: float) -> float:

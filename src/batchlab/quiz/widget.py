@@ -13,7 +13,7 @@ import ipywidgets as W
 from IPython import get_ipython
 from IPython.display import display
 
-from batchlab.quiz.bank import Bank, load_bank
+from batchlab.quiz.bank import Bank
 from batchlab.quiz.learner import current_learner
 from batchlab.quiz.session import Feedback, QuizSession, question_header
 
@@ -117,8 +117,8 @@ class Quiz:
         self, bank: Bank | str = "interview", seed: int | None = None,
         learner: str | None = None, n: int | None = None, export_path: str | Path | None = None,
     ) -> None:
-        b = bank if isinstance(bank, Bank) else load_bank(bank)
-        self.session = QuizSession(b, seed=seed, learner=learner, n=n)
+        self.session = QuizSession(bank, seed=seed, learner=learner, n=n)
+        b = self.session.bank
         self.export_path = Path(export_path or f"answers_{b.name}_{self.session.learner or 'me'}.json")
         self.views = {q.id: _QuestionView(self, q.id) for q in self.session.questions}
         self.score = W.HTML(f"<b>{self.session.score_text()}</b>")
