@@ -155,17 +155,14 @@ class Quiz:
         """Write the answers so far in the grader's submission format; returns the path."""
         return self.session.save(path or self.export_path)
 
-    def text(self) -> str:
-        """The questions as plain text (no answers), as shown headless."""
-        return self.session.render_text()
-
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
-        bundle["text/plain"] = self.text()
+        bundle["text/plain"] = repr(self)
         return bundle
 
     def __repr__(self) -> str:
-        return self.text()
+        """The questions as plain text (no answers), as shown headless."""
+        return self.session.render_text()
 
 
 def show_quiz(
@@ -174,7 +171,7 @@ def show_quiz(
     """Show a quiz: the widget in a Jupyter kernel (returns None), else print and return its text."""
     quiz = Quiz(bank, seed=seed, learner=learner, n=n)
     if headless():
-        text = quiz.text()
+        text = quiz.session.render_text()
         print(text)
         return text
     display(quiz)
