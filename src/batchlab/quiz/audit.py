@@ -64,9 +64,7 @@ def letter_references(q: Question) -> list[str]:
         return []
     out = []
     for field_name in ("explanation", "erratum"):
-        text = q.raw.get(field_name) or ""
-        text = re.sub(r"`[^`]*`", "", text)
-        m = _LETTER_REF.search(text)
+        m = _LETTER_REF.search(re.sub(r"`[^`]*`", "", q.raw.get(field_name) or ""))
         if m:
             out.append(f"{q.id}: {field_name} names an option by letter ({m.group()!r}); options "
                        "are shuffled per learner: name it by its content")
@@ -210,9 +208,7 @@ def number_problems(q: Question) -> list[str]:
                 seen.add(num)
                 continue
             out.append(f"{q.id}: {where} quotes {num} with no source or expression in 'numbers'")
-    unused = set(just) - seen - given
-    unused = {k for k in unused if not any(k in quoted_numbers(t) for _, t in _prose(q))}
-    out += [f"{q.id}: numbers[{k!r}] is not quoted anywhere" for k in sorted(unused)]
+    out += [f"{q.id}: numbers[{k!r}] is not quoted anywhere" for k in sorted(set(just) - seen - given)]
     return out
 
 

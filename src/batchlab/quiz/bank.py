@@ -27,6 +27,7 @@ import jsonschema  # noqa: E402
 if _BLOCK:
     del sys.modules["rfc3987_syntax"]
 
+from batchlab._validate import count
 from batchlab.paths import repo_root
 from batchlab.quiz import params as P
 from batchlab.quiz.safe_json import read_json_file
@@ -36,7 +37,6 @@ KINDS = {"single": "multiple_choice", "multi": "many_choice", "numeric": "numeri
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 UNSHUFFLED = frozenset({"interview"})
 """Banks whose options always keep the article's order (the interview bank is the article's)."""
-_SEEDED = ("formula", "params", "defaults", "template")
 _PREFIX = {("single", False): "不对。", ("multi", True): "这一项应选：", ("multi", False): "这一项不应选。"}
 DEFAULT_FEEDBACK = {("single", False): "不对，再想想。", ("multi", True): "这一项应选。",
                     ("multi", False): "这一项不应选。", ("numeric", False): "不对，再算一遍。"}
@@ -52,9 +52,9 @@ def quiz_dir() -> Path:
     return repo_root() / "quiz"
 
 
-def list_banks(folder: Path | None = None) -> list[str]:
+def list_banks() -> list[str]:
     """Names of the banks present: `interview` then `ch00` … `ch11` (other JSON is ignored)."""
-    names = sorted(p.stem for p in (folder or quiz_dir()).glob("*.json") if _BANK_RE.match(p.stem))
+    names = sorted(p.stem for p in quiz_dir().glob("*.json") if _BANK_RE.match(p.stem))
     return sorted(names, key=lambda n: (n != "interview", n))
 
 
@@ -75,8 +75,6 @@ class Instance:
     """A question as one learner sees it: the stem with their parameters, the options in their
     order (displayed letter → text, and displayed letter → stable id) and the key."""
 
-    qid: str
-    kind: str
     stem: str
     options: dict[str, str]
     expected: Any
@@ -99,7 +97,6 @@ class Question:
     id = property(lambda self: self.raw["id"])
     kind = property(lambda self: self.raw["kind"])
     difficulty = property(lambda self: self.raw["difficulty"])
-    chapter = property(lambda self: self.raw["chapter"])
     explanation = property(lambda self: self.raw["explanation"])
     erratum = property(lambda self: self.raw.get("erratum"))
     key_note = property(lambda self: self.raw.get("key_note"))
@@ -134,10 +131,7 @@ class Question:
 
     def option(self, oid: str) -> dict[str, Any]:
         """The expanded option with id `oid` (KeyError if none)."""
-        for a in self.raw.get("answers", []):
-            if a.get("id") == oid:
-                return a
-        raise KeyError(oid)
+        return {a.get("id"): a for a in self.raw["answers"]}[oid]
 
     def letter_of(self, oid: str) -> str:
         """The article letter of option `oid`."""
@@ -173,16 +167,14 @@ class Question:
         if self.seeded:
             values = P.draw_params(self.raw["params"], self.raw["defaults"], self.id, seed)
             value = P.formula(self.raw["formula"])(**values)
-            return Instance(self.id, self.kind, P.render_template(self.raw["template"], values), {},
-                            value, _explain(self.raw, values, value), values)
+            return Instance(P.render_template(self.raw["template"], values), {}, value,
+                            _explain(self.raw, values, value), values)
         if self.kind == "numeric":
-            return Instance(self.id, self.kind, self.raw["question"], {},
-                            float(self.raw["answer"]), self.explanation)
+            return Instance(self.raw["question"], {}, float(self.raw["answer"]), self.explanation)
         shown = {LETTERS[i]: oid for i, oid in enumerate(self.option_order(seed, article_order))}
         back = {oid: k for k, oid in shown.items()}
         keys = sorted(back[oid] for oid in self.key_ids)
-        return Instance(self.id, self.kind, self.raw["question"],
-                        {k: self.option(oid)["answer"] for k, oid in shown.items()},
+        return Instance(self.raw["question"], {k: self.option(oid)["answer"] for k, oid in shown.items()},
                         keys[0] if self.kind == "single" else keys, self.explanation, {}, shown)
 
     def tolerance(self, expected: float) -> float:
@@ -230,8 +222,7 @@ class Bank:
         ids = self.ids
         if n is None or n >= len(ids):
             return ids
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a whole number ≥ 1, got {n!r}")
+        count("n", n)
         if seed is None:
             return ids[:n]
         keep = set(np.random.default_rng(seed).choice(len(ids), size=n, replace=False).tolist())
@@ -390,10 +381,9 @@ def load_bank(bank: str | Path) -> Bank:
     return Bank(path.stem, path, parse_bank(_read(path), path.stem, str(path)))
 
 
-def load_all(folder: Path | None = None) -> dict[str, Bank]:
+def load_all() -> dict[str, Bank]:
     """Every bank in the quiz folder, validated; ids must be unique across banks."""
-    folder = folder or quiz_dir()
-    banks = {n: load_bank(folder / f"{n}.json") for n in list_banks(folder)}
+    banks = {n: load_bank(quiz_dir() / f"{n}.json") for n in list_banks()}
     owner: dict[str, str] = {}
     for name, b in banks.items():
         for qid in b.ids:

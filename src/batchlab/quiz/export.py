@@ -60,38 +60,32 @@ def _html(text: str) -> str:
     return html.escape(text, quote=False).replace("\n", "<br>")
 
 
-def _text_el(parent: ET.Element, tag: str, text: str, fmt: str | None = "html") -> ET.Element:
-    el = ET.SubElement(parent, tag, {"format": fmt} if fmt else {})
-    ET.SubElement(el, "text").text = _html(text) if fmt == "html" else text
-    return el
+def _text_el(parent: ET.Element, tag: str, text: str) -> None:
+    ET.SubElement(ET.SubElement(parent, tag, {"format": "html"}), "text").text = _html(text)
 
 
 def moodle_xml(bank: Bank) -> str:
     """The bank as a Moodle XML question file (see the module docstring)."""
     quiz = ET.Element("quiz")
     cat = ET.SubElement(quiz, "question", {"type": "category"})
-    c = ET.SubElement(cat, "category")
-    ET.SubElement(c, "text").text = f"$course$/top/batchlab/{bank.name}"
+    ET.SubElement(ET.SubElement(cat, "category"), "text").text = f"$course$/top/batchlab/{bank.name}"
     _text_el(cat, "info", f"batchlab 题库 {bank.name}（{len(bank)} 题）")
     for q in bank:
         rec = _record(q)
         kind = "numerical" if q.kind == "numeric" else "multichoice"
         el = ET.SubElement(quiz, "question", {"type": kind})
-        name = ET.SubElement(el, "name")
-        ET.SubElement(name, "text").text = q.id
+        ET.SubElement(ET.SubElement(el, "name"), "text").text = q.id
         _text_el(el, "questiontext", rec["stem"])
         _text_el(el, "generalfeedback", rec["general"])
         for tag, value in (("defaultgrade", "1"), ("penalty", "0"), ("hidden", "0"), ("idnumber", q.id)):
             ET.SubElement(el, tag).text = value
         if q.kind == "numeric":
-            a = ET.SubElement(el, "answer", {"fraction": "100", "format": "moodle_auto_format"})
-            ET.SubElement(a, "text").text = _num(rec["answer"])
-            ET.SubElement(a, "tolerance").text = _num(rec["tolerance"])
-            _text_el(a, "feedback", rec["right"])
-            other = ET.SubElement(el, "answer", {"fraction": "0", "format": "moodle_auto_format"})
-            ET.SubElement(other, "text").text = "*"
-            ET.SubElement(other, "tolerance").text = "0"
-            _text_el(other, "feedback", rec["wrong"])
+            for fraction, value, tol, feedback in (("100", _num(rec["answer"]), _num(rec["tolerance"]), rec["right"]),
+                                                   ("0", "*", "0", rec["wrong"])):  # "*": any other number
+                a = ET.SubElement(el, "answer", {"fraction": fraction, "format": "moodle_auto_format"})
+                ET.SubElement(a, "text").text = value
+                ET.SubElement(a, "tolerance").text = tol
+                _text_el(a, "feedback", feedback)
             for tag, value in (("unitgradingtype", "0"), ("unitpenalty", "0"),
                                ("showunits", "3"), ("unitsleft", "0")):
                 ET.SubElement(el, tag).text = value
@@ -136,22 +130,17 @@ def _qti_item(q: Question) -> ET.Element:
         f"{{{_XSI}}}schemaLocation": f"{QTI_NS} {_QTI_XSD}",
         "identifier": q.id, "title": f"{q.bank} {q.id}", "adaptive": "false",
         "timeDependent": "false", _XML_LANG: "zh-CN"})
-    if q.kind == "numeric":
-        rd = _sub(item, "responseDeclaration",
-                  {"identifier": "RESPONSE", "cardinality": "single", "baseType": "float"})
-        _sub(_sub(rd, "correctResponse"), "value", None, _num(rec["answer"]))
-    else:
-        card = "single" if q.kind == "single" else "multiple"
-        rd = _sub(item, "responseDeclaration",
-                  {"identifier": "RESPONSE", "cardinality": card, "baseType": "identifier"})
-        cr = _sub(rd, "correctResponse")
+    rd = _sub(item, "responseDeclaration", {
+        "identifier": "RESPONSE", "cardinality": "multiple" if q.kind == "multi" else "single",
+        "baseType": "float" if q.kind == "numeric" else "identifier"})
+    cr = _sub(rd, "correctResponse")
+    keys = [_num(rec["answer"])] if q.kind == "numeric" else [o["id"] for o in rec["options"] if o["correct"]]
+    for key in keys:
+        _sub(cr, "value", None, key)
+    if q.kind == "multi":
+        m = _sub(rd, "mapping", {"lowerBound": "0", "upperBound": "1", "defaultValue": "0"})
         for o in rec["options"]:
-            if o["correct"]:
-                _sub(cr, "value", None, o["id"])
-        if q.kind == "multi":
-            m = _sub(rd, "mapping", {"lowerBound": "0", "upperBound": "1", "defaultValue": "0"})
-            for o in rec["options"]:
-                _sub(m, "mapEntry", {"mapKey": o["id"], "mappedValue": _num(o["fraction"])})
+            _sub(m, "mapEntry", {"mapKey": o["id"], "mappedValue": _num(o["fraction"])})
     for ident, card, base, default in (("SCORE", "single", "float", "0"),
                                        ("MAXSCORE", "single", "float", "1"),
                                        ("FEEDBACK", "multiple", "identifier", None)):
@@ -202,8 +191,7 @@ def _qti_item(q: Question) -> ET.Element:
         mult = _sub(_set_outcome(rp, "FEEDBACK"), "multiple")
         _sub(mult, "variable", {"identifier": "RESPONSE"})
         _base(mult, "identifier", "EXPLANATION")
-        feedback = [(o["id"], o["feedback"]) for o in rec["options"]]
-        feedback.append(("EXPLANATION", rec["general"]))
+        feedback = [*((o["id"], o["feedback"]) for o in rec["options"]), ("EXPLANATION", rec["general"])]
     item.append(rp)
     for ident, text in feedback:
         _sub(item, "modalFeedback", {"outcomeIdentifier": "FEEDBACK", "identifier": ident,

@@ -55,11 +55,10 @@ def normalize_answer(q: Question, given: Any, letters_ok: bool | None = None) ->
     if given is None:
         return None
     if q.kind == "single":
-        if isinstance(given, list):
-            raise SubmissionError(f"{q.id}: a single-choice answer must be one option, not a list")
         if not isinstance(given, str):
-            raise SubmissionError(f"{q.id}: a single-choice answer must be one option "
-                                  f"({_choices_text(q, letters_ok)}), got {_short(given)}")
+            why = (", not a list" if isinstance(given, list)
+                   else f" ({_choices_text(q, letters_ok)}), got {_short(given)}")
+            raise SubmissionError(f"{q.id}: a single-choice answer must be one option{why}")
         return _one_choice(q, given, letters_ok)
     if q.kind == "multi":
         if not isinstance(given, list):
@@ -241,14 +240,11 @@ def write_csv(
         rows[r["file"]] = row
     for f, msg in errors:
         rows[f] = {"file": display_name(f), "error": msg}
-    names = list(order) if order is not None else list(rows)
     out = Path(out)
     with out.open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, ["file", "bank", "learner", "score", "total", "shown", "bank_total",
                                 *qids, "error"], restval="")
         w.writeheader()
-        for f in names:
-            if f in rows:
-                w.writerow(rows[f])
+        w.writerows(rows[f] for f in (rows if order is None else order) if f in rows)
     return out
 

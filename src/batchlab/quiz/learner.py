@@ -57,12 +57,10 @@ def remember_learner(learner: str) -> Path:
     s = check_learner(learner)
     path = learner_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".learner-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".learner-", dir=path.parent)  # created with mode 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"learner": s}, fh, ensure_ascii=False)
-            fh.write("\n")
-        os.chmod(tmp, 0o600)
+            fh.write(json.dumps({"learner": s}, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

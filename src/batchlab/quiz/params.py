@@ -54,12 +54,9 @@ def _register(func: Callable[..., float], name: str | None = None, **rename: str
 
 def formula(name: str) -> Formula:
     """The registered formula called `name`; ValueError naming the known ones otherwise."""
-    try:
-        return FORMULAS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})"
-        ) from None
+    if name not in FORMULAS:
+        raise ValueError(f"unknown formula {name!r} (known: {', '.join(sorted(FORMULAS))})")
+    return FORMULAS[name]
 
 
 # The formulas, in chapter order (00 … 08).
@@ -203,8 +200,6 @@ def placeholders(template: str) -> list[str]:
 
 def fmt_number(x: float) -> str:
     """A number as a learner would write it: integers plainly, others with ≤ 4 significant digits."""
-    if isinstance(x, bool):
-        raise ValueError("not a number")
     xf = float(x)
     if math.isfinite(xf) and xf == round(xf) and abs(xf) < 1e15:
         return f"{int(round(xf)):,}" if abs(xf) >= 10000 else str(int(round(xf)))

@@ -76,8 +76,6 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_SUBMISSION
         fd = os.open(Path(path), flags)
     except FileNotFoundError:
         raise ValueError("no such file") from None
-    except IsADirectoryError:
-        raise ValueError("is a directory") from None
     except OSError as e:
         raise ValueError(f"cannot open: {e.strerror or e}") from None
     try:

@@ -53,9 +53,7 @@ class Feedback:
             if self.tolerance:
                 head += f"（容差 {self.tolerance}）"
             head += "。"
-        lines = [head]
-        lines += [f"{letter}：{text}" for letter, text in self.notes]
-        lines.append(f"解析：{self.explanation}")
+        lines = [head, *(f"{letter}：{text}" for letter, text in self.notes), f"解析：{self.explanation}"]
         return "\n".join(lines + _notes(self.erratum, self.key_note, ""))
 
 
@@ -71,41 +69,13 @@ def question_header(q: Question, inst: Instance) -> str:
     return f"{q.id} [{' · '.join(tags)}] {inst.stem}"
 
 
-def _render_question(q: Question, seed: int | None = None, answers: bool = False,
-                    article_order: bool = False) -> str:
-    """One question as text (options in `seed`'s order); with `answers` the key and why."""
-    inst = q.instance(seed, article_order)
+def _render_question(q: Question, inst: Instance, answers: bool) -> str:
+    """One question as text (options in the instance's order); with `answers` the key and why."""
     lines = [question_header(q, inst), *(f"  {k}. {v}" for k, v in inst.options.items())]
     if answers:
         lines += [f"  答案：{_format_answer(inst.expected)}", f"  解析：{inst.explanation}",
                   *_notes(q.erratum, q.key_note, "  ")]
     return "\n".join(lines)
-
-
-def render_text(
-    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
-    answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
-) -> str:
-    """A bank (or the listed ids) as text for a learner (or a seed); answers only with `answers`."""
-    b = bank if isinstance(bank, Bank) else load_bank(bank)
-    if learner is not None:
-        learner = check_learner(learner)
-        seed = seed_for(learner)
-    qs = [b[qid] for qid in questions] if questions is not None else list(b)
-    head = f"题库 {b.name}（{len(qs)} 题）"
-    who = f"学员 {learner}，" if learner else ""
-    if any(q.seeded for q in qs):
-        head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设学员 id）"
-        who = ""
-    if any(q.shuffled for q in qs):
-        if article_order or seed is None:
-            head += "，选项按原顺序"
-        elif learner:
-            head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
-        else:
-            head += "，选项按 seed 打乱（未设学员 id）"
-    blocks = [head] + [_render_question(q, seed, answers, article_order) for q in qs]
-    return "\n\n".join(blocks) + "\n"
 
 
 class QuizSession:
@@ -194,25 +164,17 @@ class QuizSession:
         """`得分 3 / 10（已答 4 题）`."""
         return f"得分 {self.score} / {len(self.questions)}（已答 {len(self.results)} 题）"
 
-    @property
-    def exportable(self) -> str | None:
-        """None if `to_submission()` can be graded, else why not (Chinese, one line)."""
+    def to_submission(self) -> dict[str, Any]:
+        """The answers in the grader's format (`_bank`, `_learner`, `_shown`, one per answered
+        question); ValueError saying why (Chinese, one line) when the grader could not grade them."""
         if self.learner is None and self.seed is not None and any(q.seeded for q in self.questions):
-            return ("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
-                    "（remember_learner），或给本测验传 learner=…")
+            raise ValueError("导出答案需要学员 id：数值题的参数由学员 id 决定。先在 quiz/quiz.ipynb 里设置你的学员 id"
+                             "（remember_learner），或给本测验传 learner=…")
         ids = [q.id for q in self.questions]
         if (self.learner is not None and len(ids) < len(self.bank)
                 and sorted(ids) != sorted(self.bank.pick(len(ids), self.seed))):
-            return ("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
-                    "用 n=… 按学员 id 抽题")
-        return None
-
-    def to_submission(self) -> dict[str, Any]:
-        """The answers in the grader's format (`_bank`, `_learner`, `_shown`, one per answered
-        question); ValueError when `exportable` says it cannot be graded."""
-        why = self.exportable
-        if why:
-            raise ValueError(why)
+            raise ValueError("这份测验只含指定的几道题，批改器无法核对它们是抽给这位学员的：要导出给老师批改，"
+                             "用 n=… 按学员 id 抽题")
         sub: dict[str, Any] = {"_bank": self.bank.name, **({"_learner": self.learner} if self.learner else {})}
         if len(self.questions) < len(self.bank):
             sub["_shown"] = [q.id for q in self.questions]
@@ -227,6 +189,29 @@ class QuizSession:
 
     def render_text(self, answers: bool = False) -> str:
         """This session's questions as text (answers hidden unless `answers`)."""
-        return render_text(self.bank, self.seed, self.learner, answers,
-                           [q.id for q in self.questions], self.article_order)
+        seed, learner, qs = self.seed, self.learner, self.questions
+        head = f"题库 {self.bank.name}（{len(qs)} 题）"
+        who = f"学员 {learner}，" if learner else ""
+        if any(q.seeded for q in qs):
+            head += f"，{who}seed = {seed}" if seed is not None else "，数值题用默认参数（未设学员 id）"
+            who = ""
+        if any(q.shuffled for q in qs):
+            if self.article_order or seed is None:
+                head += "，选项按原顺序"
+            elif learner:
+                head += f"，{who}选项按学员顺序排列（--article-order 看原顺序）"
+            else:
+                head += "，选项按 seed 打乱（未设学员 id）"
+        blocks = [head] + [_render_question(q, self.instances[q.id], answers) for q in qs]
+        return "\n\n".join(blocks) + "\n"
+
+
+def render_text(
+    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
+    answers: bool = False, questions: Sequence[str] | None = None, article_order: bool = False,
+) -> str:
+    """A bank (or the listed ids) as text for a learner (or a seed); answers only with `answers`."""
+    session = QuizSession(bank, None if learner is not None else seed, learner, questions,
+                          article_order=article_order)
+    return session.render_text(answers)
 

@@ -13,8 +13,7 @@ import ipywidgets as W
 from IPython import get_ipython
 from IPython.display import display
 
-from batchlab.quiz.bank import Bank, load_bank
-from batchlab.quiz.grade import SubmissionError
+from batchlab.quiz.bank import Bank
 from batchlab.quiz.learner import current_learner
 from batchlab.quiz.session import Feedback, QuizSession, question_header
 
@@ -43,16 +42,14 @@ class _QuestionView:
             self.input: Any = W.RadioButtons(
                 options=[(f"{k}. {v}", inst.option_ids[k]) for k, v in inst.options.items()],
                 value=None, layout=full)
-            inputs = [self.input]
         elif q.kind == "multi":
             self.boxes = {inst.option_ids[k]: W.Checkbox(value=False, description=f"{k}. {v}",
                                                          indent=False, layout=full)
                           for k, v in inst.options.items()}
             self.input = W.VBox(list(self.boxes.values()))
-            inputs = [self.input]
         else:
             self.input = W.Text(placeholder="输入数字", layout=W.Layout(width="12em"))
-            inputs = [W.HBox([self.input, W.Label(q.unit or "")])]
+        inputs = [W.HBox([self.input, W.Label(q.unit or "")])] if q.kind == "numeric" else [self.input]
         self.button = W.Button(description="提交", button_style="primary")
         self.button.add_class("batchlab-submit")
         self.button.on_click(lambda _b: self.submit())
@@ -99,7 +96,7 @@ class _QuestionView:
             return None
         try:
             fb = self.quiz.session.answer(self.qid, value)
-        except (SubmissionError, ValueError) as e:
+        except ValueError as e:  # a SubmissionError: a malformed answer
             self.feedback.value = f"<i>{html.escape(str(e))}</i>"
             return None
         color = "#e6f4ea" if fb.correct else "#fdecea"
@@ -118,11 +115,10 @@ class Quiz:
 
     def __init__(
         self, bank: Bank | str = "interview", seed: int | None = None,
-        learner: str | None = None, n: int | None = None,
-        export_path: str | Path | None = None, article_order: bool = False,
+        learner: str | None = None, n: int | None = None, export_path: str | Path | None = None,
     ) -> None:
-        b = bank if isinstance(bank, Bank) else load_bank(bank)
-        self.session = QuizSession(b, seed=seed, learner=learner, n=n, article_order=article_order)
+        self.session = QuizSession(bank, seed=seed, learner=learner, n=n)
+        b = self.session.bank
         self.export_path = Path(export_path or f"answers_{b.name}_{self.session.learner or 'me'}.json")
         self.views = {q.id: _QuestionView(self, q.id) for q in self.session.questions}
         self.score = W.HTML(f"<b>{self.session.score_text()}</b>")
@@ -159,28 +155,23 @@ class Quiz:
         """Write the answers so far in the grader's submission format; returns the path."""
         return self.session.save(path or self.export_path)
 
-    def text(self) -> str:
-        """The questions as plain text (no answers), as shown headless."""
-        return self.session.render_text()
-
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
-        bundle["text/plain"] = self.text()
+        bundle["text/plain"] = repr(self)
         return bundle
 
     def __repr__(self) -> str:
-        return self.text()
+        """The questions as plain text (no answers), as shown headless."""
+        return self.session.render_text()
 
 
 def show_quiz(
-    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None,
-    n: int | None = None, export_path: str | Path | None = None, article_order: bool = False,
+    bank: Bank | str = "interview", seed: int | None = None, learner: str | None = None, n: int | None = None,
 ) -> str | None:
     """Show a quiz: the widget in a Jupyter kernel (returns None), else print and return its text."""
-    quiz = Quiz(bank, seed=seed, learner=learner, n=n, export_path=export_path,
-                article_order=article_order)
+    quiz = Quiz(bank, seed=seed, learner=learner, n=n)
     if headless():
-        text = quiz.text()
+        text = quiz.session.render_text()
         print(text)
         return text
     display(quiz)
