@@ -16,13 +16,12 @@ def plot_rounds(spread: Mapping[str, tuple[float, float, float]], labels: Mappin
     """One bar per model: the median over interleaved rounds, the error bar from the lowest to the
     highest round (`spread`: model -> (median, min, max), from `llm_serving.median_spread`)."""
     names = list(spread)
-    med = np.array([spread[m][0] for m in names])
-    lo = med - np.array([spread[m][1] for m in names])
-    hi = np.array([spread[m][2] for m in names]) - med
+    med, lo, hi = np.array([spread[m] for m in names], dtype=float).T
     fig, ax = figure(figsize=(5.6, 3.4))
     x = np.arange(len(names))
     ax.bar(x, med, width=0.6, color=[f"C{i}" for i in range(len(names))])
-    ax.errorbar(x, med, yerr=[lo, hi], fmt="none", ecolor="k", capsize=4, label=zh("各轮最低…最高", "rounds' min…max"))
+    ax.errorbar(x, med, yerr=[med - lo, hi - med], fmt="none", ecolor="k", capsize=4,
+                label=zh("各轮最低…最高", "rounds' min…max"))
     for xi, v in zip(x, med):
         ax.text(xi + 0.32, v, f"{v:.0f}", ha="left", va="center", fontsize=9)  # beside the error bar
     ax.set_xticks(x, [labels.get(m, m) for m in names])

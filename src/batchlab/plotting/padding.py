@@ -38,10 +38,9 @@ def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax
         ax.annotate(f" {int(val):,} B = {txt}", (val, yi), va="center", fontsize=8)
     ax.set_yticks(y, list(names))
     ax.invert_yaxis()
-    ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"))
+    ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"),
+           title=title)
     ax.grid(axis="y", visible=False)
-    if title:
-        ax.set_title(title)
     return ax
 
 

@@ -60,13 +60,11 @@ def lane_from_result(result: Any, name: str, slots: int | None = None, delay_s: 
     if kind is None:
         raise ValueError(f"cannot animate a {getattr(result, 'scheduler', type(result).__name__)!r} result; "
                          f"expected one of {', '.join(_KIND)}")
-    cfg = dict(getattr(result, "config", {}) or {})
+    cfg = result.config
     slots = int(slots if slots is not None else cfg.get("max_batch_size") or cfg.get("max_active") or 1)
     if delay_s is None:
         delay_s = float(cfg.get("max_queue_delay_us", 0.0) or 0.0) * 1e-6
-    r, b = result.records, result.batches
-    if r.size and np.any(np.diff(r["id"]) < 0):
-        r = r[np.argsort(r["id"])]
+    r, b = result.records[np.argsort(result.records["id"])], result.batches
     useful = np.ones(b.size)
     if b.size and kind == "static":
         ex = b["executed_tokens"].astype(float)
