@@ -72,7 +72,6 @@ def plot_goodput(rows: Sequence[Mapping[str, float]], target: float, goodput: Ma
     ax.axhline(100 * target, color="k", ls="--", lw=1, label=zh(f"目标 {100 * target:.0f}%（空心圈：goodput）",
                                                                f"target {100 * target:.0f}% (circle: goodput)"))
     ax.set(xlabel=zh("到达率（请求/s）", "arrival rate (req/s)"), ylabel=zh("两个 SLO 都达标的请求（%）", "meeting both SLOs (%)"),
-           title=zh("分块 32 的一步装得进 ITL SLO：goodput 最高", "chunks of 32 fit the ITL SLO: highest goodput"))
-    ax.set_ylim(0, 105)
+           title=zh("分块 32 的一步装得进 ITL SLO：goodput 最高", "chunks of 32 fit the ITL SLO: highest goodput"), ylim=(0, 105))
     legend(ax, fontsize=8, outside="below", ncol=3)
     return fig

@@ -132,9 +132,8 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         if bad.any():
             lab = f"{name}：{zh('不稳定的小时（队列无限增长，画在顶边）', 'unstable hour (drawn at the top)')}"
             axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3, label=lab)
-    axes[1].set_ylabel(zh("实例数", "instances"))
+    axes[1].set(ylabel=zh("实例数", "instances"), ylim=(0, max(max(r.instances) for r in results) + 1))
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1].set_ylim(0, max(max(r.instances) for r in results) + 1)
     legend(axes[1], fontsize=8, outside="right")
     axes[2].axhline(slo_ms, ls="--", color="k", label=f"SLO：p99 ≤ {slo_ms:g} ms")
     axes[2].set(yscale="log", ylabel="p99 (ms)", xlabel=zh("小时", "hour"), ylim=(None, top * 1.5))

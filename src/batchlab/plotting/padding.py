@@ -79,7 +79,7 @@ def plot_kv_layouts(held: Sequence[int], slots: Mapping[str, Sequence[int]], lab
     for i, (key, label) in enumerate(labels.items()):
         ax.step(x, np.asarray(slots[key]), where="post", color=f"C{i}", lw=3.2 - 0.8 * i, label=label)
     ax.set(xlabel=zh("存着 KV 的 token 数", "positions holding KV"), ylabel=zh("分配的 token 位置", "slots allocated"),
-           title=zh("同一条序列：按需的块池只多占不到一块", "one sequence: the paged pool allocates under a block more"))
-    ax.set_ylim(0, None)
+           title=zh("同一条序列：按需的块池只多占不到一块", "one sequence: the paged pool allocates under a block more"),
+           ylim=(0, None))
     legend(ax, fontsize=8)
     return ax

@@ -34,7 +34,6 @@ def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, fontscale:
     """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot, its counts (right);
     ``fontscale`` enlarges every label (the still frames are drawn smaller than the animation)."""
     m, q, fs = lane.slots, QUEUE_SHOWN, fontscale
-    ax.clear()
     ax.set(xlim=(-q - 1.6, m + 5.2), ylim=(-0.22, 1.35))   # room for the window label
     ax.set_axis_off()
     if title:
@@ -76,7 +75,6 @@ def draw_utilization(ax: Axes, lanes: Sequence[Lane], horizon: float, t: float |
                      window_s: float | None = None) -> None:
     """Fill (solid) and busy (dashed) of each lane in windows of `window_s` over [0, horizon]; the
     lines reach 100 %, so the legend sits under the axes."""
-    ax.clear()
     w = window_s if window_s else max(horizon / 20.0, 1e-3)
     edges = np.arange(0.0, horizon + w / 2, w) if horizon > w / 2 else np.array([0.0, horizon])
     mid = (edges[:-1] + edges[1:]) / 2

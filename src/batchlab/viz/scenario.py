@@ -36,8 +36,7 @@ class DemoParams:
         integer("n_requests", self.n_requests, 1, 2000)
 
 
-def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
-             names: Sequence[str] = LANE_NAMES) -> list[Lane]:
+def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST) -> list[Lane]:
     """Simulate the three schedulers on the same requests; return their lanes in display order."""
     req = W.with_lengths(W.poisson(params.rate, params.n_requests, seed=params.seed),
                          L.uniform(*params.prompt_range), L.uniform(*params.output_range), seed=params.seed + 1)
@@ -47,7 +46,7 @@ def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
             simulate_static_generation(*common, max_batch_size=m, max_queue_delay_us=params.max_queue_delay_ms * 1000.0),
             simulate_continuous(*common, max_active=m))
     delays = (0.0, params.max_queue_delay_ms / 1000.0, 0.0)
-    return [lane_from_result(r, name, slots=m, delay_s=d) for r, name, d in zip(runs, names, delays)]
+    return [lane_from_result(r, name, slots=m, delay_s=d) for r, name, d in zip(runs, LANE_NAMES, delays)]
 
 
 def _summaries(rate: float, lanes: Sequence[Lane], warmup: float) -> list[dict[str, float]]:
