@@ -83,8 +83,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
         axes[0].plot(d, [r["throughput_rps"] for r in sub], "-o", color=f"C{i}", label=lab)
         axes[1].plot(d, [r["gpu_ms_per_req"] for r in sub], "-o", color=f"C{i}", label=lab)
     for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel(zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
+        ax.set(xscale="log", xlabel=zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
     axes[0].set(ylabel=zh("吞吐 (请求/s)", "throughput (req/s)"), title=zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set(ylabel=zh("每请求占用实例时间 (ms)", "busy ms per request"),
                 title=zh("小延时的真实代价：更多执行", "the real cost: more executions"))
