@@ -70,8 +70,8 @@ def test_dynamic_lane_from_the_simulator_matches_its_batches() -> None:
     # 5 arrivals within a 100 ms window: one batch of 5 leaves when the window closes
     res = simulate_dynamic([0.0, 0.01, 0.02, 0.03, 0.04], Affine(10_000, 1_000), max_batch_size=8,
                            max_queue_delay_us=100_000, warmup=0.0)
-    lane = lane_from_result(res, "dyn")
-    assert lane.kind == "dynamic" and lane.slots == 8 and lane.delay_s == pytest.approx(0.1)
+    lane = lane_from_result(res, "dyn", slots=8, delay_s=0.1)
+    assert lane.kind == "dynamic"
     f = frame_at(lane, 0.05)
     assert f.queue_len == 5 and f.window == pytest.approx(0.5) and f.batch_size == 0
     f = frame_at(lane, 0.11)  # batch started at 0.1 and lasts 15 ms
@@ -85,12 +85,12 @@ def test_dynamic_lane_from_the_simulator_matches_its_batches() -> None:
 def test_static_and_continuous_lanes() -> None:
     cost = TokenCost(prefill_per_token=100, decode_base=10_000, decode_per_seq=1_000)
     a, p, o = [0.0, 0.0], [4, 4], [2, 10]
-    st = lane_from_result(simulate_static_generation(a, p, o, cost, max_batch_size=2, warmup=0.0), "static")
+    st = lane_from_result(simulate_static_generation(a, p, o, cost, max_batch_size=2, warmup=0.0), "static", 2, 0.0)
     assert st.kind == "static" and st.b_useful[0] < 1.0  # padding: the 2-token request waits for the 10-token one
     mid = (st.b_start[0] + st.b_end[0]) / 2
     f = frame_at(st, mid)
     assert list(f.gpu_padding) == [True, False]
-    co = lane_from_result(simulate_continuous(a, p, o, cost, max_active=2, warmup=0.0), "cont")
+    co = lane_from_result(simulate_continuous(a, p, o, cost, max_active=2, warmup=0.0), "cont", 2, 0.0)
     assert co.kind == "continuous" and np.all(co.b_useful == 1.0)
     f = frame_at(co, float(co.finish[0]) + 1e-6)  # the short one has left; the long one decodes on
     assert list(f.gpu_ids) == [1] and not f.gpu_padding.any()
@@ -101,7 +101,7 @@ def test_lane_from_result_refuses_unknown_results() -> None:
         scheduler = "sequence"
 
     with pytest.raises(ValueError, match="cannot animate"):
-        lane_from_result(Fake(), "x")
+        lane_from_result(Fake(), "x", 1, 0.0)
 
 
 def test_demo_is_seeded_and_tells_the_story() -> None:

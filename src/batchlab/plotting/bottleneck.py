@@ -18,17 +18,14 @@ PART_STYLE = {
 
 
 def stacked_latency(ax: Axes, labels: Sequence[str], rows: Sequence[Mapping[str, float]],
-                    parts: Sequence[str] = ("queue", "prefill", "decode", "overhead"),
                     totals: Sequence[float] | None = None, hatches: Sequence[str | None] | None = None) -> None:
-    """One stacked bar per row (ms); ``totals`` (e.g. the client's measured T_total) as markers."""
+    """One bar per row (ms) stacking the four parts of `PART_STYLE` (a missing part counts 0);
+    ``totals`` (e.g. the client's measured T_total) as markers."""
     if len(labels) != len(rows):
         raise ValueError("labels and rows must have the same length")
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for p in parts:
-        if p not in PART_STYLE:
-            raise ValueError(f"unknown part {p!r}; choose from {', '.join(PART_STYLE)}")
-        color, (cn, en) = PART_STYLE[p]
+    for p, (color, (cn, en)) in PART_STYLE.items():
         h = np.array([max(float(r.get(p, 0.0) or 0.0), 0.0) for r in rows])
         bars = ax.bar(x, h, bottom=bottom, color=color, label=zh(cn, en), width=0.65, edgecolor="white")
         for bar, hatch in zip(bars, hatches or ()):

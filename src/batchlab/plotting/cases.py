@@ -43,9 +43,8 @@ def plot_fairness(rows: Sequence[dict[str, Any]], labels: dict[str, str] | None 
         vals = [next(r["p99_s"] for r in rows if r["scheduler"] == s and r["tenant"] == t) for s in scheds]
         bars = ax.bar(x + (j - (len(tenants) - 1) / 2) * w, vals, w, label=t)
         ax.bar_label(bars, [f"{v:.2g}" for v in vals], fontsize=8)
-    ax.set(ylim=(0, max(r["p99_s"] for r in rows) * 1.15))   # the value labels stay inside
     ax.set_xticks(x, [(labels or {}).get(s, s) for s in scheds])
-    ax.set(ylabel=zh("p99 延迟 (s)", "p99 latency (s)"),
+    ax.set(ylim=(0, max(r["p99_s"] for r in rows) * 1.15), ylabel=zh("p99 延迟 (s)", "p99 latency (s)"),  # labels inside
            title=zh("短单与长单同锅：各租户的 p99", "short and long tenants: p99 each"))
     legend(ax)
     return fig

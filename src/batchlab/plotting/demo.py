@@ -28,12 +28,10 @@ def trace_occupancy(trace: Any, dt: float = 0.05) -> tuple[np.ndarray, np.ndarra
 
 
 def sim_occupancy(res: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, running, waiting) of a `SimResult` at `times` (started and not finished; waiting)."""
-    r = res.records
+    """(time, running, waiting) of a `SimResult` at `times`: running = in the system and not waiting."""
     t = np.asarray(times, dtype=float)
-    st, fi = r["start"], r["finish"]
-    running = ((st[None, :] <= t[:, None]) & (fi[None, :] > t[:, None])).sum(axis=1)
-    return t, running, res.queue_length_at(t)
+    waiting = res.queue_length_at(t)
+    return t, res.in_system_at(t) - waiting, waiting
 
 
 def plot_slots(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], capacity: int,

@@ -10,42 +10,35 @@ from batchlab.plotting.layout import legend
 
 
 def plot_percentiles(x: Sequence[float], pcts: Mapping[str, Sequence[float]], ax: Any = None,
-                     style: str = "o-", label_suffix: str = "", xlabel: str | None = None,
-                     logy: bool = True) -> Any:
-    """p50 / p95 / p99 (or any named series) against throughput or load."""
+                     style: str = "o-", label_suffix: str = "", xlabel: str | None = None) -> Any:
+    """p50 / p95 / p99 (or any named series, log scale) against throughput or load."""
     ax = new_axes(ax)
     for i, (name, y) in enumerate(pcts.items()):
         ax.plot(x, y, style, color=f"C{i}", label=f"{name}{label_suffix}", ms=4)
-    ax.set(yscale="log" if logy else "linear", xlabel=xlabel or zh("吞吐（req/s）", "throughput (req/s)"),
-           ylabel=zh("延迟（ms）", "latency (ms)"))
+    ax.set(yscale="log", xlabel=xlabel or zh("吞吐（req/s）", "throughput (req/s)"), ylabel=zh("延迟（ms）", "latency (ms)"))
     legend(ax, fontsize=8, outside="right")  # six series over the whole range: beside the axes, never on a curve
     return ax
 
 
 def plot_latency_vs_length(lengths: Mapping[str, Sequence[float]], latency: Mapping[str, Sequence[float]],
-                           ax: Any = None, alpha: float = 0.35) -> Any:
+                           ax: Any = None) -> Any:
     """Each request's latency against its own output length, one colour per scheme."""
     ax = new_axes(ax)
     for i, name in enumerate(latency):
-        ax.scatter(lengths[name], latency[name], s=6, alpha=alpha, color=f"C{i}", label=name)
+        ax.scatter(lengths[name], latency[name], s=6, alpha=0.35, color=f"C{i}", label=name)
     ax.set(xlabel=zh("请求自己的输出长度（token）", "own output length (tokens)"),
            ylabel=zh("端到端延迟（ms）", "latency (ms)"))
     legend(ax, fontsize=8, markerscale=3, outside="right")
     return ax
 
 
-def plot_amdahl(batch_sizes: Sequence[float], measured: Sequence[float], f: float,
-                affine: tuple[float, float] | None = None, ax: Any = None, b_max: float | None = None) -> Any:
-    """Measured S(B), the Amdahl fit 1/((1−f) + f/B), the S(B) of an affine t(B) = a + bB, the
-    ceiling 1/(1−f) and the ideal S = B."""
+def plot_amdahl(batch_sizes: Sequence[float], measured: Sequence[float], f: float, ax: Any = None,
+                b_max: float | None = None) -> Any:
+    """Measured S(B), the Amdahl fit 1/((1−f) + f/B), the ceiling 1/(1−f) and the ideal S = B."""
     ax = new_axes(ax)
     grid = np.geomspace(1, b_max or float(np.max(batch_sizes)) * 4, 200)
     ax.plot(batch_sizes, measured, "ko", ms=5, label=zh("实测 S(B)", "measured S(B)"))
     ax.plot(grid, 1 / ((1 - f) + f / grid), "-", color="C0", label=zh(f"Amdahl 拟合 f = {f:.3f}", f"Amdahl fit f = {f:.3f}"))
-    if affine is not None:
-        a_, b_ = affine
-        ax.plot(grid, grid * (a_ + b_) / (a_ + b_ * grid), "--", color="C1",
-                label=zh("仿射 t(B)=a+bB 推出的 S(B)", "S(B) from t(B)=a+bB"))
     if f < 1:
         top = 1 / (1 - f)
         ax.axhline(top, color="C3", ls=":", label=zh(f"上限 1/(1−f) = {top:.2f}", f"ceiling 1/(1−f) = {top:.2f}"))

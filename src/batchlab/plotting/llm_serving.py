@@ -16,13 +16,12 @@ def plot_rounds(spread: Mapping[str, tuple[float, float, float]], labels: Mappin
     """One bar per model: the median over interleaved rounds, the error bar from the lowest to the
     highest round (`spread`: model -> (median, min, max), from `llm_serving.median_spread`)."""
     names = list(spread)
-    med = np.array([spread[m][0] for m in names])
-    lo = med - np.array([spread[m][1] for m in names])
-    hi = np.array([spread[m][2] for m in names]) - med
+    med, lo, hi = np.array([spread[m] for m in names], dtype=float).T
     fig, ax = figure(figsize=(5.6, 3.4))
     x = np.arange(len(names))
     ax.bar(x, med, width=0.6, color=[f"C{i}" for i in range(len(names))])
-    ax.errorbar(x, med, yerr=[lo, hi], fmt="none", ecolor="k", capsize=4, label=zh("各轮最低…最高", "rounds' min…max"))
+    ax.errorbar(x, med, yerr=[med - lo, hi - med], fmt="none", ecolor="k", capsize=4,
+                label=zh("各轮最低…最高", "rounds' min…max"))
     for xi, v in zip(x, med):
         ax.text(xi + 0.32, v, f"{v:.0f}", ha="left", va="center", fontsize=9)  # beside the error bar
     ax.set_xticks(x, [labels.get(m, m) for m in names])
@@ -73,7 +72,6 @@ def plot_goodput(rows: Sequence[Mapping[str, float]], target: float, goodput: Ma
     ax.axhline(100 * target, color="k", ls="--", lw=1, label=zh(f"目标 {100 * target:.0f}%（空心圈：goodput）",
                                                                f"target {100 * target:.0f}% (circle: goodput)"))
     ax.set(xlabel=zh("到达率（请求/s）", "arrival rate (req/s)"), ylabel=zh("两个 SLO 都达标的请求（%）", "meeting both SLOs (%)"),
-           title=zh("分块 32 的一步装得进 ITL SLO：goodput 最高", "chunks of 32 fit the ITL SLO: highest goodput"))
-    ax.set_ylim(0, 105)
+           title=zh("分块 32 的一步装得进 ITL SLO：goodput 最高", "chunks of 32 fit the ITL SLO: highest goodput"), ylim=(0, 105))
     legend(ax, fontsize=8, outside="below", ncol=3)
     return fig

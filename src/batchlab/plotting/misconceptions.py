@@ -83,8 +83,7 @@ def plot_delay_sweep(rows: Sequence[dict[str, Any]]) -> Figure:
         axes[0].plot(d, [r["throughput_rps"] for r in sub], "-o", color=f"C{i}", label=lab)
         axes[1].plot(d, [r["gpu_ms_per_req"] for r in sub], "-o", color=f"C{i}", label=lab)
     for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel(zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
+        ax.set(xscale="log", xlabel=zh("max_queue_delay (ms，0 画在 0.01)", "max_queue_delay (ms; 0 drawn at 0.01)"))
     axes[0].set(ylabel=zh("吞吐 (请求/s)", "throughput (req/s)"), title=zh("吞吐没有塌", "throughput does not collapse"))
     axes[1].set(ylabel=zh("每请求占用实例时间 (ms)", "busy ms per request"),
                 title=zh("小延时的真实代价：更多执行", "the real cost: more executions"))
@@ -132,9 +131,8 @@ def plot_day(rates: Sequence[float], results: Sequence[Any], slo_ms: float, labe
         if bad.any():
             lab = f"{name}：{zh('不稳定的小时（队列无限增长，画在顶边）', 'unstable hour (drawn at the top)')}"
             axes[2].scatter(h[bad], np.full(bad.sum(), top), marker="^", color=f"C{i}", zorder=3, label=lab)
-    axes[1].set_ylabel(zh("实例数", "instances"))
+    axes[1].set(ylabel=zh("实例数", "instances"), ylim=(0, max(max(r.instances) for r in results) + 1))
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1].set_ylim(0, max(max(r.instances) for r in results) + 1)
     legend(axes[1], fontsize=8, outside="right")
     axes[2].axhline(slo_ms, ls="--", color="k", label=f"SLO：p99 ≤ {slo_ms:g} ms")
     axes[2].set(yscale="log", ylabel="p99 (ms)", xlabel=zh("小时", "hour"), ylim=(None, top * 1.5))

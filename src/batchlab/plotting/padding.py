@@ -38,10 +38,9 @@ def plot_kv_per_token(names: Sequence[str], bytes_per_token: Sequence[float], ax
         ax.annotate(f" {int(val):,} B = {txt}", (val, yi), va="center", fontsize=8)
     ax.set_yticks(y, list(names))
     ax.invert_yaxis()
-    ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"))
+    ax.set(xscale="log", xlim=(v.min() / 2, v.max() * 15), xlabel=zh("每 token 的 KV 字节数（对数轴）", "KV bytes per token (log)"),
+           title=title)
     ax.grid(axis="y", visible=False)
-    if title:
-        ax.set_title(title)
     return ax
 
 
@@ -80,7 +79,7 @@ def plot_kv_layouts(held: Sequence[int], slots: Mapping[str, Sequence[int]], lab
     for i, (key, label) in enumerate(labels.items()):
         ax.step(x, np.asarray(slots[key]), where="post", color=f"C{i}", lw=3.2 - 0.8 * i, label=label)
     ax.set(xlabel=zh("存着 KV 的 token 数", "positions holding KV"), ylabel=zh("分配的 token 位置", "slots allocated"),
-           title=zh("同一条序列：按需的块池只多占不到一块", "one sequence: the paged pool allocates under a block more"))
-    ax.set_ylim(0, None)
+           title=zh("同一条序列：按需的块池只多占不到一块", "one sequence: the paged pool allocates under a block more"),
+           ylim=(0, None))
     legend(ax, fontsize=8)
     return ax

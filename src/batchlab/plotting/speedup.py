@@ -30,11 +30,10 @@ def plot_batch_times(ax: Axes, sizes: Sequence[int], times_ms: Sequence[float], 
     legend(ax, fontsize=8)
 
 
-def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None,
-                 simulated: Sequence[float] | None = None, max_b: float | None = None) -> None:
-    """Derived S(B) = B(a + b)/(a + bB) with its ceiling (a + b)/b, the ideal S = B, and points."""
+def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: Sequence[float] | None = None) -> None:
+    """Derived S(B) = B(a + b)/(a + bB) with its ceiling (a + b)/b, the ideal S = B, and measured points."""
     x = np.asarray(sizes, float)
-    top = max_b or float(x.max())
+    top = float(x.max())
     xs = np.linspace(1, top, 200)
     ax.plot(xs, affine_speedup(xs, a, b), color="C1", label=zh("推导 S(B) = B(a+b)/(a+bB)", "derived S(B)"))
     ceiling = (a + b) / b if b > 0 else np.inf
@@ -44,13 +43,11 @@ def plot_speedup(ax: Axes, sizes: Sequence[int], a: float, b: float, measured: S
     ax.plot(xs, xs, ":", color="0.5", label=zh("理想 S = B（批处理完全免费）", "ideal S = B"))
     if measured is not None:
         ax.plot(x, measured, "o", color="C0", label=zh("实测 B·t(1)/t(B)", "measured"))
-    if simulated is not None:
-        ax.plot(x, simulated, "x", color="C2", markersize=8, label=zh("仿真", "simulated"))
     pad = 0.04 * (top - 1) if top > 1 else 0.5          # room for the end points' markers
     lim = ceiling * 1.3 if np.isfinite(ceiling) else top
-    shown = [np.nanmax(np.asarray(v, float)) for v in (measured, simulated) if v is not None and np.any(np.isfinite(v))]
+    seen = np.asarray(measured if measured is not None else [], float)
     ax.set(xlabel=zh("批大小 B", "batch size B"), ylabel=zh("加速比 S", "speedup S"), xlim=(1 - pad, top + pad),
-           ylim=(0, max([min(top, max(lim, 2.0)), *shown]) * 1.08))
+           ylim=(0, max([min(top, max(lim, 2.0)), *seen[np.isfinite(seen)]]) * 1.08))
     legend(ax, fontsize=8)
 
 

@@ -40,14 +40,11 @@ def plot_timeline(ax: Axes, arrival: Sequence[float], start: Sequence[float], fi
     ax.set_yticks(range(a.size), [f"#{int(i)}" for i in order], fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel=zh(f"时间 ({unit})", f"time ({unit})"), ylabel=zh("请求（按到达顺序）", "request (arrival order)"))
-    if title:
-        ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10)
 
 
-def plot_sim_timeline(ax: Axes, result: Any, delay_s: float | None = None, unit: str = "ms", title: str | None = None) -> None:
-    """`plot_timeline` for a `batchlab.sim.SimResult` (its records and executions)."""
+def plot_sim_timeline(ax: Axes, result: Any, title: str | None = None) -> None:
+    """`plot_timeline` for a `batchlab.sim.SimResult`: its records, executions and max_queue_delay, in ms."""
     r, b = result.records, result.batches
-    if delay_s is None:
-        delay_s = float((getattr(result, "config", {}) or {}).get("max_queue_delay_us", 0.0) or 0.0) * 1e-6
-    plot_timeline(ax, r["arrival"], r["start"], r["finish"], r["batch_id"], b["start"], b["end"],
-                  delay_s=delay_s, unit=unit, title=title)
+    delay_s = float(result.config.get("max_queue_delay_us") or 0.0) * 1e-6
+    plot_timeline(ax, r["arrival"], r["start"], r["finish"], r["batch_id"], b["start"], b["end"], delay_s, title=title)

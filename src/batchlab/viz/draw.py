@@ -30,13 +30,11 @@ def _request_color(rid: int) -> tuple:
     return matplotlib.colormaps["tab20"](k + 2 if k >= 14 else k)
 
 
-def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: bool = True,
-              fontscale: float = 1.0) -> None:
-    """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot (right);
+def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, fontscale: float = 1.0) -> None:
+    """Draw ``frame`` of ``lane`` on ``ax``: the queue (left), the window bar, the pot, its counts (right);
     ``fontscale`` enlarges every label (the still frames are drawn smaller than the animation)."""
     m, q, fs = lane.slots, QUEUE_SHOWN, fontscale
-    ax.clear()
-    ax.set(xlim=(-q - 1.6, m + (5.2 if stats else 0.6)), ylim=(-0.22, 1.35))   # room for the window label
+    ax.set(xlim=(-q - 1.6, m + 5.2), ylim=(-0.22, 1.35))   # room for the window label
     ax.set_axis_off()
     if title:
         ax.text(-q - 1.5, 1.24, lane.name, fontsize=10 * min(fs, 1.15), va="center")
@@ -68,17 +66,15 @@ def draw_lane(ax: Axes, lane: Lane, frame: Frame, title: bool = True, stats: boo
             ax.add_patch(Rectangle((s + 0.08, 0.22), 0.84, 0.66, facecolor="none", edgecolor=c, linewidth=0.8))
     ax.text(m / 2, 1.0, zh(f"锅里 {frame.batch_size}/{m}", f"pot {frame.batch_size}/{m}"), fontsize=8 * fs,
             ha="center", color="0.25")
-    if stats:
-        txt = zh(f"已完成 {frame.done}\n忙碌率 {frame.busy:.0%}\n满锅率 {frame.fill:.0%}",
-                 f"done {frame.done}\nbusy {frame.busy:.0%}\nfill {frame.fill:.0%}")
-        ax.text(m + 0.4, 0.55, txt, fontsize=8 * fs, va="center", linespacing=1.5)
+    txt = zh(f"已完成 {frame.done}\n忙碌率 {frame.busy:.0%}\n满锅率 {frame.fill:.0%}",
+             f"done {frame.done}\nbusy {frame.busy:.0%}\nfill {frame.fill:.0%}")
+    ax.text(m + 0.4, 0.55, txt, fontsize=8 * fs, va="center", linespacing=1.5)
 
 
 def draw_utilization(ax: Axes, lanes: Sequence[Lane], horizon: float, t: float | None = None,
                      window_s: float | None = None) -> None:
     """Fill (solid) and busy (dashed) of each lane in windows of `window_s` over [0, horizon]; the
     lines reach 100 %, so the legend sits under the axes."""
-    ax.clear()
     w = window_s if window_s else max(horizon / 20.0, 1e-3)
     edges = np.arange(0.0, horizon + w / 2, w) if horizon > w / 2 else np.array([0.0, horizon])
     mid = (edges[:-1] + edges[1:]) / 2
@@ -133,38 +129,36 @@ def film_strip(lanes: Sequence[Lane], times: Sequence[float]) -> Figure:
                              squeeze=False)
     for j, t in enumerate(times):
         for i, lane in enumerate(lanes):
-            draw_lane(axes[i, j], lane, frame_at(lane, t), title=(j == 0), stats=True, fontscale=1.3)
+            draw_lane(axes[i, j], lane, frame_at(lane, t), title=(j == 0), fontscale=1.3)
         axes[0, j].set_title(f"t = {t:.1f} s", fontsize=13)
     cmap = matplotlib.colormaps["YlOrRd"]
-    handles = [Rectangle((0, 0), 1, 1, facecolor=cmap(0.2), edgecolor="0.3"),
-               Rectangle((0, 0), 1, 1, facecolor=cmap(0.9), edgecolor="0.3"),
-               Rectangle((0, 0), 1, 1, facecolor="#e67e22"),
-               Rectangle((0, 0), 1, 1, facecolor=_request_color(0)),
-               Rectangle((0, 0), 1, 1, facecolor=_PAD_FACE, edgecolor=_PAD_EDGE, hatch="////")]
-    labels = [zh("排队：刚到", "queued: just arrived"), zh("排队：等得久", "queued: waited long"),
-              zh("时间窗口已用掉的部分", "window used"), zh("锅里：柱高 = 该请求的进度", "in the pot: progress"),
-              zh("灰色斜线格：已做完、陪跑（padding 浪费）", "done, waiting for the pot (padding)")]
+    keys = [(dict(facecolor=cmap(0.2), edgecolor="0.3"), zh("排队：刚到", "queued: just arrived")),
+            (dict(facecolor=cmap(0.9), edgecolor="0.3"), zh("排队：等得久", "queued: waited long")),
+            (dict(facecolor="#e67e22"), zh("时间窗口已用掉的部分", "window used")),
+            (dict(facecolor=_request_color(0)), zh("锅里：柱高 = 该请求的进度", "in the pot: progress")),
+            (dict(facecolor=_PAD_FACE, edgecolor=_PAD_EDGE, hatch="////"),
+             zh("灰色斜线格：已做完、陪跑（padding 浪费）", "done, waiting for the pot (padding)"))]
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=11, frameon=False)
+    fig.legend([Rectangle((0, 0), 1, 1, **style) for style, _ in keys], [label for _, label in keys],
+               loc="lower center", ncol=3, fontsize=11, frameon=False)
     return fig
 
 
-def plot_utilization_sweep(ax: Axes, rows: Sequence[dict], title: str | None = None, busy_lane: int | None = 0) -> None:
+def plot_utilization_sweep(ax: Axes, rows: Sequence[dict], title: str | None = None) -> None:
     """Fill (solid) of each lane against the arrival rate (`utilization_sweep` / `stateless_sweep`
-    rows), the busy share of lane `busy_lane` dashed, guides at 10 % and 80 %."""
+    rows), the busy share of lane 0 (no batching) dashed, guides at 10 % and 80 %."""
     lanes = sorted({r["lane"] for r in rows})
     for k in lanes:
         rs = [r for r in rows if r["lane"] == k]
         x = [r["rate"] for r in rs]
         c = _LANE_COLORS[k % len(_LANE_COLORS)]
         ax.plot(x, [r["fill"] * 100 for r in rs], "o-", color=c, label=zh(f"{rs[0]['name']} 满锅率", f"lane {k} fill"))
-        if busy_lane is not None and k == busy_lane:
+        if k == 0:
             ax.plot(x, [r["busy"] * 100 for r in rs], "--", color=c,
                     label=zh(f"{rs[0]['name']} 忙碌率（nvidia-smi 口径）", f"lane {k} busy"))
     for y in (10, 80):
         ax.axhline(y, color="0.5", linewidth=0.8, linestyle=":")
     ax.set(xlabel=zh("到达率 λ (请求/s)", "arrival rate λ (req/s)"), ylabel=zh("利用率 (%)", "utilisation (%)"),
            ylim=(0, 105))
-    if title:
-        ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10)
     legend(ax, fontsize=7, outside="below", ncol=2)

@@ -53,27 +53,21 @@ class Lane:
         return float(done.max()) if done.size else float(self.arrival.max()) if self.arrival.size else 0.0
 
 
-def lane_from_result(result: Any, name: str, slots: int | None = None, delay_s: float | None = None) -> Lane:
-    """A `Lane` from a `batchlab.sim.SimResult`; `slots` and `delay_s` default to the run's
-    ``max_batch_size`` (or ``max_active``) and ``max_queue_delay_us``."""
+def lane_from_result(result: Any, name: str, slots: int, delay_s: float) -> Lane:
+    """A `Lane` named `name` from a `batchlab.sim.SimResult`, drawn as a pot of `slots` with a time
+    window of `delay_s` seconds (0: none)."""
     kind = _KIND.get(getattr(result, "scheduler", None))
     if kind is None:
         raise ValueError(f"cannot animate a {getattr(result, 'scheduler', type(result).__name__)!r} result; "
                          f"expected one of {', '.join(_KIND)}")
-    cfg = dict(getattr(result, "config", {}) or {})
-    slots = int(slots if slots is not None else cfg.get("max_batch_size") or cfg.get("max_active") or 1)
-    if delay_s is None:
-        delay_s = float(cfg.get("max_queue_delay_us", 0.0) or 0.0) * 1e-6
-    r, b = result.records, result.batches
-    if r.size and np.any(np.diff(r["id"]) < 0):
-        r = r[np.argsort(r["id"])]
+    r, b = result.records[np.argsort(result.records["id"])], result.batches
     useful = np.ones(b.size)
     if b.size and kind == "static":
         ex = b["executed_tokens"].astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             useful = np.where(ex > 0, b["useful_tokens"] / ex, 1.0)
     col = {k: np.asarray(r[k], float) for k in ("arrival", "start", "finish")}
-    return Lane(name=name, kind=kind, slots=slots, delay_s=float(delay_s), **col,
+    return Lane(name=name, kind=kind, slots=int(slots), delay_s=float(delay_s), **col,
                 batch_id=np.asarray(r["batch_id"], np.int64), output_tokens=np.asarray(r["output_tokens"], np.int64),
                 b_start=np.asarray(b["start"], float), b_end=np.asarray(b["end"], float),
                 b_size=b["size"].astype(np.int64), b_useful=np.asarray(useful, float))

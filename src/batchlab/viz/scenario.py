@@ -36,8 +36,7 @@ class DemoParams:
         integer("n_requests", self.n_requests, 1, 2000)
 
 
-def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
-             names: Sequence[str] = LANE_NAMES) -> list[Lane]:
+def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST) -> list[Lane]:
     """Simulate the three schedulers on the same requests; return their lanes in display order."""
     req = W.with_lengths(W.poisson(params.rate, params.n_requests, seed=params.seed),
                          L.uniform(*params.prompt_range), L.uniform(*params.output_range), seed=params.seed + 1)
@@ -47,21 +46,23 @@ def run_demo(params: DemoParams = DemoParams(), cost: TokenCost = DEMO_COST,
             simulate_static_generation(*common, max_batch_size=m, max_queue_delay_us=params.max_queue_delay_ms * 1000.0),
             simulate_continuous(*common, max_active=m))
     delays = (0.0, params.max_queue_delay_ms / 1000.0, 0.0)
-    return [lane_from_result(r, name, slots=m, delay_s=d) for r, name, d in zip(runs, names, delays)]
+    return [lane_from_result(r, name, slots=m, delay_s=d) for r, name, d in zip(runs, LANE_NAMES, delays)]
+
+
+def _summaries(rate: float, lanes: Sequence[Lane], warmup: float) -> list[dict[str, float]]:
+    """One row per lane: `lane_summary` over the arrivals after the first `warmup` fraction (an
+    overloaded lane's endless drain does not count)."""
+    a = lanes[0].arrival
+    t0, t1 = float(a[int(warmup * (a.size - 1))]), float(a.max())
+    return [{"rate": float(rate), "lane": k, "name": lane.name, **lane_summary(lane, t0, t1)}
+            for k, lane in enumerate(lanes)]
 
 
 def utilization_sweep(rates: Sequence[float], params: DemoParams = DemoParams(n_requests=400, seed=3),
                       cost: TokenCost = DEMO_COST, warmup: float = 0.1) -> list[dict[str, float]]:
-    """One row per (rate, lane): `lane_summary` of the three lanes over the arrivals after the
-    first `warmup` fraction (an overloaded lane's endless drain does not count)."""
-    rows = []
-    for rate in rates:
-        lanes = run_demo(replace(params, rate=float(rate)), cost)
-        a = lanes[0].arrival
-        t0, t1 = float(a[int(warmup * (a.size - 1))]), float(a.max())
-        rows += [{"rate": float(rate), "lane": k, "name": lane.name, **lane_summary(lane, t0, t1)}
-                 for k, lane in enumerate(lanes)]
-    return rows
+    """One row per (rate, lane): `lane_summary` of the three lanes of `run_demo` at that rate."""
+    return [row for rate in rates
+            for row in _summaries(rate, run_demo(replace(params, rate=float(rate)), cost), warmup)]
 
 
 #: The same GPU serving one-step (stateless) requests, e.g. embeddings: t(B) = 20 ms + 1 ms·B.
@@ -75,9 +76,8 @@ def stateless_sweep(rates: Sequence[float], max_batch_size: int = 8, n_requests:
     rows = []
     for rate in rates:
         a = W.poisson(float(rate), n_requests, seed=seed)
-        t0, t1 = float(a[int(warmup * (a.size - 1))]), float(a.max())
-        runs = (simulate_dynamic(a, service, max_batch_size=1), simulate_dynamic(a, service, max_batch_size=max_batch_size))
-        for k, res in enumerate(runs):
-            lane = lane_from_result(res, ("不合批", "动态批处理")[k], slots=max_batch_size, delay_s=0.0)
-            rows.append({"rate": float(rate), "lane": k, "name": lane.name, **lane_summary(lane, t0, t1)})
+        runs = {"不合批": simulate_dynamic(a, service, max_batch_size=1),
+                "动态批处理": simulate_dynamic(a, service, max_batch_size=max_batch_size)}
+        lanes = [lane_from_result(res, name, slots=max_batch_size, delay_s=0.0) for name, res in runs.items()]
+        rows += _summaries(rate, lanes, warmup)
     return rows

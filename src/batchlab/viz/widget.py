@@ -33,11 +33,11 @@ class BatchingAnimation:
         self.step_button = W.Button(description="下一帧", icon="step-forward", tooltip="前进一帧")
         self.speed = W.IntSlider(value=interval_ms, min=150, max=2000, step=50, description="每帧 ms",
                                  layout=W.Layout(width="300px"))
-        self.rate = W.FloatSlider(value=params.rate, min=0.5, max=12.0, step=0.5, description="到达率/s",
+        self.rate = W.FloatSlider(value=self.params.rate, min=0.5, max=12.0, step=0.5, description="到达率/s",
                                   continuous_update=False)
-        self.batch = W.IntSlider(value=params.max_batch_size, min=1, max=16, description="锅容量",
+        self.batch = W.IntSlider(value=self.params.max_batch_size, min=1, max=16, description="锅容量",
                                  continuous_update=False)
-        self.delay = W.IntSlider(value=int(params.max_queue_delay_ms), min=0, max=1000, step=50,
+        self.delay = W.IntSlider(value=int(self.params.max_queue_delay_ms), min=0, max=1000, step=50,
                                  description="窗口 ms", continuous_update=False)
         self.label, self.picture = W.HTML(value=""), W.HTML(value="")
         for widget, cls in zip((self.play, self.step_button, self.picture, self.label, self.slider, self.speed,
