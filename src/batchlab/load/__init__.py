@@ -7,7 +7,6 @@ from batchlab.load.metrics import MetricsSnapshot, MetricsTimeline, scrape, time
 from batchlab.load.open_loop import open_loop, run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
 from batchlab.load.report import ClientFellBehind, LoadReport, pool_reports
-from batchlab.load.runner import Endpoints
 from batchlab.load.stats import ModelStats, read_stats, settle
 from batchlab.load.workload import RequestSpec, SequenceSpec, poisson_arrivals
 
@@ -16,5 +15,4 @@ __all__ = [
     "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports", "ClientFellBehind",
     "ModelStats", "read_stats", "settle", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
-    "Endpoints",
 ]

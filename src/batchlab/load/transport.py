@@ -180,24 +180,15 @@ class GrpcTransport(Transport):
 
     async def open(self) -> "GrpcTransport":
         """Create the asyncio gRPC client (one channel)."""
-        self._mod = grpcclient
         self.client = grpc_aio.InferenceServerClient(self.url)
         return self
 
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
-        outputs = [self._mod.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
-        res = await self.client.infer(
-            self.model, infer_inputs(self._mod, spec.inputs), outputs=outputs, request_id=request_id,
-            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
-            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
-            client_timeout=self.request_timeout_s, parameters=spec.parameters,
-        )
+        outputs = [grpcclient.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
+        res = await self.client.infer(self.model, infer_inputs(grpcclient, spec.inputs), outputs=outputs,
+                                      client_timeout=self.request_timeout_s, **call_args(spec, request_id))
         resp = res.get_response()
-        if resp.id != request_id:
-            raise RuntimeError(f"answer carries request id {resp.id!r}, expected {request_id!r}")
-        if not decode:
-            return None
-        return {o.name: res.as_numpy(o.name) for o in resp.outputs}
+        return _answer(res, request_id, resp.id, [o.name for o in resp.outputs], decode)
 
 
 class HttpTransport(Transport):
@@ -207,7 +198,6 @@ class HttpTransport(Transport):
 
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
-        self._mod = httpclient
         self.client = http_aio.InferenceServerClient(self.url, conn_limit=256,
                                                       conn_timeout=self.request_timeout_s)
         meta = await self.client.get_model_metadata(self.model)
@@ -215,18 +205,23 @@ class HttpTransport(Transport):
         return self
 
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
-        inputs = infer_inputs(self._mod, spec.inputs, binary_data=True)
+        inputs = infer_inputs(httpclient, spec.inputs, binary_data=True)
         names = list(spec.outputs) if spec.outputs else self._all_outputs
-        outputs = [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
-        res = await self.client.infer(
-            self.model, inputs, outputs=outputs, request_id=request_id,
-            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
-            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
-            parameters=spec.parameters,
-        )
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in names]
+        res = await self.client.infer(self.model, inputs, outputs=outputs, **call_args(spec, request_id))
         resp = res.get_response()
-        if resp.get("id", request_id) != request_id:
-            raise RuntimeError(f"answer carries request id {resp.get('id')!r}, expected {request_id!r}")
-        if not decode:
-            return None
-        return {o["name"]: res.as_numpy(o["name"]) for o in resp.get("outputs", [])}
+        return _answer(res, request_id, resp.get("id", request_id), [o["name"] for o in resp.get("outputs", [])],
+                       decode)
+
+
+def call_args(spec: RequestSpec, request_id: str) -> dict[str, Any]:
+    """The keyword arguments of one request that every tritonclient call takes alike."""
+    return {"request_id": request_id, "sequence_id": spec.sequence_id, "sequence_start": spec.sequence_start,
+            "sequence_end": spec.sequence_end, "priority": spec.priority}
+
+
+def _answer(res: Any, request_id: str, got_id: str, names: list[str], decode: bool) -> dict[str, np.ndarray] | None:
+    """The outputs of `res` by name (None unless `decode`), after checking that it answers `request_id`."""
+    if got_id != request_id:
+        raise RuntimeError(f"answer carries request id {got_id!r}, expected {request_id!r}")
+    return {n: res.as_numpy(n) for n in names} if decode else None

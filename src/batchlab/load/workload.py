@@ -19,20 +19,18 @@ Check = Callable[[Any], "str | None"]  # Validates a response: returns None when
 @dataclass(frozen=True)
 class RequestSpec:
     """One inference request. `outputs`: the outputs to request (None: all); `check(decoded)` (a dict
-    of arrays, a list of them for a stream) returns None or why the answer is wrong; `timeout_us`:
-    Triton's per-request timeout; `count_tokens(outputs)`: the tokens of a unary answer that holds
-    many; `expected_tokens`: a stream returning another number fails.
+    of arrays, a list of them for a stream) returns None or why the answer is wrong;
+    `count_tokens(outputs)`: the tokens of a unary answer that holds many; `expected_tokens`: a
+    stream returning another number fails.
     """
 
     inputs: Mapping[str, np.ndarray]
     outputs: Sequence[str] | None = None
     check: Check | None = None
-    parameters: Mapping[str, Any] | None = None
     sequence_id: int = 0
     sequence_start: bool = False
     sequence_end: bool = False
     priority: int = 0
-    timeout_us: int | None = None
     expected_tokens: int | None = None
     count_tokens: Callable[[Outputs], int] | None = None
 
