@@ -4,6 +4,7 @@ last one is answered, so the throughput is what the server sustains at concurren
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -20,14 +21,12 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
                        token_times: bool = False) -> None:
     """Run `concurrency` workers until `n_requests` were sent or `duration_s` passed, then drain."""
     deadline = t_start + duration_s if duration_s is not None else math.inf
-    state = {"next": 0}
+    indices = itertools.count()  # shared by the workers: each request index is sent once
 
     async def worker() -> None:
-        while True:
-            i = state["next"]
+        for i in indices:
             if (n_requests is not None and i >= n_requests) or now() >= deadline:
                 return
-            state["next"] = i + 1
             spec = factory(i)
             rec = RequestRecord(index=i, sent=math.nan, token_times=[] if token_times else None)
             await transport.execute(spec, rec)

@@ -34,8 +34,6 @@ class _Pending:
 class StreamTransport(Transport):
     """Requests to a decoupled model on one gRPC stream."""
 
-    protocol = "grpc-stream"
-
     def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
         super().__init__(url, model, request_timeout_s)
         self._pending: dict[str, _Pending] = {}

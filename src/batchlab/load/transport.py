@@ -59,8 +59,6 @@ def format_error(exc: BaseException) -> str:
 class Transport:
     """Base class: runs a `RequestSpec` or `SequenceSpec` and fills in its record."""
 
-    protocol = "?"
-
     def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, not {request_timeout_s}")
@@ -71,10 +69,6 @@ class Transport:
         # assigned sequence ids: far from any id a factory would pick, different per process
         self.sequence_id_base = (1 << 40) | ((os.getpid() & 0xFFFF) << 24)
         self.saw_sequences = False  # a SequenceSpec ran: its record spans several requests
-
-    async def open(self) -> "Transport":
-        """Connect (inside the running event loop)."""
-        return self
 
     async def close(self) -> None:
         """Release connections (the asyncio tritonclient ``client`` of a unary transport)."""
@@ -124,8 +118,7 @@ class Transport:
         prev: Mapping[str, np.ndarray] | None = None
         history: list[Mapping[str, np.ndarray]] = []
         rec.sent = now()
-        k = 0
-        while True:
+        for k in itertools.count():
             try:
                 spec = seq.step(k, prev)
             except Exception as exc:  # noqa: BLE001
@@ -154,7 +147,6 @@ class Transport:
                 _apply_check(spec.check, prev, rec)
                 if rec.error:
                     break
-            k += 1
             if end:
                 break
         if rec.error is None and seq.check is not None:
@@ -176,8 +168,6 @@ def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
 class GrpcTransport(Transport):
     """Unary inference over gRPC with `tritonclient.grpc.aio` (one channel, many calls in flight)."""
 
-    protocol = "grpc"
-
     async def open(self) -> "GrpcTransport":
         """Create the asyncio gRPC client (one channel)."""
         self.client = grpc_aio.InferenceServerClient(self.url)
@@ -193,8 +183,6 @@ class GrpcTransport(Transport):
 
 class HttpTransport(Transport):
     """Unary inference over HTTP/REST with `tritonclient.http.aio` (aiohttp, binary tensors)."""
-
-    protocol = "http"
 
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
-from batchlab._validate import positive, rng_of
+from batchlab._validate import non_negative, optional_count, positive, rng_of
 
 Outputs = Mapping[str, np.ndarray]  # A response's output tensors by name.
 
@@ -80,10 +80,9 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
     positive("rate", rate)
     if n is None and duration is None:
         raise ValueError("give n (requests) or duration (seconds) to bound the schedule")
-    if n is not None and n < 0:
-        raise ValueError(f"n must be >= 0, not {n}")
-    if duration is not None and duration < 0:
-        raise ValueError(f"duration must be >= 0, not {duration}")
+    optional_count("n", n, lo=0)
+    if duration is not None:
+        non_negative("duration", duration)
     rng = rng_of(seed)
     if n is None:
         guess = int(rate * duration * 1.2 + 10 * np.sqrt(rate * duration) + 10)
