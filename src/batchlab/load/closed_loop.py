@@ -63,13 +63,9 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_closed(tr, factory, concurrency, n_requests, duration_s, recs, t0, record_token_times)
 
-    return await measure(
-        server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
-        stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, concurrency=concurrency,
-        config={"n_requests": n_requests, "duration_s": duration_s, "warmup_requests": warmup_requests,
-                "warmup_s": warmup_s},
-    )
+    return await measure(server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
+                         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
+                         label=label, concurrency=concurrency)
 
 
 def run_closed_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:

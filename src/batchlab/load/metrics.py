@@ -41,11 +41,8 @@ class MetricsSnapshot:
 
     def get(self, name: str, default: float = 0.0, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels` (e.g. model='embed')."""
-        series = self.samples.get(name)
-        if not series:
-            return default
         want = set(labels.items())
-        vals = [v for k, v in series.items() if want <= set(k)]
+        vals = [v for k, v in self.samples.get(name, {}).items() if want <= set(k)]
         return float(sum(vals)) if vals else default
 
     def by_label(self, name: str, label: str, **labels: str) -> dict[str, float]:

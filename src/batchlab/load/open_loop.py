@@ -105,12 +105,9 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_open(tr, factory, sched, recs, t0, record_token_times)
 
-    report = await measure(
-        server, model, protocol, drive=drive, warmup=warm, mode="open", total=len(sched),
-        stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, offered_rate=offered,
-        config={"n_requests": n_requests, "duration_s": duration_s, "seed": seed, "warmup_s": warmup_s},
-    )
+    report = await measure(server, model, protocol, drive=drive, warmup=warm, mode="open", total=len(sched),
+                           stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
+                           label=label, offered_rate=offered)
     return warn_if_behind(report) if warn else report
 
 

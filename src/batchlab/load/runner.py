@@ -140,7 +140,7 @@ Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warmup: Driver | None,
                   mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
-                  offered_rate: float | None = None, config: dict[str, Any] | None = None) -> LoadReport:
+                  offered_rate: float | None = None) -> LoadReport:
     """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
     snapshot again, build the report."""
     check_server(server)
@@ -185,4 +185,4 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
     unit = "stream" if protocol == "grpc-stream" else ("sequence" if transport.saw_sequences else "request")
     return LoadReport(model=model, mode=mode, protocol=protocol, records=recs, wall_s=wall, unit=unit,
                       client_cpu_s=cpu, concurrency=concurrency, offered_rate=offered_rate,
-                      server=server_delta, metrics=metrics_delta, label=label, config=config or {})
+                      server=server_delta, metrics=metrics_delta, label=label)

@@ -5,7 +5,6 @@ data response is the first token, each one token, the empty final one the end. t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -56,9 +55,7 @@ class StreamTransport(Transport):
     async def close(self) -> None:
         """Half-close the stream, let the reader finish, fail whatever is still pending."""
         if self._call is not None:
-            self._queue.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._call.done_writing(), 2)
+            self._queue.put_nowait(None)  # ends the request iterator: grpc half-closes the stream
             try:
                 await asyncio.wait_for(asyncio.shield(self._reader), 5)
             except Exception:  # noqa: BLE001

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -211,8 +210,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         client.close()
     return PatternOutcome(pattern, sizes, dict(sorted(delta.batch_histogram().items())),
                           latency_ms=rec.latency[order] * 1e3, sent_s=np.asarray(rec.sent, float)[order],
-                          extra={"lateness_ms_max": float(np.nanmax(rec.lateness)) * 1e3 if len(rec) else math.nan,
-                                 "report": report, "server": delta})
+                          extra={"server": delta})
 
 
 def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: Mapping[str, np.ndarray],
