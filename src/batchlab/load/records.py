@@ -32,11 +32,6 @@ class RequestRecord:
     responses: int = 0
     token_times: list[float] | None = None
 
-    @property
-    def ok(self) -> bool:
-        """True when the request was answered without error (and passed its check)."""
-        return self.error is None
-
 
 def is_rejection(message: str | None) -> bool:
     """True when `message` is Triton's scheduler refusing a request (queue full or timed out)."""
