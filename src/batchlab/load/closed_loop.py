@@ -35,15 +35,15 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
     await run_all([worker() for _ in range(concurrency)])
 
 
-async def closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
-                      n_requests: int | None = None, duration_s: float | None = None,
-                      warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
-                      request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
-                      progress: bool | None = None, record_token_times: bool = False,
-                      label: str = "") -> LoadReport:
-    """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` blocks) until `n_requests`
-    and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests` and/or
-    `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
+def run_closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
+                    n_requests: int | None = None, duration_s: float | None = None,
+                    warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
+                    request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
+                    progress: bool | None = None, record_token_times: bool = False,
+                    label: str = "") -> LoadReport:
+    """Closed-loop load at fixed `concurrency` (blocking; works in scripts and inside Jupyter) until
+    `n_requests` and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests`
+    and/or `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
     statistics extension / Prometheus before and after; `progress` None: a bar after 3 s.
     """
     count("concurrency", concurrency)
@@ -63,11 +63,6 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_closed(tr, factory, concurrency, n_requests, duration_s, recs, t0, record_token_times)
 
-    return await measure(server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
-                         stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-                         label=label, concurrency=concurrency)
-
-
-def run_closed_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
-    """Blocking `closed_loop` (works in scripts and inside Jupyter); same arguments."""
-    return run_sync(lambda: closed_loop(server, model, requests, **kwargs))
+    return run_sync(lambda: measure(server, model, protocol, drive=drive, warmup=warm, mode="closed",
+                                    total=n_requests, stats=stats, metrics=metrics, progress=progress,
+                                    request_timeout_s=request_timeout_s, label=label, concurrency=concurrency))
