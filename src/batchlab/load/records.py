@@ -32,6 +32,16 @@ class RequestRecord:
     responses: int = 0
     token_times: list[float] | None = None
 
+    def add_token(self, t: float) -> None:
+        """Count one response carrying a token that arrived at `t`."""
+        if self.tokens == 0:
+            self.first = t
+        self.last = t
+        self.tokens += 1
+        self.responses += 1
+        if self.token_times is not None:
+            self.token_times.append(t)
+
 
 def is_rejection(message: str | None) -> bool:
     """True when `message` is Triton's scheduler refusing a request (queue full or timed out)."""

@@ -100,16 +100,10 @@ class StreamTransport(Transport):
                     self._finish(p)
                     continue
                 if len(ir.outputs):
-                    p.rec.responses += 1
+                    p.rec.add_token(t)
                     if p.spec.check is not None:
                         res = InferResult(ir)
                         p.outputs.append({o.name: res.as_numpy(o.name) for o in ir.outputs})
-                    if p.rec.tokens == 0:
-                        p.rec.first = t
-                    p.rec.tokens += 1
-                    p.rec.last = t
-                    if p.rec.token_times is not None:
-                        p.rec.token_times.append(t)
                 param = ir.parameters.get("triton_final_response")
                 if param is not None and param.bool_param:
                     if p.rec.tokens == 0:

@@ -134,14 +134,7 @@ class Transport:
                 rec.error = f"step {k}: {format_error(exc)}"
                 rec.last = now()
                 break
-            t = now()
-            if k == 0:
-                rec.first = t
-            rec.last = t
-            rec.tokens += 1
-            rec.responses += 1
-            if rec.token_times is not None:
-                rec.token_times.append(t)
+            rec.add_token(now())
             history.append(prev)
             if spec.check is not None:
                 _apply_check(spec.check, prev, rec)
