@@ -5,9 +5,9 @@ asyncio code from plain Python or inside Jupyter's event loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
-import threading
 import time
 import urllib.parse
 from typing import Any, Awaitable, Callable, TypeVar
@@ -24,7 +24,8 @@ from batchlab.server import ServerError, _http, repository_index
 
 T = TypeVar("T")
 
-PROTOCOLS = ("grpc", "http", "grpc-stream")  # The ways a load run reaches the model (`make_transport`).
+TRANSPORTS = {"grpc": (GrpcTransport, "grpc_url"), "http": (HttpTransport, "http_url"),
+              "grpc-stream": (StreamTransport, "grpc_url")}  # protocol -> transport, the server address it uses
 
 PROGRESS_AFTER_S = 3.0  # With ``progress=None`` a bar appears once a run has lasted this long.
 
@@ -100,31 +101,16 @@ def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(make_coro())
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(make_coro())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    th = threading.Thread(target=target, name="batchlab-load", daemon=True)
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batchlab-load") as pool:
+        return pool.submit(lambda: asyncio.run(make_coro())).result()  # its exception re-raised here
 
 
 def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0) -> Transport:
     """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
-    if protocol == "grpc":
-        return GrpcTransport(server.grpc_url, model, request_timeout_s)
-    if protocol == "http":
-        return HttpTransport(server.http_url, model, request_timeout_s)
-    if protocol in ("grpc-stream", "stream"):
-        return StreamTransport(server.grpc_url, model, request_timeout_s)
-    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if protocol not in TRANSPORTS:
+        raise ValueError(f"protocol must be one of {', '.join(TRANSPORTS)}, not {protocol!r}")
+    cls, address = TRANSPORTS[protocol]
+    return cls(getattr(server, address), model, request_timeout_s)
 
 
 def _served(protocol: str, recs: Records) -> int:
