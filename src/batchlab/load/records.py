@@ -69,15 +69,9 @@ class Records:
     def from_list(cls, records: Iterable[RequestRecord]) -> "Records":
         """Columns from a list of records, ordered by request index."""
         rs = sorted(records, key=lambda r: r.index)
-        times = {a: np.array([getattr(r, a) for r in rs], dtype=float) for a in TIMES}
-        return cls(
-            index=np.array([r.index for r in rs], dtype=np.int64),
-            **times,
-            tokens=np.array([r.tokens for r in rs], dtype=np.int64),
-            responses=np.array([r.responses for r in rs], dtype=np.int64),
-            error=[r.error for r in rs],
-            token_times=[r.token_times for r in rs],
-        )
+        cols = {a: np.array([getattr(r, a) for r in rs], dtype=float if a in TIMES else np.int64)
+                for a in ("index", *TIMES, "tokens", "responses")}
+        return cls(**cols, error=[r.error for r in rs], token_times=[r.token_times for r in rs])
 
     def __len__(self) -> int:
         return len(self.index)
@@ -106,8 +100,7 @@ class Records:
     @property
     def latency(self) -> np.ndarray:
         """Seconds from send to the last response (NaN for failed requests)."""
-        lat = self.last - self.sent
-        return np.where(self.ok, lat, np.nan)
+        return np.where(self.ok, self.last - self.sent, np.nan)
 
     @property
     def ttft(self) -> np.ndarray:

@@ -77,11 +77,9 @@ class StreamTransport(Transport):
 
     def _fail_all(self, message: str) -> None:
         for p in list(self._pending.values()):
-            if not p.done.done():
-                p.rec.error = p.rec.error or message
-                p.rec.last = now()
-                p.done.set_result(None)
-        self._pending.clear()
+            p.rec.error = p.rec.error or message
+            p.rec.last = now()
+            self._finish(p)
 
     async def _read(self, call: Any) -> None:
         try:
@@ -109,8 +107,6 @@ class StreamTransport(Transport):
                     if p.rec.tokens == 0:
                         p.rec.first = p.rec.last = t
                     self._finish(p)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # noqa: BLE001 - the stream broke: every waiting request fails
             self._broken = f"stream failed: {format_error(exc)}"
             self._fail_all(self._broken)
