@@ -27,9 +27,8 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
         for i in indices:
             if (n_requests is not None and i >= n_requests) or now() >= deadline:
                 return
-            spec = factory(i)
             rec = RequestRecord(index=i, sent=math.nan, token_times=[] if token_times else None)
-            await transport.execute(spec, rec)
+            await transport.execute(factory(i), rec)
             records.append(rec)
 
     await run_all([worker() for _ in range(concurrency)])

@@ -5,10 +5,8 @@ client latency = queue + compute + server other (the rest of the server's reques
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,7 +273,7 @@ def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:
         raise ValueError("pool only runs of the same model, mode and protocol")
     offsets = list(itertools.accumulate((r.wall_s for r in reports[:-1]), initial=0.0))
     servers = [r.server for r in reports]
-    server = functools.reduce(operator.add, servers) if all(s is not None for s in servers) else None
+    server = sum(servers[1:], servers[0]) if all(s is not None for s in servers) else None
     return LoadReport(model=first.model, mode=first.mode, protocol=first.protocol,
                       records=Records.concat([r.records for r in reports], offsets),
                       wall_s=sum(r.wall_s for r in reports), client_cpu_s=sum(r.client_cpu_s for r in reports),
