@@ -13,11 +13,12 @@ import pytest
 
 from batchlab.load import (LoadReport, MetricsSnapshot, ModelStats, Records, RequestRecord, RequestSpec,
                            SequenceSpec, is_rejection, poisson_arrivals)
-from batchlab.load import ClientFellBehind, Endpoints, MetricsTimeline, run_open_loop, timeline_rows
+from batchlab.load import ClientFellBehind, MetricsTimeline, run_open_loop, timeline_rows
 from batchlab.load import runner
 from batchlab.load.open_loop import drive_open
 from batchlab.load.stats import settle
 from batchlab.load.workload import as_factory
+from batchlab.server import ExternalServer
 from batchlab.sim.lengths import capped_exponential
 
 # A statistics-extension answer as the gRPC client returns it (int64 as strings).
@@ -407,7 +408,7 @@ def test_run_open_loop_warns_when_the_client_falls_behind(monkeypatch) -> None:
     """The whole run_open_loop path (a fake server and transport): the warning carries the note."""
     monkeypatch.setattr(runner, "check_model_ready", lambda *a, **k: None)
     monkeypatch.setattr(runner, "make_transport", lambda *a, **k: _SlowSender(0.004))
-    server = Endpoints(http_url="127.0.0.1:1", grpc_url="127.0.0.1:2")
+    server = ExternalServer(http_url="127.0.0.1:1", grpc_url="127.0.0.1:2")
     spec = RequestSpec({"X": np.ones((1, 1), np.float32)})
     with pytest.warns(ClientFellBehind, match=r"注意：实际发出速率 .* 请求/秒，比要求的 .*客户端跟不上") as got:
         rep = run_open_loop(server, "m", spec, rate=800.0, n_requests=60, stats=False, progress=False)

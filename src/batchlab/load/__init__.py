@@ -2,19 +2,17 @@
 server's own view of a run (statistics extension, Prometheus metrics).
 """
 
-from batchlab.load.closed_loop import closed_loop, run_closed_loop
+from batchlab.load.closed_loop import run_closed_loop
 from batchlab.load.metrics import MetricsSnapshot, MetricsTimeline, scrape, timeline_rows
-from batchlab.load.open_loop import open_loop, run_open_loop
+from batchlab.load.open_loop import run_open_loop
 from batchlab.load.records import Records, RequestRecord, is_rejection
 from batchlab.load.report import ClientFellBehind, LoadReport, pool_reports
-from batchlab.load.runner import Endpoints
 from batchlab.load.stats import ModelStats, read_stats, settle
 from batchlab.load.workload import RequestSpec, SequenceSpec, poisson_arrivals
 
 __all__ = [
     "RequestSpec", "SequenceSpec", "poisson_arrivals",
-    "closed_loop", "run_closed_loop", "open_loop", "run_open_loop",
+    "run_closed_loop", "run_open_loop",
     "RequestRecord", "Records", "is_rejection", "LoadReport", "pool_reports", "ClientFellBehind",
     "ModelStats", "read_stats", "settle", "MetricsSnapshot", "scrape", "MetricsTimeline", "timeline_rows",
-    "Endpoints",
 ]

@@ -4,6 +4,7 @@ last one is answered, so the throughput is what the server sustains at concurren
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -20,31 +21,28 @@ async def drive_closed(transport: Any, factory: Any, concurrency: int, n_request
                        token_times: bool = False) -> None:
     """Run `concurrency` workers until `n_requests` were sent or `duration_s` passed, then drain."""
     deadline = t_start + duration_s if duration_s is not None else math.inf
-    state = {"next": 0}
+    indices = itertools.count()  # shared by the workers: each request index is sent once
 
     async def worker() -> None:
-        while True:
-            i = state["next"]
+        for i in indices:
             if (n_requests is not None and i >= n_requests) or now() >= deadline:
                 return
-            state["next"] = i + 1
-            spec = factory(i)
             rec = RequestRecord(index=i, sent=math.nan, token_times=[] if token_times else None)
-            await transport.execute(spec, rec)
+            await transport.execute(factory(i), rec)
             records.append(rec)
 
     await run_all([worker() for _ in range(concurrency)])
 
 
-async def closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
-                      n_requests: int | None = None, duration_s: float | None = None,
-                      warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
-                      request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
-                      progress: bool | None = None, record_token_times: bool = False,
-                      label: str = "") -> LoadReport:
-    """Closed-loop load at fixed `concurrency` (async; `run_closed_loop` blocks) until `n_requests`
-    and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests` and/or
-    `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
+def run_closed_loop(server: Any, model: str, requests: RequestSource, *, concurrency: int = 1,
+                    n_requests: int | None = None, duration_s: float | None = None,
+                    warmup_requests: int = 0, warmup_s: float = 0.0, protocol: str = "grpc",
+                    request_timeout_s: float = 60.0, stats: bool = True, metrics: bool = False,
+                    progress: bool | None = None, record_token_times: bool = False,
+                    label: str = "") -> LoadReport:
+    """Closed-loop load at fixed `concurrency` (blocking; works in scripts and inside Jupyter) until
+    `n_requests` and/or `duration_s` (whichever first), after a left-out warm-up of `warmup_requests`
+    and/or `warmup_s`. `protocol`: 'grpc', 'http' or 'grpc-stream'; `stats` / `metrics`: read the
     statistics extension / Prometheus before and after; `progress` None: a bar after 3 s.
     """
     count("concurrency", concurrency)
@@ -64,15 +62,6 @@ async def closed_loop(server: Any, model: str, requests: RequestSource, *, concu
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_closed(tr, factory, concurrency, n_requests, duration_s, recs, t0, record_token_times)
 
-    return await measure(
-        server, model, protocol, drive=drive, warmup=warm, mode="closed", total=n_requests,
-        stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, concurrency=concurrency,
-        config={"n_requests": n_requests, "duration_s": duration_s, "warmup_requests": warmup_requests,
-                "warmup_s": warmup_s},
-    )
-
-
-def run_closed_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
-    """Blocking `closed_loop` (works in scripts and inside Jupyter); same arguments."""
-    return run_sync(lambda: closed_loop(server, model, requests, **kwargs))
+    return run_sync(lambda: measure(server, model, protocol, drive=drive, warmup=warm, mode="closed",
+                                    total=n_requests, stats=stats, metrics=metrics, progress=progress,
+                                    request_timeout_s=request_timeout_s, label=label, concurrency=concurrency))

@@ -41,11 +41,8 @@ class MetricsSnapshot:
 
     def get(self, name: str, default: float = 0.0, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels` (e.g. model='embed')."""
-        series = self.samples.get(name)
-        if not series:
-            return default
         want = set(labels.items())
-        vals = [v for k, v in series.items() if want <= set(k)]
+        vals = [v for k, v in self.samples.get(name, {}).items() if want <= set(k)]
         return float(sum(vals)) if vals else default
 
     def by_label(self, name: str, label: str, **labels: str) -> dict[str, float]:
@@ -134,25 +131,18 @@ class MetricsTimeline:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t0 - t)))
 
-    def start(self) -> "MetricsTimeline":
-        """Start scraping."""
+    def __enter__(self) -> "MetricsTimeline":
+        """Start scraping in a daemon thread."""
         if self._thread is not None:
-            raise RuntimeError("this timeline is already running")
+            raise RuntimeError("this timeline has already run")
         self._thread = threading.Thread(target=self._run, name="metrics-timeline", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Stop scraping and wait for the thread."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def __enter__(self) -> "MetricsTimeline":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._thread.join(timeout=5.0)
 
     def rows(self, model: str) -> list[dict[str, float]]:
         """See `timeline_rows`."""

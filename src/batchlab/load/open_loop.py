@@ -71,24 +71,17 @@ def _arrivals(rate: float | None, arrivals: Sequence[float] | None, n_requests: 
     return poisson_arrivals(rate, n=n_requests, duration=duration_s, seed=seed)
 
 
-def warn_if_behind(report: LoadReport, stacklevel: int = 3) -> LoadReport:
-    """Warn (`ClientFellBehind`, the report's Chinese `rate_note`) when the client fell behind."""
-    note = report.rate_note()
-    if note:
-        warnings.warn(note, ClientFellBehind, stacklevel=stacklevel)
-    return report
-
-
-async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: float | None = None,
-                    arrivals: Sequence[float] | None = None, n_requests: int | None = None,
-                    duration_s: float | None = None, seed: int = 0, warmup_s: float = 0.0,
-                    protocol: str = "grpc", request_timeout_s: float = 60.0, stats: bool = True,
-                    metrics: bool = False, progress: bool | None = None,
-                    record_token_times: bool = False, label: str = "", warn: bool = True) -> LoadReport:
-    """Open-loop load (async; `run_open_loop` blocks): seeded Poisson arrivals at `rate` req/s
-    (bounded by `n_requests` and/or `duration_s`) or an `arrivals` schedule (s from the start),
-    after a left-out warm-up of `warmup_s` s at the same rate. With `warn`, a client that fell
-    behind warns `ClientFellBehind`. Other arguments as for `closed_loop`.
+def run_open_loop(server: Any, model: str, requests: RequestSource, *, rate: float | None = None,
+                  arrivals: Sequence[float] | None = None, n_requests: int | None = None,
+                  duration_s: float | None = None, seed: int = 0, warmup_s: float = 0.0,
+                  protocol: str = "grpc", request_timeout_s: float = 60.0, stats: bool = True,
+                  metrics: bool = False, progress: bool | None = None,
+                  record_token_times: bool = False, label: str = "", warn: bool = True) -> LoadReport:
+    """Open-loop load (blocking; works in scripts and inside Jupyter): seeded Poisson arrivals at
+    `rate` req/s (bounded by `n_requests` and/or `duration_s`) or an `arrivals` schedule (s from the
+    start), after a left-out warm-up of `warmup_s` s at the same rate. With `warn`, a client that
+    fell behind warns `ClientFellBehind` (the report's Chinese `rate_note`). Other arguments as for
+    `run_closed_loop`.
     """
     sched = _arrivals(rate, arrivals, n_requests, duration_s, seed)
     if warmup_s < 0:
@@ -105,17 +98,10 @@ async def open_loop(server: Any, model: str, requests: RequestSource, *, rate: f
     async def drive(tr: Any, recs: list[RequestRecord], t0: float) -> None:
         await drive_open(tr, factory, sched, recs, t0, record_token_times)
 
-    report = await measure(
-        server, model, protocol, drive=drive, warmup=warm, mode="open", total=len(sched),
-        stats=stats, metrics=metrics, progress=progress, request_timeout_s=request_timeout_s,
-        label=label, offered_rate=offered,
-        config={"n_requests": n_requests, "duration_s": duration_s, "seed": seed, "warmup_s": warmup_s},
-    )
-    return warn_if_behind(report) if warn else report
-
-
-def run_open_loop(server: Any, model: str, requests: RequestSource, **kwargs: Any) -> LoadReport:
-    """Blocking `open_loop` (works in scripts and inside Jupyter); same arguments."""
-    warn = kwargs.pop("warn", True)
-    report = run_sync(lambda: open_loop(server, model, requests, warn=False, **kwargs))
-    return warn_if_behind(report, stacklevel=3) if warn else report
+    report = run_sync(lambda: measure(server, model, protocol, drive=drive, warmup=warm, mode="open",
+                                      total=len(sched), stats=stats, metrics=metrics, progress=progress,
+                                      request_timeout_s=request_timeout_s, label=label, offered_rate=offered))
+    note = report.rate_note() if warn else None
+    if note:
+        warnings.warn(note, ClientFellBehind, stacklevel=2)
+    return report

@@ -15,6 +15,8 @@ import numpy as np
 REJECTION_MARKERS = ("exceeds maximum queue size", "request timeout expired", "rejected")
 """Lower-case fragments of Triton's messages when the scheduler refuses a request."""
 
+TIMES = ("scheduled", "sent", "first", "last")  # The time columns (seconds), shifted together.
+
 
 @dataclass
 class RequestRecord:
@@ -30,10 +32,15 @@ class RequestRecord:
     responses: int = 0
     token_times: list[float] | None = None
 
-    @property
-    def ok(self) -> bool:
-        """True when the request was answered without error (and passed its check)."""
-        return self.error is None
+    def add_token(self, t: float) -> None:
+        """Count one response carrying a token that arrived at `t`."""
+        if self.tokens == 0:
+            self.first = t
+        self.last = t
+        self.tokens += 1
+        self.responses += 1
+        if self.token_times is not None:
+            self.token_times.append(t)
 
 
 def is_rejection(message: str | None) -> bool:
@@ -62,33 +69,20 @@ class Records:
     def from_list(cls, records: Iterable[RequestRecord]) -> "Records":
         """Columns from a list of records, ordered by request index."""
         rs = sorted(records, key=lambda r: r.index)
-        times = {a: np.array([getattr(r, a) for r in rs], dtype=float) for a in ("scheduled", "sent", "first", "last")}
-        return cls(
-            index=np.array([r.index for r in rs], dtype=np.int64),
-            **times,
-            tokens=np.array([r.tokens for r in rs], dtype=np.int64),
-            responses=np.array([r.responses for r in rs], dtype=np.int64),
-            error=[r.error for r in rs],
-            token_times=[r.token_times for r in rs],
-        )
+        cols = {a: np.array([getattr(r, a) for r in rs], dtype=float if a in TIMES else np.int64)
+                for a in ("index", *TIMES, "tokens", "responses")}
+        return cls(**cols, error=[r.error for r in rs], token_times=[r.token_times for r in rs])
 
     def __len__(self) -> int:
         return len(self.index)
 
     @classmethod
-    def concat(cls, parts: "list[Records]", offsets: "list[float] | None" = None) -> "Records":
+    def concat(cls, parts: "list[Records]", offsets: "list[float]") -> "Records":
         """Records of several runs one after another: indices renumbered, times shifted by `offsets`."""
-        if not parts:
-            raise ValueError("nothing to concatenate")
-        offsets = offsets or [0.0] * len(parts)
-        idx, base = [], 0
-        for p in parts:
-            idx.append(p.index + base)
-            base += int(p.index.max()) + 1 if len(p) else 0
-        cat = lambda a: np.concatenate([getattr(p, a) + (o if a in ("scheduled", "sent", "first", "last") else 0)  # noqa: E731
-                                        for p, o in zip(parts, offsets)])
-        return cls(index=np.concatenate(idx), scheduled=cat("scheduled"), sent=cat("sent"), first=cat("first"),
-                   last=cat("last"), tokens=cat("tokens"), responses=cat("responses"),
+        bases = np.cumsum([0] + [int(p.index.max()) + 1 if len(p) else 0 for p in parts[:-1]])
+        cols = {a: np.concatenate([getattr(p, a) + (o if a in TIMES else 0) for p, o in zip(parts, offsets)])
+                for a in (*TIMES, "tokens", "responses")}
+        return cls(index=np.concatenate([p.index + b for p, b in zip(parts, bases)]), **cols,
                    error=[e for p in parts for e in p.error],
                    token_times=[None if t is None else [x + o for x in t]
                                 for p, o in zip(parts, offsets) for t in (p.token_times or [None] * len(p))])
@@ -106,8 +100,7 @@ class Records:
     @property
     def latency(self) -> np.ndarray:
         """Seconds from send to the last response (NaN for failed requests)."""
-        lat = self.last - self.sent
-        return np.where(self.ok, lat, np.nan)
+        return np.where(self.ok, self.last - self.sent, np.nan)
 
     @property
     def ttft(self) -> np.ndarray:

@@ -5,11 +5,9 @@ client latency = queue + compute + server other (the rest of the server's reques
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,7 +59,6 @@ class LoadReport:
     server: ModelStats | None = None
     metrics: dict[str, Any] | None = None
     label: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
     unit: str = "request"
 
     @property
@@ -241,8 +238,7 @@ class LoadReport:
             lines.append(f"失败 {self.n_errors} 个（其中被拒绝 {self.n_rejected} 个）：{self.records.errors()}")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.describe()
+    __str__ = describe
 
     def __repr__(self) -> str:
         lat = self.latency_ms()
@@ -277,10 +273,9 @@ def pool_reports(reports: "list[LoadReport]", label: str = "") -> LoadReport:
         raise ValueError("pool only runs of the same model, mode and protocol")
     offsets = list(itertools.accumulate((r.wall_s for r in reports[:-1]), initial=0.0))
     servers = [r.server for r in reports]
-    server = functools.reduce(operator.add, servers) if all(s is not None for s in servers) else None
+    server = sum(servers[1:], servers[0]) if all(s is not None for s in servers) else None
     return LoadReport(model=first.model, mode=first.mode, protocol=first.protocol,
                       records=Records.concat([r.records for r in reports], offsets),
                       wall_s=sum(r.wall_s for r in reports), client_cpu_s=sum(r.client_cpu_s for r in reports),
                       concurrency=first.concurrency, offered_rate=first.offered_rate, server=server,
-                      label=label or first.label, config={**first.config, "pooled_runs": len(reports)},
-                      unit=first.unit)
+                      label=label or first.label, unit=first.unit)

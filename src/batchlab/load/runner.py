@@ -5,12 +5,11 @@ asyncio code from plain Python or inside Jupyter's event loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
-import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 import numpy as np
@@ -25,27 +24,17 @@ from batchlab.server import ServerError, _http, repository_index
 
 T = TypeVar("T")
 
-PROTOCOLS = ("grpc", "http", "grpc-stream")  # The ways a load run reaches the model (`make_transport`).
+TRANSPORTS = {"grpc": (GrpcTransport, "grpc_url"), "http": (HttpTransport, "http_url"),
+              "grpc-stream": (StreamTransport, "grpc_url")}  # protocol -> transport, the server address it uses
 
 PROGRESS_AFTER_S = 3.0  # With ``progress=None`` a bar appears once a run has lasted this long.
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """The three addresses of a Triton server (``host:port`` each), for servers we did not start."""
-
-    http_url: str
-    grpc_url: str
-    metrics_url: str | None = None
 
 
 def check_server(server: Any) -> None:
     """Raise a clear ValueError unless `server` has the addresses a load run needs."""
     for attr in ("grpc_url", "http_url"):
         if not isinstance(getattr(server, attr, None), str):
-            raise ValueError(
-                f"server must be a started TritonServer / ExternalServer or an Endpoints (missing {attr})"
-            )
+            raise ValueError(f"server must be a started TritonServer or an ExternalServer (missing {attr})")
 
 
 def check_model_ready(http_url: str, model: str, timeout: float = 10.0, key: str | None = None) -> None:
@@ -64,55 +53,30 @@ def check_model_ready(http_url: str, model: str, timeout: float = 10.0, key: str
     raise ValueError(f"model {model!r} is not ready on the server at {http_url} (ready: {', '.join(ready) or 'none'})")
 
 
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
-
 async def snapshot(server: Any, model: str, stats: bool, metrics: bool) -> tuple[ModelStats | None, MetricsSnapshot | None]:
     """Read the statistics extension and/or scrape the metrics endpoint (off the event loop)."""
-    st = await _in_thread(read_stats, server.http_url, model) if stats else None
+    st = await asyncio.to_thread(read_stats, server.http_url, model) if stats else None
     murl = getattr(server, "metrics_url", None)
-    me = await _in_thread(scrape, murl) if metrics and murl else None
+    me = await asyncio.to_thread(scrape, murl) if metrics and murl else None
     return st, me
 
 
-class Progress:
-    """A tqdm.auto bar; `mode` False: never, True: at once, None: once the run lasted
-    `PROGRESS_AFTER_S`."""
-
-    def __init__(self, mode: bool | None, total: int | None, desc: str) -> None:
-        self.mode, self.total, self.desc = mode, total, desc
-        self.bar = None
-        self.t0 = time.monotonic()
-
-    def update(self, done: int) -> None:
-        """Show `done` requests completed (creating the bar when it is due)."""
-        if self.mode is False:
-            return
-        if self.bar is None:
-            if self.mode is None and time.monotonic() - self.t0 < PROGRESS_AFTER_S:
-                return
+async def show_progress(mode: bool | None, total: int | None, desc: str, records: list[RequestRecord],
+                        stop: asyncio.Event, every: float = 0.25) -> None:
+    """A tqdm.auto bar of the growing `records` list until `stop` is set; `mode` False: never, True: at
+    once, None: once the run lasted `PROGRESS_AFTER_S`."""
+    bar, t0 = None, time.monotonic()
+    while not stop.is_set():
+        if bar is None and (mode or (mode is None and time.monotonic() - t0 >= PROGRESS_AFTER_S)):
             from tqdm.auto import tqdm  # only once a bar is due: tqdm.auto probes for Jupyter widgets
 
-            self.bar = tqdm(total=self.total, desc=self.desc, unit="req", file=sys.stderr,
-                            leave=False, dynamic_ncols=True, initial=done)
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        """Remove the bar."""
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
-async def tick_progress(progress: Progress, records: list[RequestRecord], stop: asyncio.Event, every: float = 0.25) -> None:
-    """Refresh `progress` from the growing `records` list until `stop` is set."""
-    while not stop.is_set():
-        progress.update(len(records))
+            bar = tqdm(total=total, desc=desc, unit="req", file=sys.stderr, leave=False, dynamic_ncols=True)
+        if bar is not None:
+            bar.update(len(records) - bar.n)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), every)
-    progress.close()
+    if bar is not None:
+        bar.close()
 
 
 async def run_all(coros: list[Awaitable[None]]) -> None:
@@ -137,31 +101,16 @@ def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(make_coro())
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(make_coro())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    th = threading.Thread(target=target, name="batchlab-load", daemon=True)
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batchlab-load") as pool:
+        return pool.submit(lambda: asyncio.run(make_coro())).result()  # its exception re-raised here
 
 
 def make_transport(protocol: str, server: Any, model: str, request_timeout_s: float = 60.0) -> Transport:
     """The transport for `protocol` ('grpc', 'http' or 'grpc-stream') to `server`'s endpoint."""
-    if protocol == "grpc":
-        return GrpcTransport(server.grpc_url, model, request_timeout_s)
-    if protocol == "http":
-        return HttpTransport(server.http_url, model, request_timeout_s)
-    if protocol in ("grpc-stream", "stream"):
-        return StreamTransport(server.grpc_url, model, request_timeout_s)
-    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if protocol not in TRANSPORTS:
+        raise ValueError(f"protocol must be one of {', '.join(TRANSPORTS)}, not {protocol!r}")
+    cls, address = TRANSPORTS[protocol]
+    return cls(getattr(server, address), model, request_timeout_s)
 
 
 def _served(protocol: str, recs: Records) -> int:
@@ -177,11 +126,11 @@ Driver = Callable[[Any, list[RequestRecord], float], Awaitable[None]]
 async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warmup: Driver | None,
                   mode: str, total: int | None, stats: bool, metrics: bool, progress: bool | None,
                   request_timeout_s: float, label: str = "", concurrency: int | None = None,
-                  offered_rate: float | None = None, config: dict[str, Any] | None = None) -> LoadReport:
+                  offered_rate: float | None = None) -> LoadReport:
     """Warm up (drained before the first snapshot), snapshot the server, run the measured phase,
     snapshot again, build the report."""
     check_server(server)
-    await _in_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "key", None))
+    await asyncio.to_thread(check_model_ready, server.http_url, model, 10.0, getattr(server, "key", None))
     transport = make_transport(protocol, server, model, request_timeout_s)
     await transport.open()
     try:
@@ -190,13 +139,12 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
             warm: list[RequestRecord] = []
             await warmup(transport, warm, time.perf_counter())
             if pre is not None:  # Triton counts a request after its answer is out: let the warm-up land
-                await _in_thread(settle, lambda: read_stats(server.http_url, model), pre,
+                await asyncio.to_thread(settle, lambda: read_stats(server.http_url, model), pre,
                                  _served(protocol, Records.from_list(warm)))
         st0, me0 = await snapshot(server, model, stats, metrics)
         records: list[RequestRecord] = []
-        bar = Progress(progress, total, label or model)
         stop = asyncio.Event()
-        ticker = asyncio.ensure_future(tick_progress(bar, records, stop))
+        ticker = asyncio.ensure_future(show_progress(progress, total, label or model, records, stop))
         cpu0 = time.process_time()  # all threads: the client's cost
         t_start = time.perf_counter()
         try:
@@ -213,7 +161,7 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
         recs.token_times = [None if t is None else [x - t_start for x in t] for t in recs.token_times]
         server_delta = metrics_delta = None
         if stats:
-            after = await _in_thread(settle, lambda: read_stats(server.http_url, model), st0, _served(protocol, recs))
+            after = await asyncio.to_thread(settle, lambda: read_stats(server.http_url, model), st0, _served(protocol, recs))
             server_delta = after - st0
         if metrics and me0 is not None:
             _, me1 = await snapshot(server, model, False, True)
@@ -223,4 +171,4 @@ async def measure(server: Any, model: str, protocol: str, *, drive: Driver, warm
     unit = "stream" if protocol == "grpc-stream" else ("sequence" if transport.saw_sequences else "request")
     return LoadReport(model=model, mode=mode, protocol=protocol, records=recs, wall_s=wall, unit=unit,
                       client_cpu_s=cpu, concurrency=concurrency, offered_rate=offered_rate,
-                      server=server_delta, metrics=metrics_delta, label=label, config=config or {})
+                      server=server_delta, metrics=metrics_delta, label=label)

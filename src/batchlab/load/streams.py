@@ -5,7 +5,6 @@ data response is the first token, each one token, the empty final one the end. t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -16,7 +15,7 @@ from tritonclient.grpc import InferRequestedOutput, InferResult, service_pb2_grp
 from tritonclient.grpc._utils import _get_inference_request
 
 from batchlab.load.records import RequestRecord
-from batchlab.load.transport import Transport, _apply_check, format_error, infer_inputs, now
+from batchlab.load.transport import Transport, _apply_check, call_args, format_error, infer_inputs, now
 from batchlab.load.workload import RequestSpec, SequenceSpec
 
 _MAX_MSG = 2**31 - 1
@@ -24,6 +23,7 @@ _MAX_MSG = 2**31 - 1
 
 @dataclass
 class _Pending:
+    rid: str
     spec: RequestSpec
     rec: RequestRecord
     done: asyncio.Future
@@ -32,8 +32,6 @@ class _Pending:
 
 class StreamTransport(Transport):
     """Requests to a decoupled model on one gRPC stream."""
-
-    protocol = "grpc-stream"
 
     def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
         super().__init__(url, model, request_timeout_s)
@@ -45,7 +43,6 @@ class StreamTransport(Transport):
 
     async def open(self) -> "StreamTransport":
         """Open the channel and start the bidirectional stream with its reader."""
-        self._build = _get_inference_request
         self._channel = grpc.aio.insecure_channel(
             self.url, options=[("grpc.max_send_message_length", _MAX_MSG),
                                ("grpc.max_receive_message_length", _MAX_MSG)])
@@ -58,10 +55,7 @@ class StreamTransport(Transport):
     async def close(self) -> None:
         """Half-close the stream, let the reader finish, fail whatever is still pending."""
         if self._call is not None:
-            self._queue.put_nowait(None)
-            if hasattr(self._call, "done_writing"):
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._call.done_writing(), 2)
+            self._queue.put_nowait(None)  # ends the request iterator: grpc half-closes the stream
             try:
                 await asyncio.wait_for(asyncio.shield(self._reader), 5)
             except Exception:  # noqa: BLE001
@@ -83,11 +77,9 @@ class StreamTransport(Transport):
 
     def _fail_all(self, message: str) -> None:
         for p in list(self._pending.values()):
-            if not p.done.done():
-                p.rec.error = p.rec.error or message
-                p.rec.last = now()
-                p.done.set_result(None)
-        self._pending.clear()
+            p.rec.error = p.rec.error or message
+            p.rec.last = now()
+            self._finish(p)
 
     async def _read(self, call: Any) -> None:
         try:
@@ -103,26 +95,18 @@ class StreamTransport(Transport):
                 if resp.error_message:
                     p.rec.error = f"[server] {resp.error_message}"
                     p.rec.last = t
-                    self._finish(ir.id or None, p)
+                    self._finish(p)
                     continue
                 if len(ir.outputs):
-                    p.rec.responses += 1
+                    p.rec.add_token(t)
                     if p.spec.check is not None:
                         res = InferResult(ir)
                         p.outputs.append({o.name: res.as_numpy(o.name) for o in ir.outputs})
-                    if p.rec.tokens == 0:
-                        p.rec.first = t
-                    p.rec.tokens += 1
-                    p.rec.last = t
-                    if p.rec.token_times is not None:
-                        p.rec.token_times.append(t)
                 param = ir.parameters.get("triton_final_response")
                 if param is not None and param.bool_param:
                     if p.rec.tokens == 0:
                         p.rec.first = p.rec.last = t
-                    self._finish(ir.id, p)
-        except asyncio.CancelledError:
-            raise
+                    self._finish(p)
         except Exception as exc:  # noqa: BLE001 - the stream broke: every waiting request fails
             self._broken = f"stream failed: {format_error(exc)}"
             self._fail_all(self._broken)
@@ -131,13 +115,8 @@ class StreamTransport(Transport):
             self._broken = "the server closed the stream"
             self._fail_all(self._broken)
 
-    def _finish(self, rid: str | None, p: _Pending) -> None:
-        if rid is not None:
-            self._pending.pop(rid, None)
-        else:
-            for k, v in list(self._pending.items()):
-                if v is p:
-                    del self._pending[k]
+    def _finish(self, p: _Pending) -> None:
+        self._pending.pop(p.rid, None)
         if not p.done.done():
             p.done.set_result(None)
 
@@ -146,19 +125,13 @@ class StreamTransport(Transport):
             rec.sent = rec.last = now()
             rec.error = self._broken
             return
-        if self._queue is None:
-            raise RuntimeError("StreamTransport used before open()")
-        inputs = infer_inputs(grpcclient, spec.inputs)
         outputs = [InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
         rid = str(next(self._ids))
-        req = self._build(
-            model_name=self.model, inputs=inputs, model_version="", request_id=rid, outputs=outputs,
-            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
-            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
-            parameters=spec.parameters,
-        )
+        req = _get_inference_request(model_name=self.model, inputs=infer_inputs(grpcclient, spec.inputs),
+                                     model_version="", outputs=outputs, timeout=None, parameters=None,
+                                     **call_args(spec, rid))
         req.parameters["triton_enable_empty_final_response"].bool_param = True
-        p = _Pending(spec, rec, asyncio.get_running_loop().create_future())
+        p = _Pending(rid, spec, rec, asyncio.get_running_loop().create_future())
         self._pending[rid] = p
         rec.sent = now()
         self._queue.put_nowait(req)

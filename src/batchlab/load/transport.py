@@ -59,8 +59,6 @@ def format_error(exc: BaseException) -> str:
 class Transport:
     """Base class: runs a `RequestSpec` or `SequenceSpec` and fills in its record."""
 
-    protocol = "?"
-
     def __init__(self, url: str, model: str, request_timeout_s: float = 60.0) -> None:
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, not {request_timeout_s}")
@@ -71,10 +69,6 @@ class Transport:
         # assigned sequence ids: far from any id a factory would pick, different per process
         self.sequence_id_base = (1 << 40) | ((os.getpid() & 0xFFFF) << 24)
         self.saw_sequences = False  # a SequenceSpec ran: its record spans several requests
-
-    async def open(self) -> "Transport":
-        """Connect (inside the running event loop)."""
-        return self
 
     async def close(self) -> None:
         """Release connections (the asyncio tritonclient ``client`` of a unary transport)."""
@@ -124,8 +118,7 @@ class Transport:
         prev: Mapping[str, np.ndarray] | None = None
         history: list[Mapping[str, np.ndarray]] = []
         rec.sent = now()
-        k = 0
-        while True:
+        for k in itertools.count():
             try:
                 spec = seq.step(k, prev)
             except Exception as exc:  # noqa: BLE001
@@ -141,20 +134,12 @@ class Transport:
                 rec.error = f"step {k}: {format_error(exc)}"
                 rec.last = now()
                 break
-            t = now()
-            if k == 0:
-                rec.first = t
-            rec.last = t
-            rec.tokens += 1
-            rec.responses += 1
-            if rec.token_times is not None:
-                rec.token_times.append(t)
+            rec.add_token(now())
             history.append(prev)
             if spec.check is not None:
                 _apply_check(spec.check, prev, rec)
                 if rec.error:
                     break
-            k += 1
             if end:
                 break
         if rec.error is None and seq.check is not None:
@@ -176,38 +161,24 @@ def _apply_check(check: Any, outs: Any, rec: RequestRecord) -> None:
 class GrpcTransport(Transport):
     """Unary inference over gRPC with `tritonclient.grpc.aio` (one channel, many calls in flight)."""
 
-    protocol = "grpc"
-
     async def open(self) -> "GrpcTransport":
         """Create the asyncio gRPC client (one channel)."""
-        self._mod = grpcclient
         self.client = grpc_aio.InferenceServerClient(self.url)
         return self
 
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
-        outputs = [self._mod.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
-        res = await self.client.infer(
-            self.model, infer_inputs(self._mod, spec.inputs), outputs=outputs, request_id=request_id,
-            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
-            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
-            client_timeout=self.request_timeout_s, parameters=spec.parameters,
-        )
+        outputs = [grpcclient.InferRequestedOutput(n) for n in spec.outputs] if spec.outputs else None
+        res = await self.client.infer(self.model, infer_inputs(grpcclient, spec.inputs), outputs=outputs,
+                                      client_timeout=self.request_timeout_s, **call_args(spec, request_id))
         resp = res.get_response()
-        if resp.id != request_id:
-            raise RuntimeError(f"answer carries request id {resp.id!r}, expected {request_id!r}")
-        if not decode:
-            return None
-        return {o.name: res.as_numpy(o.name) for o in resp.outputs}
+        return _answer(res, request_id, resp.id, [o.name for o in resp.outputs], decode)
 
 
 class HttpTransport(Transport):
     """Unary inference over HTTP/REST with `tritonclient.http.aio` (aiohttp, binary tensors)."""
 
-    protocol = "http"
-
     async def open(self) -> "HttpTransport":
         """Create the asyncio HTTP client and learn the model's output names."""
-        self._mod = httpclient
         self.client = http_aio.InferenceServerClient(self.url, conn_limit=256,
                                                       conn_timeout=self.request_timeout_s)
         meta = await self.client.get_model_metadata(self.model)
@@ -215,18 +186,23 @@ class HttpTransport(Transport):
         return self
 
     async def _infer(self, spec: RequestSpec, request_id: str, decode: bool) -> dict[str, np.ndarray] | None:
-        inputs = infer_inputs(self._mod, spec.inputs, binary_data=True)
+        inputs = infer_inputs(httpclient, spec.inputs, binary_data=True)
         names = list(spec.outputs) if spec.outputs else self._all_outputs
-        outputs = [self._mod.InferRequestedOutput(n, binary_data=True) for n in names]
-        res = await self.client.infer(
-            self.model, inputs, outputs=outputs, request_id=request_id,
-            sequence_id=spec.sequence_id, sequence_start=spec.sequence_start,
-            sequence_end=spec.sequence_end, priority=spec.priority, timeout=spec.timeout_us,
-            parameters=spec.parameters,
-        )
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in names]
+        res = await self.client.infer(self.model, inputs, outputs=outputs, **call_args(spec, request_id))
         resp = res.get_response()
-        if resp.get("id", request_id) != request_id:
-            raise RuntimeError(f"answer carries request id {resp.get('id')!r}, expected {request_id!r}")
-        if not decode:
-            return None
-        return {o["name"]: res.as_numpy(o["name"]) for o in resp.get("outputs", [])}
+        return _answer(res, request_id, resp.get("id", request_id), [o["name"] for o in resp.get("outputs", [])],
+                       decode)
+
+
+def call_args(spec: RequestSpec, request_id: str) -> dict[str, Any]:
+    """The keyword arguments of one request that every tritonclient call takes alike."""
+    return {"request_id": request_id, "sequence_id": spec.sequence_id, "sequence_start": spec.sequence_start,
+            "sequence_end": spec.sequence_end, "priority": spec.priority}
+
+
+def _answer(res: Any, request_id: str, got_id: str, names: list[str], decode: bool) -> dict[str, np.ndarray] | None:
+    """The outputs of `res` by name (None unless `decode`), after checking that it answers `request_id`."""
+    if got_id != request_id:
+        raise RuntimeError(f"answer carries request id {got_id!r}, expected {request_id!r}")
+    return {n: res.as_numpy(n) for n in names} if decode else None

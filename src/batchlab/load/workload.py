@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
-from batchlab._validate import positive, rng_of
+from batchlab._validate import non_negative, optional_count, positive, rng_of
 
 Outputs = Mapping[str, np.ndarray]  # A response's output tensors by name.
 
@@ -19,20 +19,18 @@ Check = Callable[[Any], "str | None"]  # Validates a response: returns None when
 @dataclass(frozen=True)
 class RequestSpec:
     """One inference request. `outputs`: the outputs to request (None: all); `check(decoded)` (a dict
-    of arrays, a list of them for a stream) returns None or why the answer is wrong; `timeout_us`:
-    Triton's per-request timeout; `count_tokens(outputs)`: the tokens of a unary answer that holds
-    many; `expected_tokens`: a stream returning another number fails.
+    of arrays, a list of them for a stream) returns None or why the answer is wrong;
+    `count_tokens(outputs)`: the tokens of a unary answer that holds many; `expected_tokens`: a
+    stream returning another number fails.
     """
 
     inputs: Mapping[str, np.ndarray]
     outputs: Sequence[str] | None = None
     check: Check | None = None
-    parameters: Mapping[str, Any] | None = None
     sequence_id: int = 0
     sequence_start: bool = False
     sequence_end: bool = False
     priority: int = 0
-    timeout_us: int | None = None
     expected_tokens: int | None = None
     count_tokens: Callable[[Outputs], int] | None = None
 
@@ -82,10 +80,9 @@ def poisson_arrivals(rate: float, n: int | None = None, duration: float | None =
     positive("rate", rate)
     if n is None and duration is None:
         raise ValueError("give n (requests) or duration (seconds) to bound the schedule")
-    if n is not None and n < 0:
-        raise ValueError(f"n must be >= 0, not {n}")
-    if duration is not None and duration < 0:
-        raise ValueError(f"duration must be >= 0, not {duration}")
+    optional_count("n", n, lo=0)
+    if duration is not None:
+        non_negative("duration", duration)
     rng = rng_of(seed)
     if n is None:
         guess = int(rate * duration * 1.2 + 10 * np.sqrt(rate * duration) + 10)

@@ -49,31 +49,24 @@ class BatchTimes:
         """Fastest round per batch size (ms): contention only slows executions, so the steadiest t(B)."""
         return self._per_size(which, np.min)
 
-    def estimate(self, which: str = "compute", stat: str = "min") -> np.ndarray:
-        """t(B) per batch size (ms) by ``stat``: 'min' or 'median'."""
-        if stat not in ("min", "median"):
-            raise ValueError(f"stat must be 'min' or 'median', not {stat!r}")
-        return self.minimum(which) if stat == "min" else self.median(which)
+    def fit(self) -> tuple[float, float]:
+        """Least-squares (a, b) of t(B) = a + b·B (ms, ms per item) through each size's fastest round,
+        with a, b >= 0 (`fit_affine`)."""
+        return fit_affine(self.sizes, self.minimum(), nonneg=True)
 
-    def fit(self, which: str = "compute", stat: str = "min") -> tuple[float, float]:
-        """Least-squares (a, b) of t(B) = a + b·B (ms, ms per item), with a, b >= 0 (`fit_affine`)."""
-        return fit_affine(self.sizes, self.estimate(which, stat), nonneg=True)
-
-    def speedup(self, which: str = "compute", stat: str = "min") -> np.ndarray:
-        """Measured S(B) = B · t(1) / t(B) (needs batch size 1 among the sizes)."""
+    def speedup(self) -> np.ndarray:
+        """Measured S(B) = B · t(1) / t(B) from each size's fastest round (needs batch size 1 among the sizes)."""
         if 1 not in self.sizes:
             raise ValueError("speedup needs batch size 1 among the measured sizes")
-        est = self.estimate(which, stat)
-        t1 = est[self.sizes.index(1)]
-        return np.asarray(self.sizes, dtype=float) * t1 / est
+        est = self.minimum()
+        return np.asarray(self.sizes, dtype=float) * est[self.sizes.index(1)] / est
 
     @classmethod
     def joined(cls, parts: Sequence["BatchTimes"]) -> "BatchTimes":
         """One `BatchTimes` holding every round of ``parts`` (same model and sizes), in order."""
         first = parts[0]
-        tables = {}
-        for attr in ("compute_ms", "infer_ms", "latency_ms"):
-            tables[attr] = {b: np.concatenate([getattr(p, attr)[b] for p in parts]) for b in first.sizes}
+        tables = {attr: {b: np.concatenate([getattr(p, attr)[b] for p in parts]) for b in first.sizes}
+                  for attr in ("compute_ms", "infer_ms", "latency_ms")}
         return cls(first.model, first.sizes, **tables)
 
     def table(self) -> list[dict[str, float]]:
@@ -117,9 +110,7 @@ def measure_batch_times(server: Any, model: str, inputs_for: InputsFn, sizes: Se
             for b in sz:
                 client.infer(model, reqs[b], client_timeout=timeout_s)
                 sent += 1
-        comp = {b: [] for b in sz}
-        inf = {b: [] for b in sz}
-        lat = {b: [] for b in sz}
+        comp, inf, lat = ({b: [] for b in sz} for _ in range(3))
         before = _settled(client, model, base, sent)
         for _ in range(rounds):
             round_lat = {b: [] for b in sz}

@@ -7,8 +7,8 @@ differ (`batch_mismatch`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,10 +85,8 @@ def batch_mismatch(a: Sequence[int] | None, b: Sequence[int] | None) -> float:
     per_a = [size for size in a for _ in range(size)]
     per_b = [size for size in b for _ in range(size)]
     n = max(len(per_a), len(per_b))
-    if n == 0:
-        return 0.0
-    unmatched = n - min(len(per_a), len(per_b))  # served in one list only
-    return (sum(x != y for x, y in zip(per_a, per_b)) + unmatched) / n
+    # zip_longest pads the shorter list with None: a request served in one list only differs
+    return sum(x != y for x, y in itertools.zip_longest(per_a, per_b)) / n if n else 0.0
 
 
 @dataclass
@@ -138,13 +136,6 @@ def simulate_pattern(pattern: Pattern, service: Any, decide: Decide = next_batch
                           extra={"result": res})
 
 
-def _grpc(server: Any) -> Any:
-    """The server's own gRPC client where it has one: reloads need its key (model-repository API)."""
-    if hasattr(server, "grpc_client"):
-        return server.grpc_client()
-    return grpcclient.InferenceServerClient(server.grpc_url)
-
-
 def reloadable(server: Any, models: Sequence[str]) -> contextlib.AbstractContextManager[Any]:
     """A server on which `batcher_config` may reload ``models``: ``server`` itself when it runs with
     explicit model control, else a private embedded one (stopped on exit); a shared one is untouched."""
@@ -157,7 +148,7 @@ def reloadable(server: Any, models: Sequence[str]) -> contextlib.AbstractContext
 def batcher_config(server: Any, model: str, settings: BatchRule) -> Iterator[dict[str, Any]]:
     """Reload ``model`` with ``settings``, yield the configuration the server then reports, restore
     the old one on exit. ProbeError when the server refuses model control (see `reloadable`)."""
-    client = _grpc(server)
+    client = server.grpc_client()  # the server's own client: reloads need its key (model-repository API)
     try:
         base = client.get_model_config(model, as_json=True)["config"]
         cfg = settings.apply(base)
@@ -186,7 +177,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
     first = next(iter(inputs.values()))
     if first.shape[0] != 1:
         raise ValueError(f"pattern requests carry one row each, got an input of shape {first.shape}")
-    client = _grpc(server)
+    client = server.grpc_client()
     try:
         base = read_stats(client, model)
         client.infer(model, infer_inputs(grpcclient, inputs))  # warm-up
@@ -219,8 +210,7 @@ def run_pattern(server: Any, model: str, pattern: Pattern, inputs: Mapping[str, 
         client.close()
     return PatternOutcome(pattern, sizes, dict(sorted(delta.batch_histogram().items())),
                           latency_ms=rec.latency[order] * 1e3, sent_s=np.asarray(rec.sent, float)[order],
-                          extra={"lateness_ms_max": float(np.nanmax(rec.lateness)) * 1e3 if len(rec) else math.nan,
-                                 "report": report, "server": delta})
+                          extra={"server": delta})
 
 
 def run_patterns(server: Any, model: str, patterns: Sequence[Pattern], inputs: Mapping[str, np.ndarray],

@@ -71,7 +71,6 @@ class GenerateCalibration:
 
 def _rows_of(prompt: Sequence[int], max_tokens: int) -> Any:
     """B -> one `generate` request of B copies of ``prompt`` (IGNORE_EOS: exactly ``max_tokens`` each)."""
-    generate_inputs(prompt, max_tokens, ignore_eos=True)  # check the arguments once, up front
     return lambda b: generate_inputs(prompt, max_tokens, ignore_eos=True, rows=b)
 
 

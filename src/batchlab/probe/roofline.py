@@ -84,11 +84,9 @@ def torch_cuda() -> Any | None:
     """The torch module when it is installed and sees a CUDA GPU, else None."""
     try:
         import torch  # optional [gpu] extra: absent on CPU-only installs
-    except ImportError:
-        return None
-    try:
+
         return torch if torch.cuda.is_available() else None
-    except Exception:  # a broken driver install: treat as no GPU
+    except Exception:  # not installed, or a broken driver install: treat as no GPU
         return None
 
 
@@ -120,10 +118,21 @@ class SweepPoint:
     tflops: float
 
 
-def _step_maker(weights: list[Any], d: int, randn: Callable[[int], Any]) -> Callable[[int], Callable[[], Any]]:
-    """batch -> one decode step's weight GEMMs (qkv, proj, up, down per layer) on `randn(batch)` rows."""
+def _step_maker(shape: DecodeShape, seed: int, torch: Any = None, device: str = "cpu"
+                ) -> tuple[Callable[[int], Callable[[], Any]], int]:
+    """(batch -> one decode step's weight GEMMs (qkv, proj, up, down per layer) on random rows, bytes
+    per parameter): numpy float32 without `torch`, else torch bf16 on `device`."""
+    if torch is None:
+        rng = np.random.default_rng(seed)
+        randn, bpp = (lambda *dims: rng.standard_normal(dims, dtype=np.float32)), 4
+    else:
+        gen = torch.Generator(device=torch.device(device)).manual_seed(seed)
+        randn, bpp = (lambda *dims: torch.randn(*dims, dtype=torch.bfloat16, device=device, generator=gen)), 2
+    weights = [randn(r, c) / math.sqrt(r) for r, c in shape.matrices()]
+    d = shape.d_model
+
     def make(batch: int) -> Callable[[], Any]:
-        x0 = randn(batch)
+        x0 = randn(batch, d)
 
         def step() -> Any:
             x = x0
@@ -136,26 +145,7 @@ def _step_maker(weights: list[Any], d: int, randn: Callable[[int], Any]) -> Call
 
         return step
 
-    return make
-
-
-def _numpy_step(shape: DecodeShape, seed: int) -> tuple[Callable[[int], Callable[[], Any]], int]:
-    rng = np.random.default_rng(seed)
-    weights = [rng.standard_normal((r, c), dtype=np.float32) * np.float32(1 / math.sqrt(r))
-               for r, c in shape.matrices()]
-    return _step_maker(weights, shape.d_model,
-                       lambda batch: rng.standard_normal((batch, shape.d_model), dtype=np.float32)), 4
-
-
-def _torch_step(shape: DecodeShape, seed: int, torch: Any, device: str = "cuda"
-                ) -> tuple[Callable[[int], Callable[[], Any]], int]:
-    dev = torch.device(device)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = torch.bfloat16
-    weights = [torch.randn(r, c, dtype=dtype, device=dev, generator=gen) / math.sqrt(r)
-               for r, c in shape.matrices()]
-    return _step_maker(weights, shape.d_model,
-                       lambda batch: torch.randn(batch, shape.d_model, dtype=dtype, device=dev, generator=gen)), 2
+    return make, bpp
 
 
 def decode_sweep(shape: DecodeShape, batches: Sequence[int], device: str = "cpu",
@@ -173,21 +163,19 @@ def decode_sweep(shape: DecodeShape, batches: Sequence[int], device: str = "cpu"
         torch = torch_cuda()
         if torch is None:
             raise RuntimeError("device='cuda' but torch sees no CUDA GPU")
-        make, bpp = _torch_step(shape, seed, torch, "cuda")
     elif device == "torch-cpu":
         try:
-            import torch as torch_mod  # optional [gpu] extra
+            import torch  # optional [gpu] extra
         except ImportError:
             raise RuntimeError("device='torch-cpu' needs torch (the [gpu] extra)") from None
-        make, bpp = _torch_step(shape, seed, torch_mod, "cpu")
-    else:
-        make, bpp = _numpy_step(shape, seed)
+    make, bpp = _step_maker(shape, seed, torch, "cuda" if device == "cuda" else "cpu")
+    timer = torch if device == "cuda" else None  # CUDA events time the GPU
     start = time.perf_counter()
     points = []
     for b in sizes:
         if budget_s is not None and points and time.perf_counter() - start > budget_s:
             break
-        times = _timed(make(b), repeats, torch)
+        times = _timed(make(b), repeats, timer)
         sec = sorted(times)[len(times) // 2]
         p = shape.n_params
         points.append(SweepPoint(b, sec, b / sec, p * bpp / sec / 1e9, 2.0 * p * b / sec / 1e12))
