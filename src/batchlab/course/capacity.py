@@ -13,10 +13,8 @@ import numpy as np
 from batchlab.batching import BlockManager, GenerationRequest, OnDemandAdmission, ReserveAdmission, Scheduler
 from batchlab.batching.blocks import BLOCK_SIZE
 from batchlab.config_pbtxt import parse_config
-from batchlab.course.llm_serving import final_figures, step_figures, stream_requests
+from batchlab.course.llm_serving import final_figures, step_figures, stream_requests, token_prompt
 from batchlab.lm import ContinuousBatcher, Sequence as LMSequence, step
-from batchlab.load import RequestSpec, run_open_loop
-from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
 from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
 
@@ -127,35 +125,25 @@ def cost_table(price_per_hour: float, runs: Iterable[dict[str, Any]]) -> list[Co
 def stream_model_limits(config: Any) -> dict[str, int]:
     """`max_active`, `kv_token_budget` (and `max_tokens_limit`) parameters of an `lm_stream`-like config."""
     c = parse_config(config) if isinstance(config, str) else config
-    out = {}
-    for key in ("max_active", "kv_token_budget", "max_tokens_limit"):
-        if key in c.parameters:
-            out[key] = int(c.parameters[key].string_value)
+    keys = ("max_active", "kv_token_budget", "max_tokens_limit")
+    out = {k: int(c.parameters[k].string_value) for k in keys if k in c.parameters}
     if "max_active" not in out or "kv_token_budget" not in out:
         raise ValueError("the config has no max_active / kv_token_budget parameters")
     return out
 
 
-def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int,
-                        timeout_s: float = 60.0) -> dict[str, Any]:
-    """Send `n_requests` generations at once over gRPC streams to an `lm_stream`-like model;
-    report the largest ACTIVE and KV_TOKENS it streamed back, and the tokens received."""
+def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int
+                        ) -> dict[str, Any]:
+    """Send `n_requests` generations at once over gRPC streams to an `lm_stream`-like model
+    (`stream_requests`: RuntimeError if any fails); report the largest ACTIVE and KV_TOKENS it
+    streamed back, and the tokens received."""
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")
-    peak = {"ACTIVE": 0, "KV_TOKENS": 0}
-
-    def track(responses: list[dict[str, np.ndarray]]) -> None:
-        for outs in responses:
-            for key in peak:
-                peak[key] = max(peak[key], int(outs[key].reshape(-1)[0]))
-
-    rng = np.random.default_rng(0)
-    prompts = [np.concatenate([[1], rng.integers(4, 200, prompt_tokens - 1)]).astype(np.int32) for _ in range(n_requests)]
-    specs = [RequestSpec(generate_inputs(p, max_tokens, ignore_eos=True, batched=False), check=track) for p in prompts]
-    rec = run_open_loop(server, model, specs, arrivals=np.zeros(n_requests), protocol="grpc-stream",
-                        request_timeout_s=timeout_s, stats=False, progress=False, warn=False).records
-    return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": peak["ACTIVE"],
-            "max_kv_tokens_seen": peak["KV_TOKENS"], "errors": [e for e in rec.error if e is not None]}
+    prompts = [token_prompt(prompt_tokens, i) for i in range(n_requests)]
+    rec = stream_requests(server, model, prompts, [max_tokens] * n_requests, np.zeros(n_requests))
+    steps = step_figures(rec)
+    return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": int(steps["ACTIVE"].max()),
+            "max_kv_tokens_seen": int(steps["KV_TOKENS"].max())}
 
 
 # ---- chapter 03: how much of the allocated KV holds tokens, and how many sequences a pool holds ----

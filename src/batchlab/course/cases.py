@@ -329,15 +329,12 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
         return str(v)
 
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-
     widths = [max(map(display_width, [h, *(row[i] for row in cells)])) for i, h in enumerate(heads)]
 
     def line(vals: Sequence[str]) -> str:
         return "  ".join(v + " " * (w - display_width(v)) for v, w in zip(vals, widths)).rstrip()
 
-    out = [line(heads), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
 
 def before_p95_sweep(busy_values: Sequence[float], assume: EcommerceAssumptions | None = None) -> list[dict[str, Any]]:
@@ -375,14 +372,11 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
         def spec(i: int, batched: bool = proto != "grpc-stream") -> Any:
             return RequestSpec(generate_inputs(prompts[i], outs[i], ignore_eos=True, batched=batched))
 
-        rep = run_open_loop(server, model, spec, arrivals=arr, protocol=proto, progress=False)
-        rec = rep.records
-        lat = rec.latency
-        ok = rec.ok
-        kk = kind[rec.index]
+        rec = run_open_loop(server, model, spec, arrivals=arr, protocol=proto, progress=False).records
+        kk, ok = kind[rec.index], rec.ok
         for j, name in enumerate(("短单", "长单")):
             m = (kk == j) & ok
-            x = lat[m]
+            x = rec.latency[m]
             rows.append({"model": model, "tenant": name, "n": int(m.sum()), "p50_s": percentile(x, 50),
                          "p95_s": percentile(x, 95), "max_s": float(x.max()) if x.size else None,
                          "errors": int(((kk == j) & ~ok).sum())})
