@@ -16,7 +16,7 @@ from batchlab.config_pbtxt import parse_config
 from batchlab.course.llm_serving import final_figures, step_figures, stream_requests, token_prompt
 from batchlab.lm import ContinuousBatcher, Sequence as LMSequence, step
 from batchlab.theory import formulas as F
-from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
+from batchlab.theory.kv import max_concurrent_sequences
 
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
@@ -25,8 +25,7 @@ def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 
     `concurrency`: formula_bytes (n · tokens · bytes_per_token) next to used and allocated bytes."""
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
-    cfg = lm.config
-    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    cfg, bpt = lm.config, lm.new_cache(1).bytes_per_token
     held = prompt_tokens + steps - 1
     rows = []
     for n in concurrency:
@@ -47,8 +46,7 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
                         waiting: int) -> dict[str, Any]:
     """Submit `waiting` sequences to the toy `ContinuousBatcher` under a KV budget of `budget_bytes`
     and step once; `admitted` should equal `predicted` (`max_concurrent_sequences`)."""
-    cfg = lm.config
-    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    cfg, bpt = lm.config, lm.new_cache(1).bytes_per_token
     per_seq = prompt_tokens + max_tokens
     predicted = max_concurrent_sequences(budget_bytes, bpt, per_seq)
     budget_tokens = int(budget_bytes // bpt)
