@@ -5,7 +5,7 @@ holds, measured by the server; serving cost by busy time (the article's Cost_per
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -80,10 +80,6 @@ class CostBreakdown:
     per_request_wall: float
     per_million_tokens_busy: float | None
     per_million_tokens_wall: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
 
 
 def cost_from_run(label: str, price_per_hour: float, n_requests: int, t_busy_s: float, t_wall_s: float,
@@ -216,15 +212,14 @@ def _chat_round(server: Any, model: str, n: int, seed: int, arrivals: Sequence[f
 
 
 def kv_share_round(server: Any, model: str, n: int = 8, seed: int = 0, gap_s: float = 0.05,
-                   prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256,
-                   block_size: int = BLOCK_SIZE) -> dict[str, Any]:
+                   prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256) -> dict[str, Any]:
     """The chat workload (one request every `gap_s` s) on `model`: the share of allocated KV that holds
     tokens, from the server's own figures after every step (sum of held / sum of allocated): an
-    `lm_stream` reports its pool blocks (KV_BLOCKS · block_size allocated), `lm_iterative` its
+    `lm_stream` reports its pool blocks (KV_BLOCKS · BLOCK_SIZE allocated), `lm_iterative` its
     contiguous arrays (KV_SLOTS); also the tokens generated (the same replies on every model)."""
     rec = _chat_round(server, model, n, seed, np.arange(n) * gap_s, prompt_tokens, max_tokens)
     steps = step_figures(rec)
-    allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * block_size
+    allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * BLOCK_SIZE
     held = steps["KV_TOKENS"]
     return {"model": model, "share": float(held.sum() / allocated.sum()), "steps": int(held.size),
             "mean_held": float(held.mean()), "mean_allocated": float(allocated.mean()),

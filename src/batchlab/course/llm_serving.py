@@ -421,14 +421,12 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
 
-def sim_prefix(shared: int, cost: TokenCost, prompt: int = 336, n: int = 8, gap_s: float = 0.0,
-               block_size: int = 16) -> dict[str, Any]:
+def sim_prefix(shared: int, cost: TokenCost, prompt: int = 336, n: int = 8, gap_s: float = 0.0) -> dict[str, Any]:
     """`prefix_round`'s load in the simulator (`n` requests `gap_s` apart sharing a `shared`-token prefix),
     with and without prefix caching: hit rate, TTFT p50 and the pool's peak blocks of each."""
     arr = np.arange(n) * gap_s
-    plain = _sim(arr, [prompt] * n, [4] * n, cost, block_size=block_size)
-    hit = _sim(arr, [prompt] * n, [4] * n, cost, block_size=block_size, shared_prefix_tokens=[shared] * n,
-               prefix_caching=True)
+    plain = _sim(arr, [prompt] * n, [4] * n, cost)
+    hit = _sim(arr, [prompt] * n, [4] * n, cost, shared_prefix_tokens=[shared] * n, prefix_caching=True)
     ttft = lambda res: float(np.median(res.records["first_token"] - res.records["arrival"])) * 1e3  # noqa: E731
     cached = hit.extra["cached_tokens"]
     return {"shared": shared, "hit_rate": float(cached.sum() / (n * prompt)),
