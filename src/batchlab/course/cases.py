@@ -231,19 +231,14 @@ def saas_comparison(rate_per_s: float, n: int = 6000, max_batch_size: int = 8, m
     """Case 2 on one GPU: the tenant mix under static (padded) and continuous batching. Rows:
     scheduler, eta, busy, tokens_per_s, p50_s, p99_s, mean_batch, stable."""
     arr, p, o, _ = tenant_requests(tenants, rate_per_s, n, seed)
-    runs = {
+    summaries = {
         "static": simulate_static_generation(arr, p, o, cost, max_batch_size=max_batch_size,
-                                             max_queue_delay_us=delay_ms * 1e3),
-        "continuous": simulate_continuous(arr, p, o, cost, max_active=max_active),
+                                             max_queue_delay_us=delay_ms * 1e3).summary(),
+        "continuous": simulate_continuous(arr, p, o, cost, max_active=max_active).summary(),
     }
-    rows = []
-    for name, res in runs.items():
-        s = res.summary()
-        rows.append({"scheduler": name, "eta": s["eta"], "busy": s["utilization"],
-                     "tokens_per_s": s["tokens_per_s"], "p50_s": s["latency_ms"]["p50"] / 1e3,
-                     "p99_s": s["latency_ms"]["p99"] / 1e3, "mean_batch": s["batch_size_mean"],
-                     "stable": s["stable"]})
-    return rows
+    return [{"scheduler": name, "eta": s["eta"], "busy": s["utilization"], "tokens_per_s": s["tokens_per_s"],
+             "p50_s": s["latency_ms"]["p50"] / 1e3, "p99_s": s["latency_ms"]["p99"] / 1e3,
+             "mean_batch": s["batch_size_mean"], "stable": s["stable"]} for name, s in summaries.items()]
 
 
 def saas_capacity(overload_rate: float = 40.0, n: int = 3000, max_batch_size: int = 8, max_active: int = 64,
