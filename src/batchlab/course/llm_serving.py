@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -94,15 +95,13 @@ def stream_requests(server: Any, model: str, prompts: Sequence[np.ndarray], max_
     replies do; `batched` for `lm_iterative`'s inputs."""
     figures: list[list[dict[str, int]]] = [[] for _ in prompts]
 
-    def stamps(i: int) -> Callable:
-        def grab(responses: list[dict[str, np.ndarray]]) -> Any:
-            figures[i] = [{k: int(r[k].reshape(-1)[0]) for k in FIGURES if k in r} for r in responses]
-            return check(responses) if check is not None else None
-        return grab
+    def grab(i: int, responses: list[dict[str, np.ndarray]]) -> Any:
+        figures[i] = [{k: int(r[k].reshape(-1)[0]) for k in FIGURES if k in r} for r in responses]
+        return check(responses) if check is not None else None
 
     seeds = [None] * len(prompts) if seeds is None else list(seeds)
     specs = [RequestSpec(generate_inputs(p, m, temperature=temperature, seed=s, ignore_eos=ignore_eos,
-                                         batched=batched), check=stamps(i), sequence_start=batched)
+                                         batched=batched), check=partial(grab, i), sequence_start=batched)
              for i, (p, m, s) in enumerate(zip(prompts, max_tokens, seeds))]
     rec = run_open_loop(server, model, specs, arrivals=np.asarray(arrivals, float), protocol="grpc-stream",
                         stats=False, progress=False, warn=False, record_token_times=True).records
@@ -323,11 +322,18 @@ def goodput(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, float
     return out
 
 
+def _sim(arrivals: np.ndarray, prompts: Sequence[int], outs: Sequence[int], cost: TokenCost,
+         max_active: int = MAX_ACTIVE, **settings: Any) -> Any:
+    """One engine (lm_stream's max_active unless told) with `settings`, every request counted (no warm-up
+    cut), each request's token times recorded: `simulate_continuous`'s result."""
+    return simulate_continuous(arrivals, prompts, outs, cost, max_active=max_active, warmup=0.0,
+                               record_token_times=True, **settings)
+
+
 def _simulate(arrivals: np.ndarray, prompts: Sequence[int], outs: Sequence[int], cost: TokenCost,
               policy: str) -> tuple[np.ndarray, list[list[float]]]:
-    """One engine (lm_stream's max_active) under `policy` (`STEP_SETTINGS`): each request's TTFT and token times."""
-    res = simulate_continuous(arrivals, prompts, outs, cost, max_active=MAX_ACTIVE, warmup=0.0,
-                              record_token_times=True, **STEP_SETTINGS[policy])
+    """One engine under `policy` (`STEP_SETTINGS`): each request's TTFT and token times."""
+    res = _sim(arrivals, prompts, outs, cost, **STEP_SETTINGS[policy])
     return res.records["first_token"] - res.records["arrival"], res.extra["token_times"]
 
 
@@ -378,20 +384,13 @@ def slo_round(server: Any, model: str, rate: float, cost: TokenCost, slo: Mappin
 def interleaved(fn: Callable[..., dict[str, Any]], server: Any, models: Sequence[str], rounds: int = 3,
                 **kwargs: Any) -> list[dict[str, Any]]:
     """`fn(server, model, seed=r, **kwargs)` for r in rounds, the models alternating A/B/A/B…"""
-    rows = []
-    for r in range(count("rounds", rounds)):
-        for m in models:
-            rows.append({"round": r, **fn(server, m, seed=r, **kwargs)})
-    return rows
+    return [{"round": r, **fn(server, m, seed=r, **kwargs)} for r in range(count("rounds", rounds)) for m in models]
 
 
 def median_spread(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, tuple[float, float, float]]:
     """Per model: (median, min, max) of `key` over its rounds."""
-    out = {}
-    for m in dict.fromkeys(r["model"] for r in rows):
-        x = [r[key] for r in rows if r["model"] == m]
-        out[m] = (float(np.median(x)), float(min(x)), float(max(x)))
-    return out
+    by = {m: [r[key] for r in rows if r["model"] == m] for m in dict.fromkeys(r["model"] for r in rows)}
+    return {m: (float(np.median(x)), float(min(x)), float(max(x))) for m, x in by.items()}
 
 
 def round_ratios(rows: Sequence[Mapping[str, Any]], key: str, num: str, den: str) -> list[float]:
@@ -411,9 +410,8 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
     k = len(long_at)
     arr = np.array([0.0] * n_decode + list(long_at))
     policy = step_policy or ("mixed" if max_num_tokens is None else "chunked")
-    res = simulate_continuous(arr, [8] * n_decode + [long_prompt] * k, [decode_tokens] * n_decode + [4] * k, cost,
-                              max_active=MAX_ACTIVE, step_policy=policy, max_num_tokens=max_num_tokens, warmup=0.0,
-                              record_token_times=True)
+    res = _sim(arr, [8] * n_decode + [long_prompt] * k, [decode_tokens] * n_decode + [4] * k, cost,
+               step_policy=policy, max_num_tokens=max_num_tokens)
     b, r = res.batches, res.records
     step_ms = (b["end"] - b["start"]) * 1e3
     gaps = np.concatenate([np.diff(t) for t in res.extra["token_times"][:n_decode]]) * 1e3
@@ -423,15 +421,12 @@ def sim_mixed(max_num_tokens: int | None, cost: TokenCost, n_decode: int = 4, de
             "tokens_per_s": float(r["output_tokens"].sum() / (r["finish"].max() - r["arrival"].min()))}
 
 
-def sim_prefix(shared: int, cost: TokenCost, prompt: int = 336, n: int = 8, gap_s: float = 0.0,
-               block_size: int = 16) -> dict[str, Any]:
+def sim_prefix(shared: int, cost: TokenCost, prompt: int = 336, n: int = 8, gap_s: float = 0.0) -> dict[str, Any]:
     """`prefix_round`'s load in the simulator (`n` requests `gap_s` apart sharing a `shared`-token prefix),
     with and without prefix caching: hit rate, TTFT p50 and the pool's peak blocks of each."""
     arr = np.arange(n) * gap_s
-    kw = dict(max_active=MAX_ACTIVE, block_size=block_size, warmup=0.0)
-    plain = simulate_continuous(arr, [prompt] * n, [4] * n, cost, **kw)
-    hit = simulate_continuous(arr, [prompt] * n, [4] * n, cost, shared_prefix_tokens=[shared] * n,
-                              prefix_caching=True, **kw)
+    plain = _sim(arr, [prompt] * n, [4] * n, cost)
+    hit = _sim(arr, [prompt] * n, [4] * n, cost, shared_prefix_tokens=[shared] * n, prefix_caching=True)
     ttft = lambda res: float(np.median(res.records["first_token"] - res.records["arrival"])) * 1e3  # noqa: E731
     cached = hit.extra["cached_tokens"]
     return {"shared": shared, "hit_rate": float(cached.sum() / (n * prompt)),
@@ -442,8 +437,7 @@ def sim_prefix(shared: int, cost: TokenCost, prompt: int = 336, n: int = 8, gap_
 def sim_preemption(kv_policy: str, cost: TokenCost, budget: int = 256, n: int = 8, prompt: int = 24,
                    max_tokens: int = 64) -> dict[str, Any]:
     """`preemption_round`'s load in the simulator under `kv_policy` and a pool of `budget` tokens."""
-    res = simulate_continuous(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, max_active=MAX_ACTIVE,
-                              kv_token_budget=budget, kv_policy=kv_policy, warmup=0.0)
+    res = _sim(np.zeros(n), [prompt] * n, [max_tokens] * n, cost, kv_token_budget=budget, kv_policy=kv_policy)
     r, b = res.records, res.batches
     e2e = r["finish"] - r["arrival"]
     return {"kv_policy": kv_policy, "budget": budget,
@@ -451,14 +445,6 @@ def sim_preemption(kv_policy: str, cost: TokenCost, budget: int = 256, n: int = 
             "max_active": int(b["size"].max()), "preemptions": int(r["preemptions"].sum()),
             "recomputed_tokens": int(res.extra["recomputed_tokens"].sum()),
             "e2e_p50_s": float(np.median(e2e)), "e2e_max_s": float(e2e.max())}
-
-
-def _engine(arrivals: np.ndarray, prompts: Sequence[int], outs: Sequence[int], cost: TokenCost,
-            chunk: int | None) -> Any:
-    """One engine (max_active 16): whole prompts, or chunked to `chunk` tokens a step; its result."""
-    kw = dict(step_policy="chunked", max_num_tokens=chunk) if chunk else {}
-    return simulate_continuous(arrivals, prompts, outs, cost, max_active=16, warmup=0.0, record_token_times=True,
-                               **kw)
 
 
 def disaggregation(rate: float, transfer_ms: float, cost: TokenCost, n: int = 400, prompt: int = 420,
@@ -476,29 +462,27 @@ def disaggregation(rate: float, transfer_ms: float, cost: TokenCost, n: int = 40
         raise ValueError(f"first_token must be 'prefill' or 'decode', got {first_token!r}")
     arr = poisson_arrivals(rate, n=n, seed=seed)
     row: dict[str, Any] = {"rate": rate, "transfer_ms": transfer_ms, "first_token": first_token}
-    for label, step_chunk in (("co", None), ("chunked", chunk)):
-        runs = [_engine(half, [prompt] * half.size, [output] * half.size, cost, step_chunk)
+    for label, step in (("co", {}), ("chunked", {"step_policy": "chunked", "max_num_tokens": chunk})):
+        runs = [_sim(half, [prompt] * half.size, [output] * half.size, cost, 16, **step)
                 for half in (arr[0::2], arr[1::2])]
-        times = [t for res in runs for t in res.extra["token_times"]]
         arrival = np.concatenate([res.records["arrival"] for res in runs])
-        row.update(_latency_row(label, np.array([t[0] for t in times]), arrival, times, output))
-    pre = _engine(arr, [prompt] * n, [1] * n, cost, None).records
+        row.update(_latency_row(label, arrival, [t for res in runs for t in res.extra["token_times"]], output))
+    pre = _sim(arr, [prompt] * n, [1] * n, cost, 16).records
     ready = pre["first_token"] + transfer_ms / 1e3
     order = np.argsort(ready, kind="stable")
     emits_first = first_token == "decode"  # the decode engine emits the first token too
-    dec = _engine(ready[order], [1] * n, [output - (0 if emits_first else 1)] * n, cost, None)
+    dec = _sim(ready[order], [1] * n, [output - (0 if emits_first else 1)] * n, cost, 16)
     times: list[list[float]] = [[] for _ in range(n)]
     for k, i in enumerate(order):
         times[i] = ([] if emits_first else [float(pre["first_token"][i])]) + list(dec.extra["token_times"][k])
-    row.update(_latency_row("dis", np.array([t[0] for t in times]), arr, times, output))
+    row.update(_latency_row("dis", arr, times, output))
     return row
 
 
-def _latency_row(label: str, first: np.ndarray, arrival: np.ndarray, times: Sequence[Sequence[float]],
-                 output: int) -> dict[str, float]:
+def _latency_row(label: str, arrival: np.ndarray, times: Sequence[Sequence[float]], output: int) -> dict[str, float]:
     """TTFT p99, TPOT p99, the pooled ITL p99 and the longest gap (ms) of requests with these token times."""
     p99 = lambda x: percentile(x, 99, 1e3)  # noqa: E731
-    last = np.array([t[-1] for t in times])
+    first, last = np.array([t[0] for t in times]), np.array([t[-1] for t in times])
     gaps = np.concatenate([np.diff(t) for t in times])
     return {f"{label}_ttft_p99_ms": p99(first - arrival), f"{label}_tpot_p99_ms": p99((last - first) / (output - 1)),
             f"{label}_itl_p99_ms": p99(gaps), f"{label}_itl_max_ms": float(gaps.max()) * 1e3}

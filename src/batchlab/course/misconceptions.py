@@ -191,18 +191,17 @@ def day_experiment(rates: Sequence[float], slo_p99_ms: float, fixed_instances: S
                    max_instances: int = 16, seconds_per_hour: float = 4.0, seed: int = 5) -> list[DayResult]:
     """Each hour simulated at its rate: ``fixed_k`` per k in `fixed_instances`, and ``retuned`` (each
     hour the fewest instances meeting `slo_p99_ms`); an unstable hour counts as p99 = inf."""
+    def p99_at(hour: int, rate: float, k: int) -> float:
+        return _hour_p99(rate, k, service, max_batch_size, delay_us, seconds_per_hour, seed + hour)
+
     results = []
     for k in fixed_instances:
-        p99 = [_hour_p99(r, int(k), service, max_batch_size, delay_us, seconds_per_hour, seed + h)
-               for h, r in enumerate(rates)]
+        p99 = [p99_at(h, r, int(k)) for h, r in enumerate(rates)]
         results.append(DayResult(f"fixed_{k}", [int(k)] * len(rates), p99, [x <= slo_p99_ms for x in p99]))
     inst, p99s = [], []
     for h, r in enumerate(rates):
         k = max(1, int(math.ceil(r / service.throughput(max_batch_size))))
-        while True:
-            p = _hour_p99(r, k, service, max_batch_size, delay_us, seconds_per_hour, seed + h)
-            if p <= slo_p99_ms or k >= max_instances:
-                break
+        while (p := p99_at(h, r, k)) > slo_p99_ms and k < max_instances:
             k += 1
         inst.append(k)
         p99s.append(p)
@@ -218,16 +217,14 @@ def measure_delay_pair(server: Any, models: Sequence[str], concurrency: int = 16
     spec = RequestSpec(random_embed_inputs(seed=seed, high=200))
     rows = []
     for m in models:
-        for mode in ("closed", "open"):
-            if mode == "closed":
-                rep = run_closed_loop(server, m, spec, concurrency=concurrency, duration_s=seconds,
-                                      warmup_s=0.3, progress=False)
-            else:
-                rep = run_open_loop(server, m, spec, rate=rate, duration_s=seconds, seed=seed, progress=False)
+        closed = run_closed_loop(server, m, spec, concurrency=concurrency, duration_s=seconds, warmup_s=0.3,
+                                 progress=False)
+        opened = run_open_loop(server, m, spec, rate=rate, duration_s=seconds, seed=seed, progress=False)
+        for mode, rep in ((f"closed c={concurrency}", closed), (f"open {rate:g}/s", opened)):
             lat = rep.latency_ms()
             busy = rep.server.busy_seconds if rep.server is not None else math.nan
             ok = rep.n_ok
-            rows.append({"model": m, "mode": f"{mode} c={concurrency}" if mode == "closed" else f"open {rate:g}/s",
+            rows.append({"model": m, "mode": mode,
                          "throughput_rps": rep.throughput_rps, "p50_ms": lat["p50"], "p99_ms": lat["p99"],
                          "mean_batch": rep.mean_batch_size(), "busy_ms_per_req": busy / ok * 1e3 if ok else math.nan,
                          "requests": ok, "errors": rep.n_errors})

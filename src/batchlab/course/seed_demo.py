@@ -167,13 +167,9 @@ def trace_sim(batch_size: int, delay: float, seq_mode: bool, duration: float = 4
             rid += 1
             next_t = b.clock + random.expovariate(1 / 1.5)
         b.tick(dt)
-    if b.finished:
-        lat = [r.latency() for r in b.finished]
-        result = (len(b.finished), sum(lat) / len(lat))
-    else:
-        result = (0, 0)
-    return Trace(result, b.trace_ticks, b.clock, arrivals, b.trace_admissions,
-                 {r.rid: r.finish_time for r in b.finished}, b.trace_empty_slot_ticks,
+    lat = [r.latency() for r in b.finished]
+    return Trace((len(lat), sum(lat) / len(lat)) if lat else (0, 0), b.trace_ticks, b.clock, arrivals,
+                 b.trace_admissions, {r.rid: r.finish_time for r in b.finished}, b.trace_empty_slot_ticks,
                  rid - len(b.finished))
 
 

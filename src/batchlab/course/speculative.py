@@ -14,7 +14,7 @@ layer, not for the reason a GPU server has. Every function returns rows (dicts).
 from __future__ import annotations
 
 import collections
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -84,15 +84,11 @@ def spec_round(server: Any, model: str, concurrency: int = 1, max_tokens: int = 
 
     stream_requests(server, model, [token_prompt(prompt, seed * 100 + i) for i in range(n)], lengths,
                     np.zeros(n), check=keep)
-    per = [request_figures(got[m]) for m in lengths]
-    steps = sum(p["n_steps"] - 1 for p in per)
-    return {"model": model, "concurrency": n, "tpot_ms": float(np.median([p["tpot_ms"] for p in per])),
-            "step_ms": float(np.median([p["step_ms"] for p in per])),
-            "tokens_per_step": sum(m - 1 for m in lengths) / steps, "decode_steps": steps,
-            "decode_tokens": sum(m - 1 for m in lengths),
-            "drafted": sum(p["drafted"] for p in per), "accepted": sum(p["accepted"] for p in per),
-            "steps": [s for p in per for s in p["steps"]], "requests": [(p["drafted"], p["accepted"]) for p in per],
-            "tokens": [p["tokens"] for p in per]}
+    per = [(request_figures(got[m]), m) for m in lengths]
+    return _merged([{"model": model, "concurrency": n, "tpot_ms": p["tpot_ms"], "step_ms": p["step_ms"],
+                     "decode_steps": p["n_steps"] - 1, "decode_tokens": m - 1, "drafted": p["drafted"],
+                     "accepted": p["accepted"], "steps": p["steps"], "requests": [(p["drafted"], p["accepted"])],
+                     "tokens": [p["tokens"]]} for p, m in per], np.median)
 
 
 def acceptance(steps: Sequence[tuple[int, int]], k: int = K) -> dict[str, Any]:
@@ -159,12 +155,13 @@ def spec_rounds(server: Any, models: Sequence[str] = tuple(VARIANTS), concurrenc
     return rows
 
 
-def _merged(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One model's batches of a round as one row."""
+def _merged(parts: Sequence[Mapping[str, Any]], average: Callable = np.mean) -> dict[str, Any]:
+    """Rows of one model (its requests in a batch, its batches in a round) as one row: TPOT and step
+    duration `average`d, the rest summed or listed."""
     steps = sum(p["decode_steps"] for p in parts)
     return {"model": parts[0]["model"], "concurrency": parts[0]["concurrency"],
-            "tpot_ms": float(np.mean([p["tpot_ms"] for p in parts])),
-            "step_ms": float(np.mean([p["step_ms"] for p in parts])),
+            "tpot_ms": float(average([p["tpot_ms"] for p in parts])),
+            "step_ms": float(average([p["step_ms"] for p in parts])),
             "tokens_per_step": sum(p["decode_tokens"] for p in parts) / steps, "decode_steps": steps,
             "decode_tokens": sum(p["decode_tokens"] for p in parts),
             "drafted": sum(p["drafted"] for p in parts), "accepted": sum(p["accepted"] for p in parts),

@@ -19,8 +19,7 @@ def chapter_output(notebook: str, marker: str, notebooks_dir: Path | None = None
     path = (notebooks_dir or repo_root() / "notebooks") / notebook
     if not path.is_file():
         raise ValueError(f"no chapter notebook {path}")
-    cells = read_notebook(path)["cells"]
-    for cell in cells:
+    for cell in read_notebook(path)["cells"]:
         if cell["cell_type"] == "code" and marker in "".join(cell["source"]):
             text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
             if not text.strip():

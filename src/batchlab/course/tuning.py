@@ -65,11 +65,10 @@ def evaluate(config: BatchRule, service: Any, rate: float, n_requests: int = 400
     u = unit_arrivals(n_requests, seed) if unit is None else unit
     s = simulate_rule(u / r, service, config, warmup).summary()
     lat = s["latency_ms"] or {}
-    row: dict[str, Any] = {"config": config, "label": config.label, **config.as_dict(), "rate_rps": r,
-                           "throughput_rps": s["throughput_rps"]}
-    for q in PERCENTILES:
-        row[f"p{q}_ms"] = lat.get(f"p{q}", math.nan) + extra_latency_ms
-    return {**row, "mean_ms": lat.get("mean", math.nan) + extra_latency_ms,
+    return {"config": config, "label": config.label, **config.as_dict(), "rate_rps": r,
+            "throughput_rps": s["throughput_rps"],
+            **{f"p{q}_ms": lat.get(f"p{q}", math.nan) + extra_latency_ms for q in PERCENTILES},
+            "mean_ms": lat.get("mean", math.nan) + extra_latency_ms,
             "queue_ms": (s["queue_ms"] or {}).get("mean", math.nan), "batch_size_mean": s["batch_size_mean"],
             "utilization": s["utilization"], "stable": s["stable"]}
 
