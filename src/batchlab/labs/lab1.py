@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
+from batchlab.load.transport import infer_inputs
 from batchlab.load.stats import ModelStats
 
 
@@ -119,10 +120,7 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
-    mod = grpcclient if grpc else httpclient
-    inp = mod.InferInput("TOKENS", list(tokens.shape), "INT32")
-    inp.set_data_from_numpy(tokens)
-    return client.infer(_MODEL, [inp]).as_numpy("EMBEDDING")
+    return client.infer(_MODEL, infer_inputs(grpcclient if grpc else httpclient, {"TOKENS": tokens})).as_numpy("EMBEDDING")
 
 
 def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndarray | None, grpc: bool) -> None:

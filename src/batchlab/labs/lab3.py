@@ -270,7 +270,7 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
         idle_slot = [x for (s, k), x in zip(events, got) if k == "idle" and x is not None]
         g.expect(got == want, good, f"{n} 个槽位、事件 {text}：应得到 {want}，你的是 {got}。{_first_diff(events, want, got)}："
                  + ("空闲超时的事件你给了槽位——" if idle_slot else "") + hint if got != want else "")
-    data = _recorded()
+    data = recorded.load("lab3_slots")
     misses = []
     for t in data["timelines"]:
         events = [tuple(e) for e in t["events"]]
@@ -283,10 +283,6 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
              f"录下的 {len(data['timelines'])} 条时间线里有 {len(misses)} 条没对上：" + "；".join(misses[:2]), points=4)
 
 
-def _recorded() -> dict[str, Any]:
-    return recorded.load("lab3_slots")
-
-
 def recorded_timelines() -> list[dict[str, Any]]:
     """The timelines the check replays: ``name``, ``n_slots``, ``events`` and the ``slots`` the server reported."""
-    return [dict(t) for t in _recorded()["timelines"]]
+    return [dict(t) for t in recorded.load("lab3_slots")["timelines"]]
