@@ -15,6 +15,7 @@ from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
 from batchlab.load.transport import infer_inputs
+from batchlab.models.requests import random_embed_inputs
 from batchlab.load.stats import ModelStats
 
 
@@ -38,11 +39,7 @@ _BATCH = int(_EMBED["max_batch_size"])
 
 
 def _tokens(n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = np.zeros((n, _LENGTH), np.int32)
-    x[:, 0] = 1
-    x[:, 1:8] = rng.integers(4, 200, (n, 7))
-    return x
+    return random_embed_inputs(n, _LENGTH, seed)["TOKENS"]
 
 
 #: The model unlike embed the check also tries; each with its expected summary.

@@ -309,11 +309,8 @@ def _check_rows(g: Grader, rows: Any, delays: Sequence[int] | None, preferred_se
 
 def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[str, Any] | None:
     """The last segment of the server's history that ran config `key` and served requests."""
-    found = None
-    for h in history if isinstance(history, (list, tuple)) else []:
-        if isinstance(h, Mapping) and _row_key(h) == key and int(h.get("success", 0)) > 0:
-            found = h
-    return found
+    hits = [h for h in history if isinstance(h, Mapping) and _row_key(h) == key and int(h.get("success", 0)) > 0]
+    return hits[-1] if hits else None
 
 
 def config_stats(workspace: Any, row: Mapping[str, Any], model: str = "embed") -> ModelStats:
