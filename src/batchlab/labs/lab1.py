@@ -117,7 +117,8 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
-    return client.infer(_MODEL, infer_inputs(grpcclient if grpc else httpclient, {"TOKENS": tokens})).as_numpy("EMBEDDING")
+    inputs = infer_inputs(grpcclient if grpc else httpclient, {"TOKENS": tokens})
+    return client.infer(_MODEL, inputs).as_numpy("EMBEDDING")
 
 
 def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndarray | None, grpc: bool) -> None:
