@@ -31,10 +31,6 @@ def lm_tokens(prompt: Sequence[int], n: int) -> list[int]:
     return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
-def _prompt(text: str) -> np.ndarray:
-    return np.asarray(encode(text), np.int32)
-
-
 def _step_dict(g: Grader, value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         g.fail(f"{what}应返回 dict（键 {', '.join(STEP_KEYS)}），收到的是 {type(value).__name__}")
@@ -60,7 +56,7 @@ def check_step(g: Grader, fn: Callable[..., Any], client: Any = None, model: str
     """`fn(client, model, seq_id, tokens=None, start=False, end=False) -> {token, length, batch_size, live, t}`."""
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_step(step, client=grpc)")
-    prompt = _prompt("毛肚")
+    prompt = encode("毛肚")  # int32 ids after <bos>
     ref = lm_tokens(prompt, 3)
     sid = next(_IDS)
     first = _step_dict(g, g.call(fn, client, model, sid, prompt, start=True), "step")
@@ -88,7 +84,7 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_run_sequences(run_sequences, client=grpc)")
     texts = ["毛肚", "虾滑", "鸭血", "毛肚虾滑"]
-    prompts = [_prompt(t) for t in texts]
+    prompts = [encode(t) for t in texts]
     first_id = next(_IDS)
     for _ in range(len(texts)):
         next(_IDS)
