@@ -6,9 +6,11 @@ import queue
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
-from batchlab.labs.lab5 import (_stream_inputs, check_burst, check_counter_rates, check_guard_block, check_hang_up,
-                                  check_priority_block)
+from batchlab.labs.lab5 import check_burst, check_counter_rates, check_guard_block, check_hang_up, check_priority_block
+from batchlab.load.transport import infer_inputs
+from batchlab.models.requests import generate_inputs
 from batchlab.sim.workload import rate_curve
 
 
@@ -79,7 +81,8 @@ def test_hang_up(triton, capsys) -> None:
     def hang_up(client, prompt, max_tokens, k, cancel=True):
         q = queue.Queue()
         client.start_stream(callback=lambda result, error: q.put((result, error)))
-        client.async_stream_infer("lm_stream", _stream_inputs(prompt, max_tokens))
+        inputs = generate_inputs(prompt, max_tokens, ignore_eos=True, batched=False)
+        client.async_stream_infer("lm_stream", infer_inputs(grpcclient, inputs))
         toks = [int(q.get(timeout=30)[0].as_numpy("TOKEN")[0]) for _ in range(k)]
         client.stop_stream(cancel_requests=cancel)
         return toks

@@ -81,6 +81,14 @@ def read_block(g: Grader, text: Any, base: str, at: str = "", what: str = "你�
         g.fail(f"{what}{args}有问题：{exc}")
 
 
+def call_block(g: Grader, fn: Any, args: tuple, base: str, keyword: str, what: str, at: str = "") -> Any:
+    """`read_block` of the learner's `fn(*args)`, which must be a ``keyword { ... }`` block, or fail `g`."""
+    text = g.call(fn, *args)
+    if not isinstance(text, str) or keyword not in text:
+        g.fail(f"{what} 应返回形如 {keyword} {{ ... }} 的文本（参数 {args}），收到的是 {text!r}"[:200])
+    return read_block(g, text, base, at=at, what=what, args=f"（参数 {args}）生成的块")
+
+
 def read_config(g: Grader, text: Any, what: str = "改过的配置") -> Any:
     """`parse_config(text)` (a whole config.pbtxt), or fail `g` with an `explain`ed message."""
     if not isinstance(text, str):

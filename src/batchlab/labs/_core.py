@@ -280,12 +280,8 @@ def _traced(shortcuts: dict[Any, str], hits: list[str], fn: Callable[..., Any], 
 
 
 def _shortcut_codes(functions: tuple) -> dict[Any, str]:
-    out = {}
-    for f in (getattr(f, "__func__", f) for f in functions):
-        if not hasattr(f, "__code__"):
-            raise ValueError(f"shortcut {f!r} is not a Python function")
-        out[f.__code__] = f"{f.__module__}.{f.__qualname__}"
-    return out
+    plain = [getattr(f, "__func__", f) for f in functions]  # a method's function
+    return {f.__code__: f"{f.__module__}.{f.__qualname__}" for f in plain}
 
 
 def stub_todo(fn: Any) -> str | None:

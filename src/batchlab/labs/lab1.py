@@ -14,6 +14,8 @@ from tritonclient.utils import InferenceServerException
 from batchlab.config_pbtxt import load_config_text, parse_config
 from batchlab.labs._core import Grader, check
 from batchlab.load.metrics import MetricsSnapshot
+from batchlab.load.transport import infer_inputs
+from batchlab.models.requests import random_embed_inputs
 from batchlab.load.stats import ModelStats
 
 
@@ -37,11 +39,7 @@ _BATCH = int(_EMBED["max_batch_size"])
 
 
 def _tokens(n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = np.zeros((n, _LENGTH), np.int32)
-    x[:, 0] = 1
-    x[:, 1:8] = rng.integers(4, 200, (n, 7))
-    return x
+    return random_embed_inputs(n, _LENGTH, seed)["TOKENS"]
 
 
 #: The model unlike embed the check also tries; each with its expected summary.
@@ -119,10 +117,8 @@ def check_config_summary(g: Grader, fn: Callable[..., Any], config: Mapping[str,
 
 
 def _reference(client: Any, tokens: np.ndarray, grpc: bool) -> np.ndarray:
-    mod = grpcclient if grpc else httpclient
-    inp = mod.InferInput("TOKENS", list(tokens.shape), "INT32")
-    inp.set_data_from_numpy(tokens)
-    return client.infer(_MODEL, [inp]).as_numpy("EMBEDDING")
+    inputs = infer_inputs(grpcclient if grpc else httpclient, {"TOKENS": tokens})
+    return client.infer(_MODEL, inputs).as_numpy("EMBEDDING")
 
 
 def _check_infer(g: Grader, fn: Callable[..., Any], client: Any, tokens: np.ndarray | None, grpc: bool) -> None:

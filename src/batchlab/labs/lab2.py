@@ -12,7 +12,7 @@ import numpy as np
 
 from batchlab.config_pbtxt import load_config_text
 from batchlab.course.tuning import unit_arrivals
-from batchlab.labs._blocks import read_block
+from batchlab.labs._blocks import call_block
 from batchlab.labs._core import Grader, check
 from batchlab.labs import recorded
 from batchlab.labs.record_lab2 import agreed, pattern_of, recorded_service, spread
@@ -33,6 +33,7 @@ class _BadDecision(Exception):
 #: Calls of the learner's decision allowed per request of a replayed pattern (a wake-up that keeps
 #: asking again a hair later would otherwise run for ever).
 _CALLS_PER_REQUEST = 200
+_FOUR_ARGS = "next_batch 要接受四个参数 (pending, now, rule, payload)：payload 是负载里已有的批元素数"
 
 
 def _guarded(fn: Callable[..., Any], limit: int) -> Callable[..., Decision]:
@@ -48,8 +49,7 @@ def _guarded(fn: Callable[..., Any], limit: int) -> Callable[..., Decision]:
             out = fn(pending, now, rule, payload)
         except TypeError as exc:
             if "positional argument" in str(exc):
-                raise _BadDecision("next_batch 要接受四个参数 (pending, now, rule, payload)：payload 是负载里"
-                                   f"已有的批元素数（{exc}）"[:300]) from None
+                raise _BadDecision(f"{_FOUR_ARGS}（{exc}）"[:300]) from None
             raise
         send, wake_at, saturated = _decision(out)
         if send is None:
@@ -98,11 +98,7 @@ def replay_batches(fn: Callable[..., Any], index: int) -> dict[str, Any]:
 
 
 def _replay_data() -> dict[str, Any]:
-    data = recorded.load("lab2_batches")
-    if not data.get("patterns") or "recordings" not in data["patterns"][0]:
-        raise ValueError("lab2_batches.json holds no recordings of each pattern: re-record it with "
-                         "python -m batchlab.labs.record_lab2")
-    return data
+    return recorded.load("lab2_batches")
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,8 +120,7 @@ def _ask(g: Grader, fn: Callable[..., Any], arrivals: Sequence[float], now: floa
     out, raised = g.call_raw(fn, pending, now, rule, payload)
     if raised is not None:
         if raised.type_name == "TypeError" and "positional argument" in raised.message:
-            g.fail("next_batch 要接受四个参数 (pending, now, rule, payload)：payload 是负载里已有的批元素数"
-                   f"（你的函数：{raised.short()}）"[:300])
+            g.fail(f"{_FOUR_ARGS}（你的函数：{raised.short()}）"[:300])
         g.fail(f"调用 next_batch(…) 时抛出了 {raised.short()}")
     send, wake_at, saturated = _decision(out)
     if send is None:
@@ -260,29 +255,23 @@ def check_next_batch(g: Grader, fn: Callable[..., Any]) -> None:
 def check_dynamic_batching_block(g: Grader, fn: Callable[..., Any]) -> None:
     """`fn(max_queue_delay_us: int, preferred: tuple[int, ...]) -> str` (a `dynamic_batching { }` block)."""
     base = load_config_text("embed")
-    cases = [(0, ()), (2000, (8, 16)), (500, (4,))]
-    parsed = []
-    for delay, pref in cases:
-        text = g.call(fn, delay, pref)
-        if isinstance(text, str) and "dynamic_batching" not in text:
-            g.fail(f"返回的文本里没有 dynamic_batching：应形如 dynamic_batching {{ ... }}（参数 {delay}, {pref}）")
-        cfg = read_block(g, text, base, what="dynamic_batching_block", args=f"（参数 {delay}, {pref}）生成的块")
-        parsed.append((delay, pref, text, cfg))
+    parsed = [(d, p, call_block(g, fn, (d, p), base, "dynamic_batching", "dynamic_batching_block"))
+              for d, p in ((0, ()), (2000, (8, 16)), (500, (4,)))]
     g.expect(True, "三组参数生成的块都能被 Triton 的解析器读懂", "")
-    wrong = [(d, c.dynamic_batching.max_queue_delay_microseconds) for d, _, _, c in parsed
+    wrong = [(d, c.dynamic_batching.max_queue_delay_microseconds) for d, _, c in parsed
              if c.dynamic_batching.max_queue_delay_microseconds != d]
     unit = ""
     if wrong and all(got * 1000 == want or round(want / 1000) == got for want, got in wrong if want):
         unit = "：单位是微秒（µs），参数本来就是微秒，不要再换算成毫秒"
     g.expect(not wrong, "max_queue_delay_microseconds 写对了（微秒，整数）",
              f"max_queue_delay_microseconds 不对：期望 {wrong[0][0] if wrong else ''}，读到 {wrong[0][1] if wrong else ''}{unit}")
-    wrong_p = [(p, list(c.dynamic_batching.preferred_batch_size)) for _, p, _, c in parsed
+    wrong_p = [(p, list(c.dynamic_batching.preferred_batch_size)) for _, p, c in parsed
                if list(c.dynamic_batching.preferred_batch_size) != list(p)]
     g.expect(not wrong_p, "preferred_batch_size 写对了（空元组时不写这个字段）",
              f"preferred_batch_size 不对：期望 {list(wrong_p[0][0]) if wrong_p else ''}，读到 {wrong_p[0][1] if wrong_p else ''}"
              "（写成 preferred_batch_size: [ 8, 16 ]；空元组时整行不写）")
-    inside = [t for _, _, t, c in parsed if c.max_batch_size != 32]
-    g.expect(not inside, "没有动 max_batch_size：它是模型级字段，不属于 dynamic_batching",
+    g.expect(all(c.max_batch_size == 32 for *_, c in parsed),
+             "没有动 max_batch_size：它是模型级字段，不属于 dynamic_batching",
              "max_batch_size 被改动了：它是模型级字段（在 dynamic_batching 外面），这个块里不要写它")
 
 
@@ -320,11 +309,8 @@ def _check_rows(g: Grader, rows: Any, delays: Sequence[int] | None, preferred_se
 
 def _history_entry(history: Any, key: tuple[int, tuple[int, ...]]) -> Mapping[str, Any] | None:
     """The last segment of the server's history that ran config `key` and served requests."""
-    found = None
-    for h in history if isinstance(history, (list, tuple)) else []:
-        if isinstance(h, Mapping) and _row_key(h) == key and int(h.get("success", 0)) > 0:
-            found = h
-    return found
+    hits = [h for h in history if isinstance(h, Mapping) and _row_key(h) == key and int(h.get("success", 0)) > 0]
+    return hits[-1] if hits else None
 
 
 def config_stats(workspace: Any, row: Mapping[str, Any], model: str = "embed") -> ModelStats:
@@ -389,24 +375,20 @@ PREDICTION_DELAYS, PREDICTION_PREFERRED = (0, 4000), ((), (8, 16))
 
 
 @functools.lru_cache(maxsize=None)  # a handful of fixed cases, each ~0.1 s to simulate
-def _reference_rows(service: Affine, rate: float, overhead_ms: float) -> dict[tuple, tuple[float, float, float]]:
-    """The simulator's rows for one fixed sweep (n = 3000, seed 0): {(delay, preferred): (throughput_rps,
-    p95_ms incl. overhead, mean_batch)}. Cached: read, never modify, the returned dict."""
+def _reference_rows(service: Affine, rate: float, overhead_ms: float, delays: tuple = PREDICTION_DELAYS,
+                    preferred_sets: tuple = PREDICTION_PREFERRED,
+                    decide: Callable[..., Decision] = next_batch) -> dict[tuple, tuple[float, float, float]]:
+    """The simulator's rows for one fixed sweep (n = 3000, seed 0, `decide` deciding):
+    {(delay, preferred): (throughput_rps, p95_ms incl. overhead, mean_batch)}. Cached: read, never
+    modify, the returned dict."""
     arrivals = unit_arrivals(3000, seed=0) / rate
     rows = {}
-    for d in PREDICTION_DELAYS:
-        for p in PREDICTION_PREFERRED:
-            s = simulate_dynamic(arrivals, service, 32, max_queue_delay_us=d, preferred_batch_sizes=p).summary()
+    for d in delays:
+        for p in preferred_sets:
+            s = simulate_dynamic(arrivals, service, 32, max_queue_delay_us=d, preferred_batch_sizes=p,
+                                 decide=decide).summary()
             rows[(d, p)] = (s["throughput_rps"], s["latency_ms"]["p95"] + overhead_ms, s["batch_size_mean"])
     return rows
-
-
-@functools.lru_cache(maxsize=None)
-def _one_at_a_time_mean_batch(service: Affine, rate: float) -> float:
-    """The reference mean batch of the sweep's first case with `one_at_a_time` deciding."""
-    arrivals = unit_arrivals(3000, seed=0) / rate
-    return simulate_dynamic(arrivals, service, 32, max_queue_delay_us=PREDICTION_DELAYS[1],
-                            decide=one_at_a_time).summary()["batch_size_mean"]
 
 
 def _p95_hint(p: float, want: float, oh: float) -> str:
@@ -453,7 +435,8 @@ def check_predict_sweep(g: Grader, fn: Callable[..., Any]) -> None:
     (base_us, per_us), r, oh = _PREDICTION_CASES[0]
     got = g.call(fn, Affine(base_us, per_us), r, PREDICTION_DELAYS[1:], PREDICTION_PREFERRED[:1], oh, decide=one_at_a_time)
     rows = _check_rows(g, got, None, None, "predict_sweep 的结果")
-    want = _one_at_a_time_mean_batch(Affine(base_us, per_us), r)
+    ref = _reference_rows(Affine(base_us, per_us), r, oh, PREDICTION_DELAYS[1:], PREDICTION_PREFERRED[:1], one_at_a_time)
+    want = next(iter(ref.values()))[2]  # the one row's mean batch
     mb = _num(rows[0].get("mean_batch")) if len(rows) == 1 else None
     g.expect(mb is not None and math.isclose(mb, want, rel_tol=1e-6),
              "换一个决定（每来一条就单独发）预测就跟着变：decide 确实接进了模拟器",

@@ -31,10 +31,6 @@ def lm_tokens(prompt: Sequence[int], n: int) -> list[int]:
     return [int(t) for t in generate(ToyLM.default(), np.asarray(prompt, np.int32), max_tokens=n, ignore_eos=True)]
 
 
-def _prompt(text: str) -> np.ndarray:
-    return np.asarray(encode(text), np.int32)
-
-
 def _step_dict(g: Grader, value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         g.fail(f"{what}应返回 dict（键 {', '.join(STEP_KEYS)}），收到的是 {type(value).__name__}")
@@ -60,7 +56,7 @@ def check_step(g: Grader, fn: Callable[..., Any], client: Any = None, model: str
     """`fn(client, model, seq_id, tokens=None, start=False, end=False) -> {token, length, batch_size, live, t}`."""
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_step(step, client=grpc)")
-    prompt = _prompt("毛肚")
+    prompt = encode("毛肚")  # int32 ids after <bos>
     ref = lm_tokens(prompt, 3)
     sid = next(_IDS)
     first = _step_dict(g, g.call(fn, client, model, sid, prompt, start=True), "step")
@@ -88,7 +84,7 @@ def check_run_sequences(g: Grader, fn: Callable[..., Any], client: Any = None, m
     if client is None:
         g.fail("检查需要 gRPC 客户端：check_run_sequences(run_sequences, client=grpc)")
     texts = ["毛肚", "虾滑", "鸭血", "毛肚虾滑"]
-    prompts = [_prompt(t) for t in texts]
+    prompts = [encode(t) for t in texts]
     first_id = next(_IDS)
     for _ in range(len(texts)):
         next(_IDS)
@@ -270,7 +266,7 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
         idle_slot = [x for (s, k), x in zip(events, got) if k == "idle" and x is not None]
         g.expect(got == want, good, f"{n} 个槽位、事件 {text}：应得到 {want}，你的是 {got}。{_first_diff(events, want, got)}："
                  + ("空闲超时的事件你给了槽位——" if idle_slot else "") + hint if got != want else "")
-    data = _recorded()
+    data = recorded.load("lab3_slots")
     misses = []
     for t in data["timelines"]:
         events = [tuple(e) for e in t["events"]]
@@ -283,10 +279,6 @@ def check_assign(g: Grader, fn: Callable[..., Any]) -> None:
              f"录下的 {len(data['timelines'])} 条时间线里有 {len(misses)} 条没对上：" + "；".join(misses[:2]), points=4)
 
 
-def _recorded() -> dict[str, Any]:
-    return recorded.load("lab3_slots")
-
-
 def recorded_timelines() -> list[dict[str, Any]]:
     """The timelines the check replays: ``name``, ``n_slots``, ``events`` and the ``slots`` the server reported."""
-    return [dict(t) for t in _recorded()["timelines"]]
+    return [dict(t) for t in recorded.load("lab3_slots")["timelines"]]

@@ -13,20 +13,17 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 
 from batchlab.config_pbtxt import load_config_text
-from batchlab.labs._blocks import read_block
+from batchlab.labs._blocks import call_block
 from batchlab.labs._core import Grader, check
 from batchlab.labs.lab3 import lm_tokens
 from batchlab.lm import encode
-from batchlab.load.transport import triton_dtype
+from batchlab.load.transport import infer_inputs
 from batchlab.models.requests import generate_inputs
 from batchlab.server import poll
 
 
 def _parse_block(g: Grader, fn: Callable[..., Any], args: tuple, what: str) -> Any:
-    text = g.call(fn, *args)
-    if not isinstance(text, str) or "dynamic_batching" not in text:
-        g.fail(f"{what}应返回形如 dynamic_batching {{ ... }} 的文本，收到的是 {text!r}"[:200])
-    return read_block(g, text, load_config_text("embed"), what=what, args=f"（参数 {args}）生成的块").dynamic_batching
+    return call_block(g, fn, args, load_config_text("embed"), "dynamic_batching", what).dynamic_batching
 
 
 @check("lab5.q2", points=3, title="给队列设上限与超时")
@@ -96,15 +93,6 @@ def check_priority_block(g: Grader, fn: Callable[..., Any]) -> None:
              "第 2 档的 timeout_action 应为 REJECT，第 1 档不要设策略")
 
 
-def _stream_inputs(prompt: np.ndarray, n: int) -> list[Any]:
-    out = []
-    for name, arr in generate_inputs(prompt, n, ignore_eos=True, batched=False).items():
-        inp = grpcclient.InferInput(name, list(arr.shape), triton_dtype(arr))
-        inp.set_data_from_numpy(arr)
-        out.append(inp)
-    return out
-
-
 def _stream(grpc_url: str, n: int, model: str, read: Callable[[Any], Any]) -> Any:
     """`read(get)` on a fresh stream of one n-token request for "锅" (`get()` returns the next response)."""
     client = grpcclient.InferenceServerClient(grpc_url)
@@ -117,7 +105,8 @@ def _stream(grpc_url: str, n: int, model: str, read: Callable[[Any], Any]) -> An
             raise RuntimeError(str(error))
         return result
     try:
-        client.async_stream_infer(model, _stream_inputs(encode("锅"), n))
+        inputs = generate_inputs(encode("锅"), n, ignore_eos=True, batched=False)
+        client.async_stream_infer(model, infer_inputs(grpcclient, inputs))
         return read(get)
     finally:
         client.stop_stream()
@@ -146,7 +135,7 @@ def check_hang_up(g: Grader, fn: Callable[..., Any], client: Any = None, grpc_ur
     if client is None or grpc_url is None:
         g.fail("检查需要客户端和地址：check_hang_up(hang_up, client=grpc, grpc_url=server.grpc_url)")
     per_token = g.observe(lambda: seconds_per_token(grpc_url))
-    prompt = np.asarray(encode("虾滑"), np.int32)
+    prompt = encode("虾滑")  # int32 ids after <bos>
     t0 = g.clock()
     got = g.call(fn, client, prompt, 256, 4)
     took = g.clock() - t0

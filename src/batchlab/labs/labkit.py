@@ -158,6 +158,7 @@ def isolated(fn: Any) -> Any:
 
 _LIVE: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
 _COUNTERS = ("success", "success_ns", "inference_count", "execution_count")
+_PREFIX = "batchlab-lab-"
 
 
 @atexit.register
@@ -186,11 +187,9 @@ def _delta(now: ModelStats, start: ModelStats) -> dict[str, Any]:
 class Workspace:
     """A private model repository (copies of course models) and the embedded server on it."""
 
-    def __init__(self, models: Iterable[str], source: str | os.PathLike[str] | None = None,
-                 root: str | os.PathLike[str] | None = None, prefix: str = "batchlab-lab-") -> None:
-        self.source = Path(source) if source is not None else MODEL_REPOSITORY
-        _sweep_stale(Path(root) if root is not None else Path(tempfile.gettempdir()), prefix)
-        self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    def __init__(self, models: Iterable[str], root: str | os.PathLike[str] | None = None) -> None:
+        _sweep_stale(Path(root) if root is not None else Path(tempfile.gettempdir()), _PREFIX)
+        self.dir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=root))
         (self.dir / "owner.pid").write_text(str(os.getpid()))
         self.repo = self.dir / "models"
         self.repo.mkdir()
@@ -212,7 +211,7 @@ class Workspace:
 
     def add(self, model: str, as_name: str | None = None) -> Path:
         """Copy course model `model` into the workspace (as `as_name`, renaming it in its config)."""
-        stage_model(self.repo, as_name or model, None, model, repo=self.source)
+        stage_model(self.repo, as_name or model, None, model, repo=MODEL_REPOSITORY)
         return self._model_dir(as_name or model)
 
     @property
@@ -357,7 +356,6 @@ chunks.py (chunked prefill's split), `accept` from accept.py (speculative decodi
 import importlib.util
 import os
 
-from batchlab.batching import policies as _policies
 from batchlab.models.lm_stream import TritonPythonModel as _LMStream
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -392,27 +390,17 @@ class LabAdmission:
         return list(_admit(list(waiting), list(running), self.max_active, self.kv_token_budget))
 
 
-def _lab_split(remaining, n_decoding, max_num_tokens):
-    return list(_chunks(list(remaining), n_decoding, max_num_tokens))
-
-
-def _lab_accept(draft_tokens, target_argmax):
-    return _accept(list(draft_tokens), list(target_argmax))
-
-
 class TritonPythonModel(_LMStream):
     def initialize(self, args):
-        if _chunks is not None and not hasattr(_policies, "prefill_chunks"):
-            raise RuntimeError("chunks.py needs a batchlab whose scheduler has prefill_split")
         super().initialize(args)
         scheduler = self.batcher.scheduler
         if _admit is not None:
             pool = scheduler.blocks.num_blocks * scheduler.blocks.block_size
             scheduler.admission = LabAdmission(scheduler.admission, scheduler.max_active, pool)
         if _chunks is not None:
-            scheduler.prefill_split = _lab_split
+            scheduler.prefill_split = _chunks  # called with a list; its answer is read as ints
         if _accept is not None:
-            self.batcher.accept = _lab_accept
+            self.batcher.accept = _accept  # called with two lists (`lm.generation.verify`)
 '''
 
 

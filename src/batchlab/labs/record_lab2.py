@@ -99,16 +99,14 @@ def record_batches(server: Any, repeats: int = REPEATS, seed: int = 0, count: in
         cal = calibrate_service(lab, model, batch_sizes=(1, 2, 4, 8, 16), rows_per_size=48, min_requests=4)
         service = cal.service()
         runs = [run_patterns(lab, model, patterns, {"TOKENS": row}, service) for _ in range(repeats)]
-    entries = []
-    for i, p in enumerate(patterns):
-        entries.append({
-            "name": p.name, "note": p.note, "arrivals_s": list(p.arrivals_s),
-            "max_batch_size": p.settings.max_batch_size, "preferred": list(p.settings.preferred),
-            "max_queue_delay_us": p.settings.max_queue_delay_us,
-            "recordings": [r[i]["real"].batches for r in runs],
-            "execution_ms": [{str(b): round(ms, 3) for b, ms in r[i]["real"].extra["server"].batch_service_ms().items()}
-                             for r in runs],
-            "sent_ms": [_sent_ms(r[i]["real"]) for r in runs]})
+    entries = [{
+        "name": p.name, "note": p.note, "arrivals_s": list(p.arrivals_s),
+        "max_batch_size": p.settings.max_batch_size, "preferred": list(p.settings.preferred),
+        "max_queue_delay_us": p.settings.max_queue_delay_us,
+        "recordings": [r[i]["real"].batches for r in runs],
+        "execution_ms": [{str(b): round(ms, 3) for b, ms in r[i]["real"].extra["server"].batch_service_ms().items()}
+                         for r in runs],
+        "sent_ms": [_sent_ms(r[i]["real"]) for r in runs]} for i, p in enumerate(patterns)]
     return {**recorded.header(model, repeats), "seed": seed,
             "service_ms": {str(b): round(cal.service_ms[b], 4) for b in sorted(cal.service_ms)},
             "patterns": entries}

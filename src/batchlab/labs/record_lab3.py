@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 
 from batchlab.labs import recorded
 from batchlab.batching.slots import SequenceRequest, SequenceSlots
+from batchlab.load.transport import infer_inputs
 
 IDLE_S = 2.0       # the recording model's max_sequence_idle_microseconds
 ANSWER_S = 0.2     # how long an answer may take before its request counts as backlogged
@@ -102,11 +103,7 @@ def _holds(events: list[tuple[int, str]], n_slots: int, seq: int) -> bool:
 
 
 def _send(client: Any, model: str, corr: int, kind: str, answers: "queue.Queue[Any]", index: int) -> None:
-    inputs = []
-    if kind == "start":
-        x = np.array([[5, 6, 7]], np.int32)
-        inputs = [grpcclient.InferInput("TOKENS", list(x.shape), "INT32")]
-        inputs[0].set_data_from_numpy(x)
+    inputs = infer_inputs(grpcclient, {"TOKENS": np.array([[5, 6, 7]], np.int32)}) if kind == "start" else []
     client.async_infer(model, inputs, callback=lambda result, error: answers.put((index, result, error)), sequence_id=corr,
                        sequence_start=kind == "start", sequence_end=kind == "end")
 
@@ -167,15 +164,13 @@ def record_slots(server: Any, repeats: int = 3, seed: int = 0, count: int = 12,
                                                                   max_sequence_idle_microseconds=int(IDLE_S * 1e6)))
         client.load_model(model, config=json.dumps(cfg))
         for t in (t for t in timelines if t["n_slots"] == n):
-            runs = []
-            for _ in range(repeats):
-                runs.append(record_once(client, model, t, corr))
-                corr += 100
-            ref = _reference_slots(t["events"], n)
-            entry = {**t, "slots": runs[0], "course_rule": ref == runs[0]}
-            (kept if all(r == runs[0] for r in runs) else dropped).append({**entry, "runs": runs})
-    for e in kept:
-        del e["runs"]
+            runs = [record_once(client, model, t, corr + 100 * r) for r in range(repeats)]
+            corr += 100 * repeats
+            entry = {**t, "slots": runs[0], "course_rule": _reference_slots(t["events"], n) == runs[0]}
+            if all(r == runs[0] for r in runs):
+                kept.append(entry)
+            else:
+                dropped.append({**entry, "runs": runs})
     return {**recorded.header(model, repeats),
             "idle_s": IDLE_S, "seed": seed, "kept": "timelines whose slots repeat on every recording",
             "timelines": kept, "dropped": dropped}
