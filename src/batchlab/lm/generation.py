@@ -78,8 +78,9 @@ class Sequence:
     def pending(self, n: int | None = None) -> np.ndarray:
         """The next `n` (None: all) positions of prompt + generated tokens its cache does not hold."""
         at, p = self.cache.length if self.cache is not None else 0, int(self.prompt.size)
-        end = at + n if n is not None else p + len(self.tokens)
-        return np.concatenate([self.prompt[at:end], np.asarray(self.tokens[max(at - p, 0):max(end - p, 0)], np.int32)])
+        end = p + len(self.tokens) if n is None else at + n
+        generated = self.tokens[max(at - p, 0):max(end - p, 0)]
+        return np.concatenate([self.prompt[at:end], np.asarray(generated, dtype=np.int32)])
 
     def accept(self, logits: np.ndarray) -> int:
         """Pick the next token from this sequence's logits row and update the finish state."""
