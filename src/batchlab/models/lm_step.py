@@ -126,10 +126,9 @@ class TritonPythonModel(StatefulLMModelBase):
         try:
             logits = self.lm.forward([w[2].cache for w in work], [w[3] for w in work])
         except Exception as exc:
-            for i, _corr, *_ in work:
-                responses[i] = error(f"lm_step failed: {one_line(exc)}")
             with self.lock:
-                for _, corr, *_rest in work:
+                for i, corr, *_ in work:
+                    responses[i] = error(f"lm_step failed: {one_line(exc)}")
                     self.states.pop(corr, None)
             return responses
         now = time.monotonic()
