@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from math import inf as INF
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-import numpy as np
-
 from batchlab._validate import integer, non_negative
 
 IDLE_WAIT_S = 0.5  # default_wait_microseconds (:329): how long the batcher sleeps on an empty queue
@@ -127,12 +125,8 @@ class BatchRule:
         return cfg
 
 
-def _preferred_sizes(preferred: Sequence[int] | int | None, max_batch_size: int) -> tuple[int, ...]:
+def _preferred_sizes(preferred: Sequence[int], max_batch_size: int) -> tuple[int, ...]:
     """Sorted unique preferred sizes, each in ``[1, max_batch_size]`` (may be empty)."""
-    if preferred is None:
-        preferred = ()
-    if isinstance(preferred, (int, np.integer)) and not isinstance(preferred, bool):
-        preferred = (preferred,)
     sizes = sorted({integer("preferred_batch_sizes entry", p, lo=1) for p in preferred})
     if sizes and sizes[-1] > max_batch_size:
         raise ValueError(

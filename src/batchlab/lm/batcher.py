@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from batchlab._validate import choice, count, optional_count
 from batchlab.batching.blocks import BLOCK_SIZE, BlockManager
-from batchlab.batching.policies import ADMISSION, AdmissionPolicy
+from batchlab.batching.policies import ADMISSION
 from batchlab.batching.request import GenerationRequest, StepPlan
 from batchlab.batching.scheduler import KV_TOKEN_BUDGET, MAX_ACTIVE, Scheduler
 from batchlab.batching.speculative import accept
@@ -62,13 +62,11 @@ class ContinuousBatcher:
     def __init__(self, lm: ToyLM, max_active: int = MAX_ACTIVE, kv_token_budget: int = KV_TOKEN_BUDGET,
                  kv_policy: str = "reserve", step_policy: str = "mixed", max_num_tokens: int | None = None,
                  prefix_caching: bool = False, block_size: int = BLOCK_SIZE, max_waiting: int | None = None,
-                 admission: AdmissionPolicy | None = None, draft: Draft | str | None = None,
-                 num_speculative_tokens: int = 3) -> None:
+                 draft: Draft | str | None = None, num_speculative_tokens: int = 3) -> None:
         optional_count("max_waiting", max_waiting)
         self.num_speculative_tokens = count("num_speculative_tokens", num_speculative_tokens)
         self.draft = make_draft(draft, lm) if isinstance(draft, str) else draft
         self.accept = accept
-        optional_count("max_num_tokens", max_num_tokens)
         block_size = count("block_size", block_size)
         n_blocks = count("kv_token_budget", kv_token_budget) // block_size
         if n_blocks < 1:
@@ -78,20 +76,10 @@ class ContinuousBatcher:
         self.max_waiting = max_waiting
         self.pool = KVPool(lm.config, n_blocks, block_size)
         self.blocks = BlockManager(n_blocks, block_size, prefix_caching)
-        self.scheduler = Scheduler(self.blocks, admission or policy, max_active, max_num_tokens, step_policy)
-        self._requests: dict[int, GenerationRequest] = {}  # id(seq) -> its request
+        self.scheduler = Scheduler(self.blocks, policy, max_active, max_num_tokens, step_policy)
         self._lock = threading.Lock()
         self._in_step: set[int] = set()
         self._cancelled_in_step: list[tuple[Sequence, str]] = []
-
-    @property
-    def admission(self) -> AdmissionPolicy:
-        """The admission policy (may be replaced between steps)."""
-        return self.scheduler.admission
-
-    @admission.setter
-    def admission(self, policy: AdmissionPolicy) -> None:
-        self.scheduler.admission = policy
 
     @property
     def active(self) -> list[Sequence]:
@@ -119,7 +107,6 @@ class ContinuousBatcher:
                 raise ValueError(f"queue full: {self.n_waiting} requests already wait "
                                  f"(max_waiting {self.max_waiting})")
             self.scheduler.submit(request)
-            self._requests[id(seq)] = request
         return request
 
     def cancel(self, seq: Sequence, reason: str = "cancelled") -> None:
@@ -128,9 +115,9 @@ class ContinuousBatcher:
             if id(seq) in self._in_step:
                 self._cancelled_in_step.append((seq, reason))
                 return
-            request = self._requests.pop(id(seq), None)
-            if request is not None:
-                self.scheduler.remove(request)
+            for request in [*self.scheduler.waiting, *self.scheduler.running]:
+                if request.payload is seq:
+                    self.scheduler.remove(request)
         seq.cancel(reason)
 
     def drain(self, reason: str = "shutdown") -> list[Sequence]:
@@ -141,7 +128,6 @@ class ContinuousBatcher:
             everyone = list(scheduler.waiting) + scheduler.running
             for request in everyone:
                 scheduler.remove(request)
-            self._requests.clear()
             if reason == "error":
                 self.blocks.reset_cache()
         dropped = [r.payload for r in everyone]
@@ -208,7 +194,6 @@ class ContinuousBatcher:
         with self._lock:
             stopped = [r for r in plan.batch if r.payload.done]  # <eos> before max_tokens
             for request in self.scheduler.complete(plan, tokens, stopped):
-                self._requests.pop(id(request.payload), None)
                 request.payload.release()
                 report.retired[id(request.payload)] = request
             held = [(r.table, r.computed) for r in self.scheduler.running]

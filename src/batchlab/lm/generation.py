@@ -42,7 +42,7 @@ class Sequence:
     sampling state; it stops at ``<eos>`` (unless `ignore_eos`) or after `max_tokens` tokens."""
 
     __slots__ = ("seq_id", "prompt", "max_tokens", "temperature", "seed", "ignore_eos",
-                 "cache", "tokens", "finish_reason", "_rng", "_fed", "_released")
+                 "cache", "tokens", "finish_reason", "_rng", "_released")
 
     def __init__(self, lm: ToyLM, prompt, max_tokens: int, temperature: float = 0.0,
                  seed: int = 0, ignore_eos: bool = False, seq_id=None) -> None:
@@ -64,7 +64,6 @@ class Sequence:
         self._released = False
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
-        self._fed = False
 
     @property
     def done(self) -> bool:
@@ -76,11 +75,12 @@ class Sequence:
         """KV tokens this sequence may come to hold: prompt + max_tokens."""
         return int(self.prompt.size) + self.max_tokens
 
-    def next_chunk(self) -> np.ndarray:
-        """Tokens the next step must feed: the prompt first, then the last generated token."""
-        if not self._fed:
-            return self.prompt
-        return np.asarray(self.tokens[-1:], dtype=np.int32)
+    def pending(self, n: int | None = None) -> np.ndarray:
+        """The next `n` (None: all) positions of prompt + generated tokens its cache does not hold."""
+        at, p = self.cache.length if self.cache is not None else 0, int(self.prompt.size)
+        end = p + len(self.tokens) if n is None else at + n
+        generated = self.tokens[max(at - p, 0):max(end - p, 0)]
+        return np.concatenate([self.prompt[at:end], np.asarray(generated, dtype=np.int32)])
 
     def accept(self, logits: np.ndarray) -> int:
         """Pick the next token from this sequence's logits row and update the finish state."""
@@ -92,7 +92,6 @@ class Sequence:
         """Append `token` (chosen outside, e.g. a verified draft token) and update the finish state."""
         if self.done:
             raise ValueError("sequence already finished")
-        self._fed = True
         self.tokens.append(token)
         if token == EOS_ID and not self.ignore_eos:
             self.finish_reason = "eos"
@@ -122,12 +121,7 @@ class Sequence:
 
 def step(lm: ToyLM, seqs: Seq[Sequence]) -> list[int]:
     """One model execution: prefill the new sequences, decode the others; the tokens they picked."""
-    for s in seqs:
-        if s.done:
-            raise ValueError(f"sequence {s.seq_id!r} is finished and cannot step")
-    caches = [s.ensure_cache(lm) for s in seqs]
-    logits = lm.forward(caches, [s.next_chunk() for s in seqs])
-    return [s.accept(row) for s, row in zip(seqs, logits)]
+    return step_chunks(lm, seqs, [s.pending().size for s in seqs])
 
 
 #: An acceptance rule: (draft tokens, the target's argmax after each verified position) ->
@@ -151,9 +145,8 @@ def step_chunks(lm: ToyLM, seqs: Seq[Sequence], sizes: Seq[int],
         if draft and (s.temperature != 0.0 or n != 1 + len(draft) or s.cache is None):
             raise ValueError(f"sequence {s.seq_id!r}: draft tokens need a greedy decode of 1 + {len(draft)} "
                              f"positions, got {n}")
-        at, p, n = s.ensure_cache(lm).length, int(s.prompt.size), n - len(draft)
-        generated = s.tokens[max(at - p, 0):max(at + n - p, 0)]
-        chunks.append(np.concatenate([s.prompt[at:at + n], np.asarray(generated + draft, dtype=np.int32)]))
+        s.ensure_cache(lm)
+        chunks.append(np.concatenate([s.pending(n - len(draft)), np.asarray(draft, dtype=np.int32)]))
     every = [bool(d) for d in drafts]  # a draft needs the logits after each of its positions
     logits = lm.forward([s.cache for s in seqs], chunks, every_position=every if any(every) else False)
     out: list[int | None | list[int]] = []
@@ -222,8 +215,7 @@ def generate_static_batch(lm: ToyLM, seqs: Seq[Sequence]) -> StaticBatchResult:
         rows = [s for s in seqs if not s.done or (s.cache is not None and
                                                   s.cache.length < max_len)]
         caches = [s.ensure_cache(lm) for s in rows]
-        chunks = [s.next_chunk() if not s.done else np.asarray([s.tokens[-1]], np.int32)
-                  for s in rows]
+        chunks = [s.pending() for s in rows]  # a finished row feeds its last token again
         lengths = [c.length for c in caches]
         logits = lm.forward(caches, chunks)
         for s, row, n in zip(rows, logits, lengths):

@@ -121,12 +121,6 @@ class KVPool:
         shape = (config.n_layers, config.n_kv_heads, self.num_blocks, self.block_size, config.head_dim)
         self.k = np.zeros(shape, dtype=np.float32)
         self.v = np.zeros_like(self.k)
-        self.bytes_per_token = kv_bytes_per_token(config.n_layers, config.n_kv_heads, config.head_dim, 4)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole pool."""
-        return self.k.nbytes + self.v.nbytes
 
 
 class PagedKV:

@@ -154,6 +154,14 @@ def _logit_rows(lengths: Sequence[int], every_position: bool | Sequence[bool]) -
                            for n, end, every in zip(lengths, ends, every_position)]).astype(np.int64)
 
 
+def _check_ids(tokens: np.ndarray, vocab_size: int) -> None:
+    """ValueError unless `tokens` are integer ids within the vocabulary."""
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {tokens.dtype}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in the vocabulary [0, {vocab_size})")
+
+
 class _Layer:
     __slots__ = ("ln1_g", "ln1_b", "qkv", "proj", "ln2_g", "ln2_b", "up", "down")
 
@@ -274,10 +282,7 @@ class ToyLM:
             if chunk.ndim != 1 or chunk.size == 0:
                 raise ValueError(f"each chunk must be a non-empty 1-D array of token ids, "
                                  f"got shape {chunk.shape}")
-            if not np.issubdtype(chunk.dtype, np.integer):
-                raise ValueError(f"token ids must be integers, got dtype {chunk.dtype}")
-            if chunk.min() < 0 or chunk.max() >= cfg.vocab_size:
-                raise ValueError(f"token ids must lie in the vocabulary [0, {cfg.vocab_size})")
+            _check_ids(chunk, cfg.vocab_size)
             if cache.length + chunk.size > cfg.max_seq_len:
                 raise ValueError(f"sequence of {cache.length + chunk.size} tokens exceeds "
                                  f"max_seq_len {cfg.max_seq_len}")
@@ -343,8 +348,7 @@ class ToyLM:
         cfg = self.config
         if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
             raise ValueError(f"decode_shared needs a non-empty 1-D array of token ids, got shape {tokens.shape}")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise ValueError(f"token ids must lie in the vocabulary [0, {cfg.vocab_size})")
+        _check_ids(tokens, cfg.vocab_size)
         p = prefix.length
         if p + 1 > cfg.max_seq_len:
             raise ValueError(f"sequence of {p + 1} tokens exceeds max_seq_len {cfg.max_seq_len}")
@@ -383,15 +387,12 @@ class ToyLM:
         cfg = self.config
         if tokens.ndim != 2 or tokens.shape[1] == 0:
             raise ValueError(f"embed takes a 2-D (rows, length) id array, got shape {tokens.shape}")
-        if not np.issubdtype(tokens.dtype, np.integer):
-            raise ValueError(f"token ids must be integers, got dtype {tokens.dtype}")
+        _check_ids(tokens, cfg.vocab_size)
         r, n = tokens.shape
         if r == 0:
             return np.zeros((0, cfg.d_model), dtype=np.float32)
         if n > cfg.max_seq_len:
             raise ValueError(f"rows of {n} tokens exceed max_seq_len {cfg.max_seq_len}")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise ValueError(f"token ids must lie in the vocabulary [0, {cfg.vocab_size})")
         valid = tokens != PAD_ID
         if not valid[:, 0].all():
             raise ValueError("every row must start with a real token (<pad> only at the end)")

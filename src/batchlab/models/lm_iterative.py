@@ -12,44 +12,27 @@ the execution ended on the server's monotonic clock (T_NS, ns).
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 
 from batchlab.lm.generation import Sequence, step
 from batchlab.models.triton_io import (InputError, control_value, correlation_id, error,
-                                   float_param, is_null_request, ok, one_line, pb,
-                                   send_final, sequence_idle_seconds)
+                                   is_null_request, ok, one_line, pb, send_final)
 from batchlab.models._gen_inputs import generation_limits, read_sequences
-from batchlab.models.base import LMModelBase
+from batchlab.models.base import StatefulLMModelBase
 
 
-class TritonPythonModel(LMModelBase):
+class TritonPythonModel(StatefulLMModelBase):
     """Triton entry point of `lm_iterative`."""
 
     def initialize(self, args: dict) -> None:
         super().initialize(args)
         self.max_prompt, self.max_tokens_limit = generation_limits(self.params, self.max_seq_len)
-        margin = float_param(self.params, "reap_margin_s", 0.5)
-        self.reap_after = sequence_idle_seconds(self.model_config) + margin
-        self.states: dict[int, tuple[Sequence, float]] = {}
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
-        self.reaper.start()
 
-    def _reap_loop(self) -> None:
-        while not self.stop.wait(min(0.25, self.reap_after / 4)):
-            self.reap(time.monotonic())
-
-    def reap(self, now: float) -> int:
-        """Free sequences that no execution touched for `reap_after` seconds."""
-        with self.lock:
-            dead = [c for c, (_, t) in self.states.items() if now - t > self.reap_after]
-            for c in dead:
-                self.states.pop(c)[0].release()
-        return len(dead)
+    def forget(self, state: Sequence) -> None:
+        """Release a dropped sequence's cache (a step still holding it then fails)."""
+        state.release()
 
     def execute(self, requests: list) -> None:
         utils = pb()
@@ -134,11 +117,3 @@ class TritonPythonModel(LMModelBase):
         caches = [s.cache for s in live.values() if s.cache is not None and not s.done]
         return (np.array([[sum(c.length for c in caches)]], np.int32),
                 np.array([[sum(c.capacity for c in caches)]], np.int32))
-
-    def finalize(self) -> None:
-        self.stop.set()
-        self.reaper.join(timeout=2)
-        with self.lock:
-            for seq, _ in self.states.values():
-                seq.release()
-            self.states.clear()

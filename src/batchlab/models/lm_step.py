@@ -8,7 +8,6 @@ SLOT, the request's position in the execution (with `direct`: its sequence's bat
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -18,10 +17,9 @@ from batchlab.lm.kvcache import KVCache
 from batchlab.lm.generation import check_prompt
 from batchlab.lm.sampling import make_rng, sample
 from batchlab.models.triton_io import (InputError, control_value, correlation_id, error,
-                                   expect_dtype, float_param, get, int_param, is_null_request, ok,
-                                   one_line, sequence_idle_seconds)
-from batchlab.models._gen_inputs import DEFAULT_MAX_PROMPT_TOKENS
-from batchlab.models.base import LMModelBase
+                                   expect_dtype, get, is_null_request, ok, one_line)
+from batchlab.models._gen_inputs import generation_limits
+from batchlab.models.base import StatefulLMModelBase
 from batchlab.lm.vocab import PAD_ID
 
 
@@ -31,7 +29,6 @@ class _SeqState:
     rng: np.random.Generator
     temperature: float
     last_token: int = PAD_ID
-    last_used: float = 0.0
 
 
 def _scalar(arr: np.ndarray | None, name: str, kinds: str, default):
@@ -43,35 +40,17 @@ def _scalar(arr: np.ndarray | None, name: str, kinds: str, default):
     return arr.reshape(-1)[0]
 
 
-class TritonPythonModel(LMModelBase):
+def _response(**outputs: int):
+    """A response whose outputs are each one int32 value, shaped [1, 1]."""
+    return ok({name: np.array([[value]], np.int32) for name, value in outputs.items()})
+
+
+class TritonPythonModel(StatefulLMModelBase):
     """Triton entry point of the stateful `lm_step` models."""
 
     def initialize(self, args: dict) -> None:
         super().initialize(args)
-        self.max_prompt = int_param(self.params, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS,
-                                    1, self.max_seq_len - 1)
-        margin = float_param(self.params, "reap_margin_s", 0.5)
-        self.reap_after = sequence_idle_seconds(self.model_config) + margin
-        self.states: dict[int, _SeqState] = {}
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.reaped = 0
-        self.reaper = threading.Thread(target=self._reap_loop, name="kv-reaper", daemon=True)
-        self.reaper.start()
-
-    def _reap_loop(self) -> None:
-        period = min(0.25, self.reap_after / 4)
-        while not self.stop.wait(period):
-            self.reap(time.monotonic())
-
-    def reap(self, now: float) -> int:
-        """Free the caches idle for longer than `reap_after` seconds; return how many."""
-        with self.lock:
-            dead = [c for c, s in self.states.items() if now - s.last_used > self.reap_after]
-            for c in dead:
-                del self.states[c]
-            self.reaped += len(dead)
-        return len(dead)
+        self.max_prompt = generation_limits(self.params, self.max_seq_len)[0]
 
     def _prepare(self, request) -> tuple[int, _SeqState, np.ndarray, bool]:
         """(corrid, state, chunk, end) of a real request; InputError if it cannot step."""
@@ -89,11 +68,8 @@ class TritonPythonModel(LMModelBase):
             if tokens is None:
                 raise InputError("the START request of a sequence must carry the prompt in "
                                  "TOKENS")
-            if tokens.size > self.max_prompt:
-                raise InputError(f"prompt has {tokens.size} tokens, the limit is "
-                                 f"{self.max_prompt}")
             try:
-                prompt = check_prompt(tokens, self.vocab_size, self.max_seq_len)
+                prompt = check_prompt(tokens, self.vocab_size, self.max_prompt)
             except ValueError as exc:
                 raise InputError(str(exc)) from None
             temperature = float(_scalar(get(request, "TEMPERATURE"), "TEMPERATURE", "f", 0.0))
@@ -105,7 +81,7 @@ class TritonPythonModel(LMModelBase):
             state = _SeqState(self.lm.new_cache(prompt.size), make_rng(seed), temperature)
             return corr, state, prompt, end
         with self.lock:
-            state = self.states.get(corr)
+            state = self.states.get(corr, (None,))[0]
         if state is None:
             raise InputError(
                 f"sequence {corr} has no KV cache in model '{self.model_name}': its first "
@@ -131,12 +107,7 @@ class TritonPythonModel(LMModelBase):
         seen: set[int] = set()
         for i, request in enumerate(requests):
             if is_null_request(request):
-                responses[i] = ok({"TOKEN": np.array([[PAD_ID]], np.int32),
-                                   "LENGTH": np.zeros((1, 1), np.int32),
-                                   "BATCH_SIZE": np.zeros((1, 1), np.int32),
-                                   "LIVE_SEQUENCES": np.zeros((1, 1), np.int32),
-                                   "KV_TOKENS": np.zeros((1, 1), np.int32),
-                                   "SLOT": np.array([[i]], np.int32)})
+                responses[i] = _response(TOKEN=PAD_ID, LENGTH=0, BATCH_SIZE=0, LIVE_SEQUENCES=0, KV_TOKENS=0, SLOT=i)
                 continue
             corr = correlation_id(request)
             try:
@@ -155,10 +126,9 @@ class TritonPythonModel(LMModelBase):
         try:
             logits = self.lm.forward([w[2].cache for w in work], [w[3] for w in work])
         except Exception as exc:
-            for i, _corr, *_ in work:
-                responses[i] = error(f"lm_step failed: {one_line(exc)}")
             with self.lock:
-                for _, corr, *_rest in work:
+                for i, corr, *_ in work:
+                    responses[i] = error(f"lm_step failed: {one_line(exc)}")
                     self.states.pop(corr, None)
             return responses
         now = time.monotonic()
@@ -167,25 +137,14 @@ class TritonPythonModel(LMModelBase):
             for (_i, corr, state, _chunk, end, _start), row in zip(work, logits):
                 token = sample(row, state.temperature, state.rng)
                 state.last_token = token
-                state.last_used = now
                 tokens.append(token)
                 if end:
                     self.states.pop(corr, None)
                 else:
-                    self.states[corr] = state
+                    self.states[corr] = (state, now)
             live = len(self.states)
-            kv = sum(s.cache.length for s in self.states.values())
+            kv = sum(s.cache.length for s, _ in self.states.values())
         for (i, _corr, state, _chunk, _end, _start), token in zip(work, tokens):
-            responses[i] = ok({"TOKEN": np.array([[token]], np.int32),
-                               "LENGTH": np.array([[state.cache.length]], np.int32),
-                               "BATCH_SIZE": np.array([[len(work)]], np.int32),
-                               "LIVE_SEQUENCES": np.array([[live]], np.int32),
-                               "KV_TOKENS": np.array([[kv]], np.int32),
-                               "SLOT": np.array([[i]], np.int32)})
+            responses[i] = _response(TOKEN=token, LENGTH=state.cache.length, BATCH_SIZE=len(work),
+                                     LIVE_SEQUENCES=live, KV_TOKENS=kv, SLOT=i)
         return responses
-
-    def finalize(self) -> None:
-        self.stop.set()
-        self.reaper.join(timeout=2)
-        with self.lock:
-            self.states.clear()

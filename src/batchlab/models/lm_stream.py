@@ -20,6 +20,7 @@ for this request), the final one DRAFTED_TOKENS and ACCEPTED_TOKENS (the request
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import threading
 import time
@@ -109,17 +110,15 @@ class TritonPythonModel(LMModelBase):
             self.stopping = True
             self.cond.notify()
         self.loop.join(timeout=10)
-        for seq in self.batcher.drain("unloading"):
+        self._fail_all("unloading", "model is unloading")
+
+    def _fail_all(self, reason: str, message: str) -> None:
+        """Drop every waiting and running sequence; each client still there gets `message` as its final error."""
+        for seq in self.batcher.drain(reason):
             entry = self.senders.pop(id(seq), None)
             if entry is not None:
-                self._safe_final(entry[1], error("model is unloading"))
-
-    @staticmethod
-    def _safe_final(sender, response=None) -> None:
-        try:
-            send_final(sender, response)
-        except Exception:
-            pass  # the client is gone
+                with contextlib.suppress(Exception):  # the client is gone
+                    send_final(entry[1], error(message))
 
     def _check_cancelled(self) -> None:
         running = {id(s) for s in list(self.batcher.active)}
@@ -156,10 +155,7 @@ class TritonPythonModel(LMModelBase):
             try:
                 report = self.batcher.step()
             except Exception as exc:  # fail every sequence in flight, keep serving
-                for seq in self.batcher.drain("error"):
-                    entry = self.senders.pop(id(seq), None)
-                    if entry is not None:
-                        self._safe_final(entry[1], error(f"lm_stream failed: {one_line(exc)}"))
+                self._fail_all("error", f"lm_stream failed: {one_line(exc)}")
                 continue
             if report.batch_size == 0:  # the policy admitted nobody: do not spin
                 with self.cond:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchlab.models.triton_io import InputError, error, ok, require
+from batchlab.models.triton_io import require, serve_batch
 
 
 class TritonPythonModel:
@@ -12,10 +12,4 @@ class TritonPythonModel:
         self.model_name = args.get("model_name", "noop")
 
     def execute(self, requests: list) -> list:
-        responses = []
-        for request in requests:
-            try:
-                responses.append(ok({"OUTPUT0": require(request, "INPUT0")}))
-            except InputError as exc:
-                responses.append(error(str(exc)))
-        return responses
+        return serve_batch(requests, lambda r: {"OUTPUT0": require(r, "INPUT0")}, lambda batch: batch, "noop")

@@ -6,7 +6,6 @@ Validation is pure numpy (`InputError` names the problem); Triton objects come f
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -20,9 +19,7 @@ class InputError(ValueError):
 
 def pb() -> Any:
     """The `triton_python_backend_utils` module of the running stub."""
-    mod = sys.modules.get("triton_python_backend_utils")
-    if mod is None:
-        import triton_python_backend_utils as mod  # type: ignore[no-redef]
+    import triton_python_backend_utils as mod  # a test's stand-in when it put one in sys.modules
     return mod
 
 
@@ -175,10 +172,7 @@ def ok(outputs: dict[str, np.ndarray]) -> Any:
 def error(message: str) -> Any:
     """A response carrying an INVALID_ARG error with `message`."""
     utils = pb()
-    err_cls = utils.TritonError
-    code = getattr(err_cls, "INVALID_ARG", None)
-    err = err_cls(message, code) if code is not None else err_cls(message)
-    return utils.InferenceResponse(error=err)
+    return utils.InferenceResponse(error=utils.TritonError(message, utils.TritonError.INVALID_ARG))
 
 
 def send_final(sender: Any, response: Any = None) -> None:
@@ -196,28 +190,34 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
-                     compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
-    """Responses of a stateless row model: a bad request gets its own error; ``compute`` runs once on
-    all good rows, split back as `output` plus BATCH_SIZE; an exception in it fails this batch only."""
+def serve_batch(requests: list, read: Callable[[Any], Any], compute: Callable[[list], list], label: str) -> list:
+    """Responses of a stateless batch model: `read(request)` parses a request (an InputError is its own
+    error response); `compute` runs once on all good ones and gives each its outputs; an exception in it
+    fails this batch only."""
     responses: list = [None] * len(requests)
-    batch: list[tuple[int, np.ndarray]] = []
+    batch: list[tuple[int, Any]] = []
     for i, request in enumerate(requests):
         try:
-            batch.append((i, check_token_rows(require(request, name), name, vocab_size, length)))
+            batch.append((i, read(request)))
         except InputError as exc:
             responses[i] = error(str(exc))
     if not batch:
         return responses
-    rows = sum(t.shape[0] for _, t in batch)
     try:
-        out = compute(np.concatenate([t for _, t in batch]))
-        start = 0
-        for i, tokens in batch:
-            n = tokens.shape[0]
-            responses[i] = ok({output: out[start:start + n], "BATCH_SIZE": np.full((n, 1), rows, np.int32)})
-            start += n
+        for (i, _), outputs in zip(batch, compute([item for _, item in batch]), strict=True):
+            responses[i] = ok(outputs)
     except Exception as exc:  # never let one bad batch kill the stub
         for i, _ in batch:
             responses[i] = error(f"{label} failed: {one_line(exc)}")
     return responses
+
+
+def serve_token_rows(requests: list, name: str, vocab_size: int, length: int,
+                     compute: Callable[[np.ndarray], np.ndarray], output: str, label: str) -> list:
+    """Responses of a stateless row model (`serve_batch`): ``compute`` runs once on all good requests'
+    rows, split back as `output` plus BATCH_SIZE."""
+    def run(batch: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        out, rows = compute(np.concatenate(batch)), sum(t.shape[0] for t in batch)
+        parts = np.split(out, np.cumsum([t.shape[0] for t in batch])[:-1])
+        return [{output: part, "BATCH_SIZE": np.full((part.shape[0], 1), rows, np.int32)} for part in parts]
+    return serve_batch(requests, lambda r: check_token_rows(require(r, name), name, vocab_size, length), run, label)

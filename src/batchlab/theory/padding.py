@@ -61,8 +61,7 @@ def uniform_pmf(lo: int, hi: int) -> LengthPMF:
     """Integers uniform on [lo, hi], both included: the article's ``random.randint(lo, hi)``."""
     if not (isinstance(lo, (int, np.integer)) and isinstance(hi, (int, np.integer))) or lo < 1 or hi < lo:
         raise ValueError(f"need integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}")
-    n = int(hi) - int(lo) + 1
-    return LengthPMF(tuple(range(int(lo), int(hi) + 1)), (1.0 / n,) * n, (Fraction(1, n),) * n)
+    return _pmf(range(int(lo), int(hi) + 1), None)
 
 
 def _capped(lo: int, cap: int, surv: Any) -> LengthPMF:
