@@ -3,19 +3,21 @@
 For each lab, in a sandbox of its own (parallel-safe: every run has its own folder, kernel and
 servers on free ports):
 
-* ``handout`` — the release as given: only the TODO cells may fail, every check says the question
-  is not done yet;
+* ``handout`` (Lab 1, graded as a class below) — the release as given: only the TODO cells may fail,
+  every check says the question is not done yet (every check's own "not done" report, for None and for
+  a TODO stub, is checked without a kernel in tests/test_labs.py; ``wrongtype`` walks the same
+  `labkit.attempt` path for every lab, so Labs 2-6 need no handout run of their own);
 * ``wrong`` (and ``wrong2`` where a question needs an earlier one right) — one planted wrong answer
   per question, drawn from the lab's misconceptions: that question loses points with a message that
   names the mistake, and the notebook runs to the end with no traceback;
 * ``wrongtype`` — every answer at once replaced by a function that returns ``[{'wrong': 1}]``: the
   notebook runs to the end, no cell shows a traceback, every check says what is wrong.
 
-Lab 1's class (below) is graded on the release as shipped. Every other run, the handouts of Labs 2-6
-included, executes the release with its answer-independent measurements made smaller (`QUICK`):
-those cells read no answer and are the solution's own, which nbval runs in full, so a run here only
-has to show that the notebook around the learner's answers still runs to the end. A lab's runs are
-split between two grading runs that go at once.
+Lab 1's class (below) is graded on the release as shipped. Every other run executes the release
+with its answer-independent measurements made smaller (`QUICK`): those cells read no answer and are
+the solution's own, which nbval runs in full, so a run here only has to show that the notebook
+around the learner's answers still runs to the end. A lab's runs are split between two grading runs
+that go at once.
 
 Lab 1 (the shortest to run) is also graded as a class, in the same grading run (one sandboxed
 execution per submission, so the handout doubles as the learner who handed it in untouched). The
@@ -259,7 +261,7 @@ def test_learner_path(tmp_path: Path, lab: str) -> None:
     handout = json.loads(release.read_text(encoding="utf-8"))
     planted = {"wrongtype": _wrong_type(sol)}
     planted.update({name: _planted(sol, plants) for name, plants in PLANTED[lab].items()})
-    runs = {"handout": handout, **planted}
+    runs = {"handout": handout, **planted} if lab in CLASS else planted
     quick = tmp_path / "quick"                          # the release with QUICK made
     quick.mkdir()
     (quick / release.name).write_text(json.dumps(_quick(handout, lab), ensure_ascii=False), encoding="utf-8")
