@@ -463,15 +463,15 @@ def disaggregation(rate: float, transfer_ms: float, cost: TokenCost, n: int = 40
     arr = poisson_arrivals(rate, n=n, seed=seed)
     row: dict[str, Any] = {"rate": rate, "transfer_ms": transfer_ms, "first_token": first_token}
     for label, step in (("co", {}), ("chunked", {"step_policy": "chunked", "max_num_tokens": chunk})):
-        runs = [_sim(half, [prompt] * half.size, [output] * half.size, cost, 16, **step)
+        runs = [_sim(half, [prompt] * half.size, [output] * half.size, cost, max_active=16, **step)
                 for half in (arr[0::2], arr[1::2])]
         arrival = np.concatenate([res.records["arrival"] for res in runs])
         row.update(_latency_row(label, arrival, [t for res in runs for t in res.extra["token_times"]], output))
-    pre = _sim(arr, [prompt] * n, [1] * n, cost, 16).records
+    pre = _sim(arr, [prompt] * n, [1] * n, cost, max_active=16).records
     ready = pre["first_token"] + transfer_ms / 1e3
     order = np.argsort(ready, kind="stable")
     emits_first = first_token == "decode"  # the decode engine emits the first token too
-    dec = _sim(ready[order], [1] * n, [output - (0 if emits_first else 1)] * n, cost, 16)
+    dec = _sim(ready[order], [1] * n, [output - (0 if emits_first else 1)] * n, cost, max_active=16)
     times: list[list[float]] = [[] for _ in range(n)]
     for k, i in enumerate(order):
         times[i] = ([] if emits_first else [float(pre["first_token"][i])]) + list(dec.extra["token_times"][k])
