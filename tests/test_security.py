@@ -209,8 +209,7 @@ def test_the_reaper_kills_what_is_left_of_the_group(tmp_path: Path) -> None:
     orphan = psutil.Process(int(leader.stdout.readline()))
     folder = tmp_path / "launch"
     folder.mkdir()
-    reaper = subprocess.Popen(["/bin/sh", "-c", srv._REAPER, "batchlab-reaper", str(leader.pid), str(folder),
-                               "batchlab_test_none_", str(os.geteuid())])
+    reaper = subprocess.Popen(srv.reaper_command(leader.pid, folder, "batchlab_test_none_", os.geteuid()))
     try:
         time.sleep(0.3)  # the reaper is in its loop
         # The launching process dies: the server gets SIGKILL (PDEATHSIG), the reaper SIGTERM, at once.

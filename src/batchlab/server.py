@@ -543,16 +543,57 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
 
 # Each launch's reaper: when this process dies without stopping the server, it kills the server's
 # group and removes the launch's folder and shared memory; meanwhile it sets the launch's regions
-# (created 0644 whatever the umask) to 0600 every `REGION_CHMOD_S`.
+# (created 0644 whatever the umask) to 0600 every `REGION_CHMOD_S`. A Python process of its own
+# (`-I -S`: the standard library only): a shell loop forked `find` and `sleep` at every tick,
+# about 20 times the CPU of this loop on a 2-core machine with a few servers up.
 REGION_CHMOD_S = 0.1
-# `kill -KILL -PGID`, not `kill -KILL -- -PGID`: dash (Debian's /bin/sh) rejects the `--`.
-_REAPER = (
-    'trap \'kill -KILL -"$1" 2>/dev/null; rm -rf -- "$2"; rm -f -- "/dev/shm/$3"*; exit 0\' TERM; '
-    'while kill -0 "$1" 2>/dev/null; do '
-    'find /dev/shm -maxdepth 1 -name "$3*" -user "$4" -perm /077 -exec chmod 600 {} + 2>/dev/null; '
-    f'sleep {REGION_CHMOD_S}; done; '
-    'kill -KILL -"$1" 2>/dev/null'  # the server died on its own: end the stubs it left
-)
+_REAPER = f"""
+import os, shutil, signal, sys, time
+pgid, folder, prefix, uid = int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])  # argv[1]: its name
+
+def regions():
+    with os.scandir("/dev/shm") as it:
+        return [e for e in it if e.name.startswith(prefix)]
+
+def kill_group():
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+def clean_up(signum, frame):
+    kill_group()
+    shutil.rmtree(folder, ignore_errors=True)
+    for e in regions():
+        try:
+            os.unlink(e.path)
+        except OSError:
+            pass
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, clean_up)
+while True:
+    try:
+        os.kill(pgid, 0)
+    except ProcessLookupError:
+        break
+    except PermissionError:
+        pass
+    for e in regions():
+        try:
+            st = e.stat(follow_symlinks=False)
+            if st.st_uid == uid and st.st_mode & 0o077:
+                os.chmod(e.path, 0o600)
+        except OSError:
+            pass
+    time.sleep({REGION_CHMOD_S})
+kill_group()  # the server died on its own: end the stubs it left
+"""
+
+
+def reaper_command(pid: int, folder: str | os.PathLike[str], prefix: str, uid: int) -> list[str]:
+    """The reaper of the server `pid` (a group leader) launched in `folder` with regions named `prefix`*."""
+    return [sys.executable, "-I", "-S", "-c", _REAPER, "batchlab-reaper", str(pid), str(folder), prefix, str(uid)]
 
 
 def _start_ticks(pid: int) -> int:
@@ -827,8 +868,7 @@ class TritonServer(_Clients):
             finally:
                 os.close(logfd)
             _LIVE.add(self)
-            self._reaper, _ = spawn(["/bin/sh", "-c", _REAPER, "batchlab-reaper", str(self._proc.pid),
-                                     str(self._workdir), self.shm_prefix, str(os.geteuid())],
+            self._reaper, _ = spawn(reaper_command(self._proc.pid, self._workdir, self.shm_prefix, os.geteuid()),
                                     death_signal=signal.SIGTERM,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.models = wait_until_ready(self.http_url, self.startup_timeout, alive=lambda: self.running,
