@@ -549,43 +549,36 @@ def spawn(cmd: Sequence[str], *, hidden: Mapping[int, str] | None = None, fsize_
 REGION_CHMOD_S = 0.1
 _REAPER = f"""
 import os, shutil, signal, sys, time
-pgid, folder, prefix, uid = int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])  # argv[1]: its name
+pid, folder, prefix, uid = int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])  # argv[1]: its name
 
-def regions():
-    with os.scandir("/dev/shm") as it:
-        return [e for e in it if e.name.startswith(prefix)]
+def each_region(act):
+    for e in os.scandir("/dev/shm"):
+        if e.name.startswith(prefix):
+            try:
+                act(e)
+            except OSError:
+                pass
+
+def private(e):
+    st = e.stat(follow_symlinks=False)
+    if st.st_uid == uid and st.st_mode & 0o077:
+        os.chmod(e.path, 0o600)
 
 def kill_group():
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
 
 def clean_up(signum, frame):
     kill_group()
     shutil.rmtree(folder, ignore_errors=True)
-    for e in regions():
-        try:
-            os.unlink(e.path)
-        except OSError:
-            pass
+    each_region(lambda e: os.unlink(e.path))
     os._exit(0)
 
 signal.signal(signal.SIGTERM, clean_up)
-while True:
-    try:
-        os.kill(pgid, 0)
-    except ProcessLookupError:
-        break
-    except PermissionError:
-        pass
-    for e in regions():
-        try:
-            st = e.stat(follow_symlinks=False)
-            if st.st_uid == uid and st.st_mode & 0o077:
-                os.chmod(e.path, 0o600)
-        except OSError:
-            pass
+while os.path.exists(f"/proc/{{pid}}"):
+    each_region(private)
     time.sleep({REGION_CHMOD_S})
 kill_group()  # the server died on its own: end the stubs it left
 """
