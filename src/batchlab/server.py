@@ -551,13 +551,17 @@ _REAPER = f"""
 import os, shutil, signal, sys, time
 pid, folder, prefix, uid = int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])  # argv[1]: its name
 
-def each_region(act):
-    for e in os.scandir("/dev/shm"):
-        if e.name.startswith(prefix):
-            try:
-                act(e)
-            except OSError:
-                pass
+def each_region(act):  # an error (a region gone meanwhile, /dev/shm unreadable) skips, never stops the loop
+    try:
+        with os.scandir("/dev/shm") as it:
+            found = [e for e in it if e.name.startswith(prefix)]
+    except OSError:
+        found = []
+    for e in found:
+        try:
+            act(e)
+        except OSError:
+            pass
 
 def private(e):
     st = e.stat(follow_symlinks=False)
